@@ -1,0 +1,358 @@
+import CLMDB
+import Foundation
+import Synchronization
+
+/// An LMDB environment: one directory holding `data.mdb` and `lock.mdb`.
+///
+/// Caveats:
+/// - Open a directory at most once per process (LMDB's file locks are per
+///   process; a second open is refused with `.alreadyOpen`).
+/// - Never use an open environment in a child after `fork()`; spawn children
+///   with exec.
+/// - A long read transaction pins the pages it sees, and the file grows while
+///   it lasts. Keep `read` closures short.
+/// - Transactions live inside one synchronous closure. Never `await` inside
+///   one: a task may resume on another thread.
+/// - The write closure may run more than once (the map grows and the write is
+///   retried), so it must have no effects outside the transaction.
+public final class Environment: @unchecked Sendable {
+    public enum Durability: String, Sendable, CaseIterable {
+        /// fsync on every commit (data, then meta page): survives power loss.
+        case full
+        /// One sync per commit (`MDB_NOMETASYNC`): a power loss may undo the
+        /// last commit, never corrupt the file.
+        case metaAsync
+        /// No sync (`MDB_NOSYNC`): survives any crash of the process, since
+        /// the page cache does, but a power loss or OS crash can corrupt the file.
+        case process
+    }
+
+    public struct Options: Sendable {
+        /// The initial map size in bytes; the map grows on demand.
+        public var mapSize = 64 << 20
+        /// The map never grows past this (1 TiB by default).
+        public var mapSizeMax = 1 << 40
+        public var maxDatabases = 64
+        public var maxReaders = 126
+        public var durability = Durability.full
+        /// Open without write access (`MDB_RDONLY`).
+        public var readOnly = false
+        /// Create the directory when it does not exist (never when read-only).
+        public var createIfMissing = true
+
+        public init() {}
+    }
+
+    /// How many times one write may grow the map and retry before giving up.
+    static let mapGrowthAttemptsMax = 40
+    /// How many reset read transactions are kept for reuse.
+    static let readPoolCountMax = 16
+
+    let handle: OpaquePointer
+    public let path: String
+    public let options: Options
+    private let resizeLock = ReadWriteLock()
+    private let state: Mutex<State>
+    private let openDatabaseLock = Mutex(())
+
+    /// A reset read transaction. `MDB_NOTLS` lets any thread renew it.
+    private struct PooledTransaction: @unchecked Sendable { let handle: OpaquePointer }
+
+    private struct State {
+        var closed = false
+        var failed: LMDBError?
+        var readPool: [PooledTransaction] = []
+    }
+
+    /// The directories open in this process, by their resolved path.
+    private static let openPaths = Mutex(Set<String>())
+
+    /// Opens (or creates) the environment in the directory at `path`.
+    /// - Throws: `LMDBError` with `.alreadyOpen`, `.noSuchFile` (missing and
+    ///   not to be created), `.notADirectory`, `.permissionDenied` or
+    ///   `.readOnlyFileSystem` (cannot write there), `.invalid` (the
+    ///   directory holds a file that is not an LMDB environment),
+    ///   `.versionMismatch`.
+    public init(path: String, options: Options = Options()) throws {
+        self.options = options
+        let resolved = try Environment.prepareDirectory(path, options: options)
+        self.path = resolved
+        var env: OpaquePointer?
+        try check(mdb_env_create(&env), "mdb_env_create", path: resolved)
+        guard let env else { preconditionFailure("mdb_env_create returned no environment") }
+        do {
+            try check(mdb_env_set_mapsize(env, options.mapSize), "mdb_env_set_mapsize", path: resolved)
+            try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs", path: resolved)
+            try check(mdb_env_set_maxreaders(env, UInt32(options.maxReaders)), "mdb_env_set_maxreaders", path: resolved)
+            try Environment.register(resolved)
+            do {
+                try check(mdb_env_open(env, resolved, Environment.flags(options), 0o644), "mdb_env_open", path: resolved)
+            } catch {
+                Environment.unregister(resolved)
+                throw error
+            }
+        } catch {
+            mdb_env_close(env)
+            throw error
+        }
+        handle = env
+        state = Mutex(State())
+        // Readers left by killed processes pin old pages; clear them now.
+        var dead: Int32 = 0
+        _ = mdb_reader_check(env, &dead)
+    }
+
+    deinit { close() }
+
+    private static func flags(_ options: Options) -> UInt32 {
+        var flags = UInt32(MDB_NOTLS)
+        switch options.durability {
+        case .full: break
+        case .metaAsync: flags |= UInt32(MDB_NOMETASYNC)
+        case .process: flags |= UInt32(MDB_NOSYNC)
+        }
+        if options.readOnly { flags |= UInt32(MDB_RDONLY) }
+        return flags
+    }
+
+    /// Checks the path is a directory (creating it if allowed) and returns its
+    /// resolved form, so two spellings of one directory are one environment.
+    private static func prepareDirectory(_ path: String, options: Options) throws(LMDBError) -> String {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else {
+                throw LMDBError(code: .notADirectory, operation: "open", path: path)
+            }
+        } else if options.createIfMissing && !options.readOnly {
+            guard mkdir(path, 0o755) == 0 || errno == EEXIST else {
+                throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "mkdir", path: path)
+            }
+        } else {
+            throw LMDBError(code: .noSuchFile, operation: "open", path: path)
+        }
+        guard let resolved = realpath(path, nil) else {
+            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "realpath", path: path)
+        }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    private static func register(_ path: String) throws(LMDBError) {
+        let inserted = openPaths.withLock { $0.insert(path).inserted }
+        guard inserted else { throw LMDBError(code: .alreadyOpen, operation: "open", path: path) }
+    }
+
+    private static func unregister(_ path: String) {
+        _ = openPaths.withLock { $0.remove(path) }
+    }
+
+    /// Closes the environment. Waits for running transactions to end; later
+    /// calls throw `.closed`. Closing twice is harmless.
+    public func close() {
+        resizeLock.withExclusive {
+            let pool = state.withLock { state -> [PooledTransaction]? in
+                guard !state.closed else { return nil }
+                state.closed = true
+                defer { state.readPool = [] }
+                return state.readPool
+            }
+            guard let pool else { return }
+            for txn in pool { mdb_txn_abort(txn.handle) }
+            mdb_env_close(handle)
+            Environment.unregister(path)
+        }
+    }
+
+    private func checkUsable(_ operation: StaticString) throws(LMDBError) {
+        let problem = state.withLock { state -> LMDBError? in
+            if state.closed { return LMDBError(code: .closed, operation: "\(operation)", path: path) }
+            return state.failed
+        }
+        if let problem { throw problem }
+    }
+}
+
+// MARK: - Transactions
+
+extension Environment {
+    /// Runs `body` in a read transaction that sees one consistent snapshot.
+    /// - Throws: what `body` throws, or `LMDBError`.
+    public func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        for _ in 0..<Environment.mapGrowthAttemptsMax {
+            let outcome: R? = try resizeLock.withShared {
+                try checkUsable("read")
+                guard let txn = try beginRead() else { return nil }
+                defer { endRead(txn) }
+                return try body(Transaction(handle: txn, isReadOnly: true, path: path))
+            }
+            if let outcome { return outcome }
+            try adoptResizedMap()
+        }
+        throw LMDBError(code: .mapResized, operation: "mdb_txn_begin", path: path)
+    }
+
+    /// Runs `body` in a write transaction: it commits when `body` returns
+    /// and aborts when it throws. When the map is full the transaction is
+    /// aborted, the map grows, and `body` runs again.
+    /// - Throws: what `body` throws, or `LMDBError`; after a failed commit the
+    ///   environment answers `.environmentFailed` until it is reopened.
+    public func write<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        precondition(!options.readOnly, "write on a read-only environment")
+        for _ in 0..<Environment.mapGrowthAttemptsMax {
+            do {
+                return try resizeLock.withShared { try writeOnce(body) }
+            } catch let error as LMDBError where error.code == .mapFull {
+                try grow(after: error)
+            } catch let error as LMDBError where error.code == .mapResized {
+                try adoptResizedMap()
+            }
+        }
+        throw LMDBError(code: .mapFull, operation: "write", path: path)
+    }
+
+    private func writeOnce<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
+        try checkUsable("write")
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(handle, nil, 0, &txn), "mdb_txn_begin", path: path)
+        guard let txn else { preconditionFailure("mdb_txn_begin returned no transaction") }
+        let value: R
+        do {
+            value = try body(Transaction(handle: txn, isReadOnly: false, path: path))
+        } catch {
+            mdb_txn_abort(txn)
+            throw error
+        }
+        let result = mdb_txn_commit(txn)
+        if result != 0 {
+            let error = LMDBError(code: LMDBError.Code(rawValue: result), operation: "mdb_txn_commit", path: path)
+            // The commit may have written part of its pages; LMDB's own state
+            // is not to be trusted now (DESIGN.md: "treat the environment as
+            // failed and reopen it").
+            state.withLock { $0.failed = LMDBError(code: .environmentFailed, operation: "mdb_txn_commit", path: path) }
+            throw error
+        }
+        return value
+    }
+
+    /// A read transaction from the pool (renewed) or a new one; nil when
+    /// another process grew the map and this one must adopt the new size.
+    private func beginRead() throws(LMDBError) -> OpaquePointer? {
+        if let pooled = state.withLock({ $0.readPool.popLast() })?.handle {
+            let result = mdb_txn_renew(pooled)
+            if result == 0 { return pooled }
+            mdb_txn_abort(pooled)
+            if result == MDB_MAP_RESIZED { return nil }
+            try check(result, "mdb_txn_renew", path: path)
+        }
+        var txn: OpaquePointer?
+        let result = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
+        if result == MDB_MAP_RESIZED { return nil }
+        try check(result, "mdb_txn_begin", path: path)
+        return txn
+    }
+
+    private func endRead(_ txn: OpaquePointer) {
+        mdb_txn_reset(txn)
+        let kept = state.withLock { state -> Bool in
+            guard state.readPool.count < Environment.readPoolCountMax else { return false }
+            state.readPool.append(PooledTransaction(handle: txn))
+            return true
+        }
+        if !kept { mdb_txn_abort(txn) }
+    }
+
+    /// Another process grew the map: take its size (`mdb_env_set_mapsize(0)`).
+    private func adoptResizedMap() throws(LMDBError) {
+        try resizeLock.withExclusive { () throws(LMDBError) in
+            try checkUsable("mdb_env_set_mapsize")
+            try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize", path: path)
+        }
+    }
+
+    /// Doubles the map (in 1 GiB steps past 1 GiB), up to `mapSizeMax`.
+    private func grow(after error: LMDBError) throws(LMDBError) {
+        try resizeLock.withExclusive { () throws(LMDBError) in
+            try checkUsable("mdb_env_set_mapsize")
+            let current = info().mapSize
+            let step = min(current, 1 << 30)
+            guard current < options.mapSizeMax else { throw error }
+            let next = min(current + step, options.mapSizeMax)
+            try check(mdb_env_set_mapsize(handle, next), "mdb_env_set_mapsize", path: path)
+        }
+    }
+}
+
+// MARK: - Databases, statistics, copies
+
+extension Environment {
+    /// Opens the named database, creating it if `create` is set.
+    /// - Returns: nil when it does not exist and `create` is false.
+    public func openDatabase(_ name: String, create: Bool = true) throws -> Database? {
+        try openDatabaseLock.withLock { _ in
+            if options.readOnly || !create {
+                // A handle opened in a read transaction stays valid once that
+                // transaction commits.
+                return try resizeLock.withShared { () throws -> Database? in
+                    try checkUsable("mdb_dbi_open")
+                    var txn: OpaquePointer?
+                    try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin", path: path)
+                    var dbi = MDB_dbi()
+                    let result = mdb_dbi_open(txn, name, 0, &dbi)
+                    if result == MDB_NOTFOUND {
+                        mdb_txn_abort(txn)
+                        return nil
+                    }
+                    if result != 0 { mdb_txn_abort(txn) }
+                    try check(result, "mdb_dbi_open", path: path)
+                    try check(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
+                    return Database(dbi: dbi, name: name)
+                }
+            }
+            return try write { txn in
+                var dbi = MDB_dbi()
+                try check(mdb_dbi_open(txn.handle, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open", path: path)
+                return Database(dbi: dbi, name: name)
+            }
+        }
+    }
+
+    public struct Info: Sendable {
+        /// The current map size in bytes.
+        public var mapSize: Int
+        /// Bytes of the map in use (pages up to the last one written).
+        public var usedBytes: Int
+        public var pageSize: Int
+        public var maxReaders: Int
+        public var readersUsed: Int
+    }
+
+    public func info() -> Info {
+        var envInfo = MDB_envinfo()
+        var stat = MDB_stat()
+        mdb_env_info(handle, &envInfo)
+        mdb_env_stat(handle, &stat)
+        return Info(
+            mapSize: envInfo.me_mapsize, usedBytes: (envInfo.me_last_pgno + 1) * Int(stat.ms_psize),
+            pageSize: Int(stat.ms_psize), maxReaders: Int(envInfo.me_maxreaders),
+            readersUsed: Int(envInfo.me_numreaders))
+    }
+
+    /// Writes a consistent copy of the environment into the empty directory
+    /// `destination`; `compact` leaves out free pages (`MDB_CP_COMPACT`).
+    public func copy(to destination: String, compact: Bool) throws {
+        try resizeLock.withShared { () throws(LMDBError) in
+            try checkUsable("mdb_env_copy2")
+            try check(
+                mdb_env_copy2(handle, destination, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2",
+                path: destination)
+        }
+    }
+
+    /// Flushes data to disk now (useful with `.process` durability).
+    public func sync() throws {
+        try resizeLock.withShared { () throws(LMDBError) in
+            try checkUsable("mdb_env_sync")
+            try check(mdb_env_sync(handle, 1), "mdb_env_sync", path: path)
+        }
+    }
+}

@@ -1,0 +1,116 @@
+/// Appends big-endian integers, lengths and strings to a byte array. The
+/// writer never fails: limits are checked by the encoders that use it.
+public struct ByteWriter: Sendable {
+    public private(set) var bytes: [UInt8]
+
+    public init(capacity: Int = 0) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    public mutating func write(_ value: UInt8) { bytes.append(value) }
+
+    public mutating func write<T: FixedWidthInteger>(bigEndian value: T) {
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    public mutating func write(bytes other: some Collection<UInt8>) { bytes.append(contentsOf: other) }
+
+    /// A u32 length followed by the UTF-8 bytes of `string`.
+    public mutating func write(lengthPrefixed string: String) {
+        var string = string
+        string.withUTF8 { utf8 in
+            write(bigEndian: UInt32(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    /// A u32 length followed by `data`.
+    public mutating func write(lengthPrefixed data: [UInt8]) {
+        write(bigEndian: UInt32(data.count))
+        bytes.append(contentsOf: data)
+    }
+
+    /// Overwrites four bytes at `index` with a big-endian u32 (used to patch
+    /// a checksum or a length once it is known).
+    public mutating func patch(bigEndian value: UInt32, at index: Int) {
+        precondition(index >= 0 && index + 4 <= bytes.count, "patch past the end")
+        withUnsafeBytes(of: value.bigEndian) { raw in
+            for i in 0..<4 { bytes[index + i] = raw[i] }
+        }
+    }
+}
+
+/// Reads big-endian fields from a borrowed buffer. Every read checks the
+/// remaining length first and throws `FormatError.truncated` rather than
+/// reading past the end; lengths are checked against what remains before
+/// anything is allocated.
+/// The buffer must outlive the reader; readers live inside one decode call.
+public struct ByteReader {
+    let buffer: UnsafeRawBufferPointer
+    /// The position of the next byte to read, from the start of the buffer.
+    public private(set) var position: Int
+    /// The log offset of the entry being read, quoted in errors.
+    let offset: UInt64?
+
+    public init(_ buffer: UnsafeRawBufferPointer, position: Int = 0, offset: UInt64? = nil) {
+        self.buffer = buffer
+        self.position = position
+        self.offset = offset
+    }
+
+    public var remaining: Int { buffer.count - position }
+
+    public func error(_ code: FormatError.Code, _ detail: String, at position: Int? = nil) -> FormatError {
+        FormatError(code, position: position ?? self.position, detail, offset: offset)
+    }
+
+    mutating func need(_ count: Int, for what: StaticString) throws(FormatError) {
+        guard count <= remaining else {
+            throw error(.truncated, "\(what) needs \(count) bytes, \(remaining) remain")
+        }
+    }
+
+    public mutating func readByte(_ what: StaticString) throws(FormatError) -> UInt8 {
+        try need(1, for: what)
+        defer { position += 1 }
+        return buffer[position]
+    }
+
+    public mutating func read<T: FixedWidthInteger>(_: T.Type, _ what: StaticString) throws(FormatError) -> T {
+        try need(MemoryLayout<T>.size, for: what)
+        defer { position += MemoryLayout<T>.size }
+        return T(bigEndian: buffer.loadUnaligned(fromByteOffset: position, as: T.self))
+    }
+
+    /// Reads a u32 count and checks that at least `count * minimumElementBytes`
+    /// bytes remain, so a corrupt count cannot drive a huge allocation.
+    public mutating func readCount(_ what: StaticString, minimumElementBytes: Int) throws(FormatError) -> Int {
+        let start = position
+        let count = Int(try read(UInt32.self, what))
+        guard count <= remaining / max(minimumElementBytes, 1) else {
+            throw error(.lengthOutOfRange, "\(what) is \(count), only \(remaining) bytes remain", at: start)
+        }
+        return count
+    }
+
+    /// Reads a u32 length and then that many bytes, as a borrowed slice.
+    public mutating func readLengthPrefixed(_ what: StaticString) throws(FormatError) -> UnsafeRawBufferPointer {
+        let count = try readCount(what, minimumElementBytes: 1)
+        defer { position += count }
+        return UnsafeRawBufferPointer(rebasing: buffer[position..<position + count])
+    }
+
+    public mutating func readString(_ what: StaticString) throws(FormatError) -> String {
+        let start = position
+        let raw = try readLengthPrefixed(what)
+        guard let string = String(validating: raw, as: UTF8.self) else {
+            throw error(.invalidUTF8, "\(what) is not valid UTF-8", at: start)
+        }
+        return string
+    }
+
+    public mutating func readBytes(_ what: StaticString) throws(FormatError) -> [UInt8] {
+        [UInt8](try readLengthPrefixed(what))
+    }
+}

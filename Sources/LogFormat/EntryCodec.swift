@@ -1,0 +1,139 @@
+/// The binary form of a log entry, version 1 (`Format/storage.md`):
+///
+/// ```
+/// byte  0  u8   format version (1)
+/// byte  1  u8   kind (EntryKind)
+/// byte  2  u16  flags (none defined in v1; must be 0)
+/// byte  4  u32  body length in bytes
+/// byte  8  u64  offset (must equal the LMDB key)
+/// byte 16  u64  timestamp (HybridTimestamp)
+/// byte 24  u32  CRC32C of bytes 0..<24 followed by the body
+/// byte 28       body
+/// ```
+///
+/// All integers are big-endian. Decoding checks the checksum before it reads
+/// the body, and every length against the bytes that remain.
+public enum EntryCodec {
+    public static let formatVersion: UInt8 = 1
+    public static let headerBytes = 28
+    static let checksumPosition = 24
+
+    /// The complete bytes of `entry`.
+    /// - Throws: `FormatError.lengthOutOfRange` when the body is larger than
+    ///   `Limits.entryBodyBytesMax`.
+    public static func encode(_ entry: Entry) throws(FormatError) -> [UInt8] {
+        precondition(entry.offset > 0, "log offsets start at 1")
+        var writer = ByteWriter(capacity: headerBytes + 64)
+        writer.write(formatVersion)
+        writer.write(entry.kind.rawValue)
+        writer.write(bigEndian: UInt16(0))
+        writer.write(bigEndian: UInt32(0))  // body length, patched below
+        writer.write(bigEndian: entry.offset)
+        writer.write(bigEndian: entry.timestamp.rawValue)
+        writer.write(bigEndian: UInt32(0))  // checksum, patched below
+        encodeBody(entry.body, into: &writer)
+        let bodyCount = writer.bytes.count - headerBytes
+        guard bodyCount <= Limits.entryBodyBytesMax else {
+            throw FormatError(
+                .lengthOutOfRange, position: headerBytes,
+                "body is \(bodyCount) bytes, the limit is \(Limits.entryBodyBytesMax)", offset: entry.offset)
+        }
+        writer.patch(bigEndian: UInt32(bodyCount), at: 4)
+        writer.patch(bigEndian: checksum(of: writer.bytes), at: checksumPosition)
+        return writer.bytes
+    }
+
+    /// Decodes one entry.
+    /// - Parameters:
+    ///   - bytes: exactly one entry's bytes.
+    ///   - expectedOffset: the key the bytes were stored under, if known; a
+    ///     different stored offset is `offsetMismatch`.
+    /// - Throws: `FormatError` naming the problem and where it is; never traps.
+    public static func decode(_ bytes: UnsafeRawBufferPointer, expectedOffset: UInt64? = nil) throws(FormatError)
+        -> Entry
+    {
+        var reader = ByteReader(bytes, offset: expectedOffset)
+        let header = try decodeHeader(&reader, expectedOffset: expectedOffset)
+        let stored = header.checksum
+        let computed = checksum(of: bytes)
+        guard stored == computed else {
+            throw reader.error(
+                .badChecksum, "stored CRC32C \(hex(stored)), computed \(hex(computed))", at: checksumPosition)
+        }
+        let body = try decodeBody(kind: header.kind, from: &reader)
+        guard reader.remaining == 0 else {
+            throw reader.error(.trailingBytes, "\(reader.remaining) bytes follow the \(header.kind) body")
+        }
+        return Entry(offset: header.offset, timestamp: header.timestamp, body: body)
+    }
+
+    public static func decode(_ bytes: [UInt8], expectedOffset: UInt64? = nil) throws(FormatError) -> Entry {
+        try bytes.withUnsafeBytes { raw in
+            Result { () throws(FormatError) in try decode(raw, expectedOffset: expectedOffset) }
+        }.get()
+    }
+
+    /// The fixed header, read and checked before the body is trusted.
+    public struct Header: Sendable {
+        public var kind: EntryKind
+        public var bodyCount: Int
+        public var offset: UInt64
+        public var timestamp: HybridTimestamp
+        public var checksum: UInt32
+    }
+
+    /// Reads and checks the header: version, kind, flags, body length
+    /// (against the limit and the bytes present) and offset.
+    public static func decodeHeader(_ reader: inout ByteReader, expectedOffset: UInt64?) throws(FormatError)
+        -> Header
+    {
+        guard reader.remaining >= headerBytes else {
+            throw reader.error(.truncated, "\(reader.remaining) bytes, a header needs \(headerBytes)")
+        }
+        let version = try reader.readByte("format version")
+        guard version == formatVersion else {
+            throw reader.error(
+                .unsupportedVersion, "format version \(version); this reader knows \(formatVersion)", at: 0)
+        }
+        let kindByte = try reader.readByte("kind")
+        guard let kind = EntryKind(rawValue: kindByte) else {
+            throw reader.error(.unknownKind, "kind byte \(kindByte) is not defined", at: 1)
+        }
+        let flags = try reader.read(UInt16.self, "flags")
+        guard flags == 0 else {
+            throw reader.error(.invalidFlags, "flags 0x\(String(flags, radix: 16)) set; v1 defines none", at: 2)
+        }
+        let bodyCount = Int(try reader.read(UInt32.self, "body length"))
+        let available = reader.remaining - (headerBytes - reader.position)
+        guard bodyCount <= Limits.entryBodyBytesMax, bodyCount == available else {
+            throw reader.error(
+                .lengthOutOfRange,
+                "body length \(bodyCount), \(available) bytes follow the header (limit \(Limits.entryBodyBytesMax))",
+                at: 4)
+        }
+        let offset = try reader.read(UInt64.self, "offset")
+        if let expectedOffset, offset != expectedOffset {
+            throw reader.error(.offsetMismatch, "entry says offset \(offset), stored at \(expectedOffset)", at: 8)
+        }
+        guard offset > 0 else { throw reader.error(.invalidField, "offset 0; offsets start at 1", at: 8) }
+        let timestamp = HybridTimestamp(rawValue: try reader.read(UInt64.self, "timestamp"))
+        let checksum = try reader.read(UInt32.self, "checksum")
+        return Header(kind: kind, bodyCount: bodyCount, offset: offset, timestamp: timestamp, checksum: checksum)
+    }
+
+    /// The CRC32C of an encoded entry: header bytes before the checksum
+    /// field, then the body.
+    public static func checksum(of bytes: UnsafeRawBufferPointer) -> UInt32 {
+        let head = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[0..<checksumPosition]))
+        return CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[headerBytes...]), continuing: head)
+    }
+
+    static func checksum(of bytes: [UInt8]) -> UInt32 {
+        bytes.withUnsafeBytes { checksum(of: $0) }
+    }
+
+    static func hex(_ value: UInt32) -> String {
+        let digits = String(value, radix: 16)
+        return "0x" + String(repeating: "0", count: 8 - digits.count) + digits
+    }
+}

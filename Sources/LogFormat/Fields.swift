@@ -1,0 +1,130 @@
+/// Named values, kept sorted by the UTF-8 bytes of their names with no
+/// repeats. The order is the canonical binary order, so encoding needs no
+/// sort and decoding needs no hashing; lookups are binary searches.
+public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByDictionaryLiteral {
+    public typealias Element = (name: String, value: Value)
+    public private(set) var elements: [Element]
+
+    public init() { elements = [] }
+
+    /// Builds the set from pairs in any order; a later pair with the same
+    /// name replaces an earlier one.
+    public init(_ pairs: some Sequence<(String, Value)>) {
+        var sorted: [Element] = pairs.map { (name: $0.0, value: $0.1) }
+        // A stable sort keeps the pairs of a repeated name in input order, so
+        // keeping the last of each run means "later wins".
+        sorted.sort { Fields.precedes($0.name, $1.name) }
+        var unique: [Element] = []
+        unique.reserveCapacity(sorted.count)
+        for element in sorted {
+            if let last = unique.last, last.name == element.name {
+                unique[unique.count - 1] = element
+            } else {
+                unique.append(element)
+            }
+        }
+        elements = unique
+    }
+
+    public init(dictionaryLiteral elements: (String, Value)...) { self.init(elements) }
+
+    public init(_ dictionary: [String: Value]) { self.init(dictionary.map { ($0.key, $0.value) }) }
+
+    /// Takes pairs that are already strictly ascending (the decoder checks).
+    init(sorted elements: [Element]) { self.elements = elements }
+
+    /// The canonical order: byte-wise on UTF-8, not Unicode collation.
+    public static func precedes(_ lhs: String, _ rhs: String) -> Bool {
+        lhs.utf8.lexicographicallyPrecedes(rhs.utf8)
+    }
+
+    public var startIndex: Int { elements.startIndex }
+    public var endIndex: Int { elements.endIndex }
+    public subscript(position: Int) -> Element { elements[position] }
+
+    /// The value named `name`, or nil. Setting nil removes the name.
+    public subscript(name: String) -> Value? {
+        get {
+            let index = insertionIndex(of: name)
+            return index < elements.count && elements[index].name == name ? elements[index].value : nil
+        }
+        set {
+            let index = insertionIndex(of: name)
+            let present = index < elements.count && elements[index].name == name
+            switch (present, newValue) {
+            case (true, let value?): elements[index].value = value
+            case (true, nil): elements.remove(at: index)
+            case (false, let value?): elements.insert((name: name, value: value), at: index)
+            case (false, nil): break
+            }
+        }
+    }
+
+    /// Applies `changes` over these fields: each changed name takes its new value.
+    public func merging(_ changes: Fields) -> Fields {
+        var merged = self
+        for change in changes { merged[change.name] = change.value }
+        return merged
+    }
+
+    public var dictionary: [String: Value] {
+        Dictionary(uniqueKeysWithValues: elements.map { ($0.name, $0.value) })
+    }
+
+    private func insertionIndex(of name: String) -> Int {
+        var low = 0
+        var high = elements.count
+        while low < high {
+            let middle = (low + high) / 2
+            if Fields.precedes(elements[middle].name, name) { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    public static func == (lhs: Fields, rhs: Fields) -> Bool {
+        lhs.elements.count == rhs.elements.count
+            && zip(lhs.elements, rhs.elements).allSatisfy { $0.name == $1.name && $0.value == $1.value }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(elements.count)
+        for element in elements {
+            hasher.combine(element.name)
+            hasher.combine(element.value)
+        }
+    }
+}
+
+extension Fields {
+    /// A u32 count, then each name (u32 length + UTF-8) and value, ascending.
+    public func encode(into writer: inout ByteWriter) {
+        writer.write(bigEndian: UInt32(elements.count))
+        for element in elements {
+            writer.write(lengthPrefixed: element.name)
+            element.value.encode(into: &writer)
+        }
+    }
+
+    public static func decode(from reader: inout ByteReader, depth: Int = 0) throws(FormatError) -> Fields {
+        // Each field is at least a 4-byte name length and a 1-byte tag.
+        let count = try reader.readCount("field count", minimumElementBytes: 5)
+        var elements: [Element] = []
+        elements.reserveCapacity(count)
+        for _ in 0..<count {
+            let namePosition = reader.position
+            let name = try reader.readString("field name")
+            if let previous = elements.last?.name, !precedes(previous, name) {
+                throw reader.error(
+                    .unsortedKeys, "field \"\(name)\" does not sort after \"\(previous)\"", at: namePosition)
+            }
+            elements.append((name: name, value: try Value.decode(from: &reader, depth: depth)))
+        }
+        return Fields(sorted: elements)
+    }
+}
+
+extension Fields: CustomStringConvertible {
+    public var description: String {
+        "[" + elements.map { "\($0.name): \($0.value)" }.joined(separator: ", ") + "]"
+    }
+}

@@ -1,0 +1,133 @@
+import Foundation
+import Synchronization
+
+/// A time-ordered 128-bit identifier (RFC 9562, version 7): 48 bits of Unix
+/// milliseconds, the version and variant bits, and 74 bits that are a
+/// counter and randomness. IDs made by one process strictly increase.
+///
+/// Text forms: the canonical UUID string (`0190f0c8-...`), the 26-character
+/// ULID form in Crockford base32 (`01J3...`), and the ULID form behind an
+/// entity-type prefix (`te_01J3...`), as `PrefixedID` renders it.
+public struct UUIDv7: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The 16 bytes, most significant first; byte order is sort order.
+    public let high: UInt64
+    public let low: UInt64
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
+    public init?(bytes: some Collection<UInt8>) {
+        guard bytes.count == 16 else { return nil }
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for (index, byte) in bytes.enumerated() {
+            if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
+        }
+        self.init(high: high, low: low)
+    }
+
+    public var bytes: [UInt8] {
+        var writer = ByteWriter(capacity: 16)
+        writer.write(bigEndian: high)
+        writer.write(bigEndian: low)
+        return writer.bytes
+    }
+
+    /// Unix milliseconds when the ID was made.
+    public var milliseconds: UInt64 { high >> 16 }
+    public var version: Int { Int((high >> 12) & 0xF) }
+
+    public static func < (lhs: Self, rhs: Self) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
+
+    /// The canonical 8-4-4-4-12 lowercase hex form.
+    public var uuidString: String {
+        let hex = bytes.map { byte in
+            let digits = String(byte, radix: 16)
+            return digits.count == 1 ? "0" + digits : digits
+        }.joined()
+        let characters = Array(hex)
+        return [0..<8, 8..<12, 12..<16, 16..<20, 20..<32].map { String(characters[$0]) }.joined(separator: "-")
+    }
+
+    public init?(uuidString: String) {
+        let hex = uuidString.filter { $0 != "-" }
+        guard uuidString.count == 36, hex.count == 32 else { return nil }
+        var bytes: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        self.init(bytes: bytes)
+    }
+
+    /// The 26-character ULID form (Crockford base32, uppercase).
+    public var ulidString: String { CrockfordBase32.encode(high: high, low: low) }
+
+    public init?(ulidString: String) {
+        guard let (high, low) = CrockfordBase32.decode(ulidString) else { return nil }
+        self.init(high: high, low: low)
+    }
+
+    public var description: String { ulidString }
+}
+
+extension UUIDv7 {
+    /// Makes time-ordered IDs. Within one millisecond the 12-bit `rand_a`
+    /// field is a counter (RFC 9562, section 6.2, method 1) that starts at a
+    /// random value below 2048; when it runs out, or the clock steps back,
+    /// the timestamp is advanced by one millisecond so order still holds.
+    public final class Generator: Sendable {
+        private struct State {
+            var milliseconds: UInt64 = 0
+            var counter: UInt64 = 0
+        }
+
+        private let state = Mutex(State())
+        private let clock: @Sendable () -> UInt64
+        private let random: @Sendable () -> UInt64
+
+        /// - Parameters:
+        ///   - clock: Unix milliseconds (injected for tests).
+        ///   - random: 64 random bits per call (injected for tests).
+        public init(
+            clock: @escaping @Sendable () -> UInt64 = wallClockMilliseconds,
+            random: @escaping @Sendable () -> UInt64 = { UInt64.random(in: .min ... .max) }
+        ) {
+            self.clock = clock
+            self.random = random
+        }
+
+        /// The process-wide generator.
+        public static let shared = Generator()
+
+        public func next() -> UUIDv7 {
+            let now = clock()
+            let randomBits = random()
+            let (milliseconds, counter) = state.withLock { state -> (UInt64, UInt64) in
+                if now > state.milliseconds {
+                    state.milliseconds = now
+                    state.counter = randomBits >> 53  // 11 random bits: room to count up
+                } else if state.counter < 0xFFF {
+                    state.counter += 1
+                } else {
+                    state.milliseconds += 1
+                    state.counter = 0
+                }
+                return (state.milliseconds, state.counter)
+            }
+            let high = (milliseconds & 0xFFFF_FFFF_FFFF) << 16 | 0x7000 | counter
+            let low = 0x8000_0000_0000_0000 | (randomBits & 0x3FFF_FFFF_FFFF_FFFF)
+            return UUIDv7(high: high, low: low)
+        }
+    }
+}
+
+/// The current wall clock in Unix milliseconds.
+@Sendable public func wallClockMilliseconds() -> UInt64 {
+    UInt64(max(0, (Date().timeIntervalSince1970 * 1000).rounded(.down)))
+}

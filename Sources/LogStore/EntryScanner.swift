@@ -1,0 +1,76 @@
+import LMDB
+import LogFormat
+
+/// Reads log entries in order, a chunk per read transaction, so a scan of
+/// any length holds at most `EventLog.scanChunkCountMax` decoded entries and
+/// never keeps one snapshot open for long.
+///
+/// It checks what a reader must: every entry decodes (checksum included),
+/// sits under its own offset, and follows the previous one with no gap.
+///
+/// ```swift
+/// var scanner = log.entries(from: 1)
+/// while let entry = try scanner.next() { ... }
+/// ```
+public struct EntryScanner {
+    private let log: EventLog
+    private let end: UInt64?
+    /// The offset the next entry must have.
+    public private(set) var nextOffset: UInt64
+    private var buffer: [Entry] = []
+    private var index = 0
+    private var exhausted = false
+
+    init(log: EventLog, next: UInt64, end: UInt64?) {
+        self.log = log
+        self.nextOffset = next
+        self.end = end
+        if let end, end < next { exhausted = true }
+    }
+
+    /// The next entry, or nil at the end of the range.
+    /// - Throws: `LogStoreError` `.corruptEntry` or `.gap`; the scanner stays
+    ///   at the failing offset.
+    public mutating func next() throws -> Entry? {
+        if index == buffer.count {
+            try refill()
+            if buffer.isEmpty { return nil }
+        }
+        defer { index += 1 }
+        return buffer[index]
+    }
+
+    private mutating func refill() throws {
+        buffer.removeAll(keepingCapacity: true)
+        index = 0
+        guard !exhausted else { return }
+        var chunk: [Entry] = []
+        chunk.reserveCapacity(EventLog.scanChunkCountMax)
+        var expected = nextOffset
+        var reachedEnd = false
+        let end = self.end
+        let log = self.log
+        try log.environment.read { txn in
+            try txn.withCursor(log.logDatabase) { cursor in
+                var item = try cursor.seek(atLeast: OffsetKey.encode(expected))
+                while let (key, value) = item, chunk.count < EventLog.scanChunkCountMax {
+                    let entry = try EventLog.decode(key: key, value: value, path: log.path)
+                    if let end, entry.offset > end {
+                        reachedEnd = true
+                        return
+                    }
+                    guard entry.offset == expected else {
+                        throw LogStoreError.gap(expected: expected, found: entry.offset, path: log.path)
+                    }
+                    chunk.append(entry)
+                    expected += 1
+                    item = try cursor.next()
+                }
+                if item == nil { reachedEnd = true }
+            }
+        }
+        buffer = chunk
+        nextOffset = expected
+        if reachedEnd || end.map({ expected > $0 }) == true { exhausted = true }
+    }
+}

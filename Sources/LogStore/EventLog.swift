@@ -1,0 +1,270 @@
+import Foundation
+import LMDB
+import LogFormat
+import Synchronization
+
+/// Storage durability, as `Environment.Durability` documents it.
+public typealias Durability = Environment.Durability
+
+/// The append-only log of a store: dense offsets from 1, each entry an
+/// immutable, checksummed record (`Format/storage.md`).
+///
+/// Caveats:
+/// - Open a store at most once per process, and never use it after `fork()`.
+/// - Appends return only after their transaction commits; with `.full`
+///   durability that includes the fsync. Concurrent appends share commits.
+/// - Reads see the log as of their own snapshot and never block appends.
+public final class EventLog: Sendable {
+    public struct Options: Sendable {
+        public var durability = Durability.full
+        /// Open without write access; appends are refused.
+        public var readOnly = false
+        /// Create the store when the directory has none.
+        public var createIfMissing = true
+        /// The initial LMDB map size; it grows as needed.
+        public var initialMapSize = 64 << 20
+
+        public init(durability: Durability = .full, readOnly: Bool = false) {
+            self.durability = durability
+            self.readOnly = readOnly
+        }
+    }
+
+    /// Entries decoded per read transaction by `EntryScanner`; bounds both
+    /// the memory a scan holds and how long it pins a snapshot.
+    public static let scanChunkCountMax = 1024
+
+    public let path: String
+    let environment: Environment
+    let logDatabase: Database
+    let metaDatabase: Database
+    private let committer: GroupCommitter?
+    private let position: CommittedPosition
+
+    /// Opens the store in the directory at `path`, creating it if allowed.
+    /// - Throws: `LogStoreError` `.notAStore` (an LMDB environment or a
+    ///   directory that is not a store, when not creating),
+    ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged);
+    ///   `LMDBError` for `Environment.init`'s reasons.
+    public init(path: String, options: Options = Options()) throws {
+        var environmentOptions = Environment.Options()
+        environmentOptions.durability = options.durability
+        environmentOptions.readOnly = options.readOnly
+        environmentOptions.createIfMissing = options.createIfMissing
+        environmentOptions.mapSize = options.initialMapSize
+        if options.readOnly || !options.createIfMissing {
+            // A directory with no data file is not a store; say so rather
+            // than let LMDB create one or fail with a bare ENOENT.
+            let dataFile = (path as NSString).appendingPathComponent("data.mdb")
+            if FileManager.default.fileExists(atPath: path), !FileManager.default.fileExists(atPath: dataFile) {
+                throw LogStoreError(.notAStore, path: path, "no data.mdb in the directory")
+            }
+        }
+        let environment = try Environment(path: path, options: environmentOptions)
+        self.environment = environment
+        self.path = environment.path
+        let (log, meta) = try EventLog.openDatabases(environment, create: !options.readOnly)
+        logDatabase = log
+        metaDatabase = meta
+        let initial = try environment.read { txn in try EventLog.lastPosition(txn, log: log, path: environment.path) }
+        let position = CommittedPosition(initial)
+        self.position = position
+        committer =
+            options.readOnly
+            ? nil
+            : GroupCommitter(environment: environment, log: log, position: initial) { committed in
+                position.value = committed
+            }
+    }
+
+    /// Finishes queued appends and closes the store. Later calls throw.
+    public func close() {
+        committer?.close()
+        environment.close()
+    }
+
+    deinit { close() }
+
+    /// Finds (or, when allowed, creates) the `log` and `meta` databases and
+    /// checks the format marker.
+    private static func openDatabases(_ environment: Environment, create: Bool) throws -> (Database, Database) {
+        let path = environment.path
+        guard create else {
+            // Handles opened in a read transaction live on only if it commits,
+            // which `Environment.openDatabase` does.
+            guard let meta = try environment.openDatabase("meta", create: false) else {
+                throw LogStoreError(.notAStore, path: path, "an LMDB environment without a sync store's meta database")
+            }
+            try environment.read { txn in try checkMarker(txn, meta: meta, path: path) }
+            guard let log = try environment.openDatabase("log", create: false) else {
+                throw LogStoreError(.notAStore, path: path, "the log database is missing")
+            }
+            return (log, meta)
+        }
+        return try environment.write { txn in
+            if let meta = try txn.openDatabase("meta", create: false) {
+                try checkMarker(txn, meta: meta, path: path)
+                guard let log = try txn.openDatabase("log", create: false) else {
+                    throw LogStoreError(.notAStore, path: path, "the log database is missing")
+                }
+                return (log, meta)
+            }
+            guard let main = try txn.openDatabase(nil, create: false), try txn.count(main) == 0 else {
+                throw LogStoreError(.notAStore, path: path, "an LMDB environment without a sync store's meta database")
+            }
+            guard let meta = try txn.openDatabase("meta", create: true),
+                let log = try txn.openDatabase("log", create: true)
+            else { preconditionFailure("mdb_dbi_open with MDB_CREATE returned no database") }
+            try txn.put(meta, key: StoreFormat.markerKey, value: StoreFormat.marker)
+            try txn.put(meta, key: StoreFormat.storeIDKey, value: UUIDv7.Generator.shared.next().bytes)
+            return (log, meta)
+        }
+    }
+
+    private static func checkMarker(_ txn: borrowing Transaction, meta: Database, path: String) throws {
+        guard let marker = try txn.get(meta, key: StoreFormat.markerKey),
+            let version = StoreFormat.version(ofMarker: marker)
+        else { throw LogStoreError(.notAStore, path: path, "the meta database has no format marker") }
+        guard version == StoreFormat.storeVersion else {
+            throw LogStoreError(
+                .unsupportedFormat, path: path,
+                "store version \(version); this build reads version \(StoreFormat.storeVersion)")
+        }
+    }
+
+    /// The last offset and timestamp in the log, from its last entry.
+    private static func lastPosition(_ txn: borrowing Transaction, log: Database, path: String) throws
+        -> WriteContext.Position
+    {
+        try txn.withCursor(log) { cursor in
+            guard let (key, value) = try cursor.last() else {
+                return WriteContext.Position(lastOffset: 0, lastTimestamp: HybridTimestamp(rawValue: 0))
+            }
+            let entry = try decode(key: key, value: value, path: path)
+            return WriteContext.Position(lastOffset: entry.offset, lastTimestamp: entry.timestamp)
+        }
+    }
+
+    static func decode(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, path: String) throws
+        -> Entry
+    {
+        guard let offset = OffsetKey.decode(key) else {
+            throw LogStoreError(.corruptEntry, path: path, "a log key is \(key.count) bytes, not 8")
+        }
+        do {
+            return try EntryCodec.decode(value, expectedOffset: offset)
+        } catch {
+            throw LogStoreError.corrupt(error, path: path)
+        }
+    }
+}
+
+// MARK: - Appending
+
+extension EventLog {
+    /// Appends one entry and returns its offset once it is committed.
+    /// - Throws: `FormatError` (over a limit), `LMDBError`, `LogStoreError.closed`.
+    public func append(_ body: EntryBody) async throws -> UInt64 {
+        try await perform { txn, context in try context.append(body, in: txn) }
+    }
+
+    /// Appends the entries in one transaction, all or none, and returns the
+    /// offsets they got (nil for an empty array).
+    public func append(contentsOf bodies: [EntryBody]) async throws -> ClosedRange<UInt64>? {
+        guard !bodies.isEmpty else { return nil }
+        return try await perform { txn, context in try EventLog.appendAll(bodies, txn, &context) }
+    }
+
+    /// `append(_:)` for threads that are not in an async context: it blocks
+    /// the calling thread until the commit.
+    public func appendBlocking(_ body: EntryBody) throws -> UInt64 {
+        try performBlocking { txn, context in try context.append(body, in: txn) }
+    }
+
+    /// `append(contentsOf:)` for threads, blocking until the commit.
+    public func appendBlocking(contentsOf bodies: [EntryBody]) throws -> ClosedRange<UInt64>? {
+        guard !bodies.isEmpty else { return nil }
+        return try performBlocking { txn, context in try EventLog.appendAll(bodies, txn, &context) }
+    }
+
+    private static func appendAll(_ bodies: [EntryBody], _ txn: borrowing Transaction, _ context: inout WriteContext)
+        throws -> ClosedRange<UInt64>
+    {
+        let first = context.position.lastOffset + 1
+        for body in bodies { _ = try context.append(body, in: txn) }
+        return first...context.position.lastOffset
+    }
+
+    /// Runs `body` in the next group transaction and returns its value after
+    /// the commit. The call cannot be cancelled once queued: the write may
+    /// already be durable, and the caller must learn its outcome.
+    func perform<Value: Sendable>(_ body: @escaping ValueJob<Value>.Body) async throws -> Value {
+        guard let committer else { throw readOnlyError() }
+        return try await withCheckedThrowingContinuation { continuation in
+            let job = ValueJob(body) { continuation.resume(with: $0) }
+            if !committer.submit(job) {
+                continuation.resume(throwing: LogStoreError(.closed, path: path, "the store is closed"))
+            }
+        }
+    }
+
+    func performBlocking<Value: Sendable>(_ body: @escaping ValueJob<Value>.Body) throws -> Value {
+        guard let committer else { throw readOnlyError() }
+        let outcome = Mutex<Result<Value, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let job = ValueJob(body) { result in
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        guard committer.submit(job) else { throw LogStoreError(.closed, path: path, "the store is closed") }
+        done.wait()
+        guard let result = outcome.withLock({ $0 }) else { preconditionFailure("job completed without a result") }
+        return try result.get()
+    }
+
+    private func readOnlyError() -> LMDBError {
+        LMDBError(code: .permissionDenied, operation: "append (store opened read-only)", path: path)
+    }
+}
+
+// MARK: - Reading
+
+extension EventLog {
+    /// The last committed offset, 0 for an empty log. For a store opened
+    /// read-only this reads the log, so it sees other processes' appends.
+    public func lastOffset() throws -> UInt64 {
+        if committer != nil { return position.value.lastOffset }
+        return try environment.read { txn in try EventLog.lastPosition(txn, log: logDatabase, path: path).lastOffset }
+    }
+
+    /// The entry at `offset`, or nil if there is none.
+    /// - Throws: `LogStoreError.corruptEntry` when its bytes do not decode.
+    public func entry(at offset: UInt64) throws -> Entry? {
+        try environment.read { txn in
+            return try OffsetKey.encode(offset).withUnsafeBytes { key in
+                try txn.withValue(logDatabase, key: key) { value in
+                    try EventLog.decode(key: key, value: value, path: path)
+                }
+            }
+        }
+    }
+
+    /// A lazy reader of the entries from `start` through `end` (inclusive;
+    /// nil for the end of the log as it is when each chunk is read).
+    public func entries(from start: UInt64 = 1, through end: UInt64? = nil) -> EntryScanner {
+        EntryScanner(log: self, next: max(start, 1), end: end)
+    }
+}
+
+/// The position of the last commit, written by the writer thread and read by
+/// any thread.
+final class CommittedPosition: Sendable {
+    private let mutex: Mutex<WriteContext.Position>
+
+    init(_ position: WriteContext.Position) { mutex = Mutex(position) }
+
+    var value: WriteContext.Position {
+        get { mutex.withLock { $0 } }
+        set { mutex.withLock { $0 = newValue } }
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+import LMDB
+import LogFormat
+
+/// Runs write jobs on one dedicated thread, many jobs to a transaction, so
+/// concurrent writers share each commit and its fsync (group commit).
+///
+/// Why a thread of its own: a durable commit blocks in `fdatasync` for a
+/// millisecond or more, and blocking Swift's cooperative pool (two threads on
+/// a two-core machine) would stall every task in the process.
+///
+/// Jobs run in submission order inside one write transaction. A job that
+/// throws must not take the others down with it, so the group is aborted and
+/// run again without that job; each rerun drops at least one job, which
+/// bounds the reruns. This needs jobs to be deterministic functions of the
+/// transaction, which they must be anyway: a full map also reruns the group.
+final class GroupCommitter: @unchecked Sendable {
+    /// The most jobs committed in one transaction; later ones wait for the next.
+    static let groupCountMax = 1024
+
+    private let environment: Environment
+    private let condition = NSCondition()
+    // Guarded by `condition`.
+    private var queue: [any WriteJob] = []
+    private var closing = false
+    private var thread: Thread?
+    private let finished = DispatchSemaphore(value: 0)
+    /// Owned by the writer thread: the log's position between commits.
+    private var committed: WriteContext.Position
+    private let log: Database
+    private let onCommit: @Sendable (WriteContext.Position) -> Void
+
+    init(
+        environment: Environment, log: Database, position: WriteContext.Position,
+        onCommit: @escaping @Sendable (WriteContext.Position) -> Void
+    ) {
+        self.environment = environment
+        self.log = log
+        self.committed = position
+        self.onCommit = onCommit
+        let thread = Thread { [unowned self] in self.run() }
+        thread.name = "SyncStore writer"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Queues `job`; it completes after its transaction commits or fails.
+    /// - Returns: false when the committer is closed (the job was not queued).
+    func submit(_ job: any WriteJob) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !closing else { return false }
+        queue.append(job)
+        condition.signal()
+        return true
+    }
+
+    /// Finishes the queued jobs, then stops the thread.
+    func close() {
+        condition.lock()
+        let wasClosing = closing
+        closing = true
+        condition.signal()
+        condition.unlock()
+        if !wasClosing { finished.wait() }
+    }
+
+    private func run() {
+        while let group = nextGroup() {
+            commit(group)
+        }
+        finished.signal()
+    }
+
+    private func nextGroup() -> [any WriteJob]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while queue.isEmpty && !closing { condition.wait() }
+        if queue.isEmpty { return nil }
+        let count = min(queue.count, GroupCommitter.groupCountMax)
+        let group = Array(queue.prefix(count))
+        queue.removeFirst(count)
+        return group
+    }
+
+    private func commit(_ group: [any WriteJob]) {
+        var pending = group
+        // Each pass either commits or removes a failed job, so this ends.
+        while !pending.isEmpty {
+            var failed: Int?
+            do {
+                let position = try environment.write { txn in
+                    failed = nil
+                    var context = WriteContext(log: log, position: committed)
+                    for (index, job) in pending.enumerated() {
+                        do {
+                            try job.run(txn, &context)
+                        } catch let error as LMDBError {
+                            throw error  // The whole transaction is at fault.
+                        } catch {
+                            failed = index
+                            job.fail(error)
+                            throw error
+                        }
+                    }
+                    return context.position
+                }
+                committed = position
+                onCommit(position)
+                for job in pending { job.succeed() }
+                return
+            } catch {
+                guard let failed else {
+                    for job in pending { job.fail(error) }
+                    return
+                }
+                pending.remove(at: failed)
+            }
+        }
+    }
+}
+
+/// A unit of work for the writer thread, with its completion.
+protocol WriteJob: AnyObject, Sendable {
+    /// Runs inside the group's transaction; may run more than once.
+    func run(_ txn: borrowing Transaction, _ context: inout WriteContext) throws
+    /// The transaction committed: deliver the last run's value.
+    func succeed()
+    func fail(_ error: any Error)
+}
+
+/// A job whose body returns a value to one waiting caller, async or blocking.
+final class ValueJob<Value: Sendable>: WriteJob, @unchecked Sendable {
+    typealias Body = @Sendable (borrowing Transaction, inout WriteContext) throws -> Value
+    private let body: Body
+    private let complete: @Sendable (Result<Value, any Error>) -> Void
+    // Touched only by the writer thread.
+    private var value: Value?
+
+    init(_ body: @escaping Body, complete: @escaping @Sendable (Result<Value, any Error>) -> Void) {
+        self.body = body
+        self.complete = complete
+    }
+
+    func run(_ txn: borrowing Transaction, _ context: inout WriteContext) throws {
+        value = try body(txn, &context)
+    }
+
+    func succeed() {
+        guard let value else { preconditionFailure("a job succeeded without running") }
+        complete(.success(value))
+    }
+
+    func fail(_ error: any Error) { complete(.failure(error)) }
+}
+
+/// What a job may do to the log inside the group's transaction: append
+/// entries at the next offsets, stamped with the store's hybrid clock.
+struct WriteContext {
+    struct Position: Sendable, Equatable {
+        /// The last offset written (0 for an empty log).
+        var lastOffset: UInt64
+        var lastTimestamp: HybridTimestamp
+    }
+
+    let log: Database
+    private(set) var position: Position
+    private let wallClock = wallClockMilliseconds()
+
+    init(log: Database, position: Position) {
+        self.log = log
+        self.position = position
+    }
+
+    /// Appends one entry and returns its offset.
+    /// - Throws: `FormatError` (the body is over a limit) or `LMDBError`.
+    mutating func append(_ body: EntryBody, in txn: borrowing Transaction) throws -> UInt64 {
+        let offset = position.lastOffset + 1
+        let timestamp = position.lastTimestamp.next(wallClockMilliseconds: wallClock)
+        let bytes = try EntryCodec.encode(Entry(offset: offset, timestamp: timestamp, body: body))
+        let key = OffsetKey.encode(offset)
+        try txn.put(log, key: key, value: bytes, flags: .append)
+        precondition(offset == position.lastOffset + 1, "offsets must be dense")
+        position = Position(lastOffset: offset, lastTimestamp: timestamp)
+        return offset
+    }
+}

@@ -1,0 +1,51 @@
+import LMDB
+import LogFormat
+
+/// An error of the log store that is not LMDB's own: what is wrong with the
+/// store and where (its path, and the offset when one is involved).
+public struct LogStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        public let name: String
+        init(_ name: String) { self.name = name }
+        public var description: String { name }
+
+        /// The directory is not a sync store (no format marker).
+        public static let notAStore = Code("not a sync store")
+        /// The store was written by a newer (or unknown) format version.
+        public static let unsupportedFormat = Code("unsupported format")
+        /// An entry failed to decode; `formatError` says how.
+        public static let corruptEntry = Code("corrupt entry")
+        /// Offsets are not dense: an entry is missing.
+        public static let gap = Code("gap in the log")
+        /// The store is closed.
+        public static let closed = Code("store closed")
+    }
+
+    public var code: Code
+    public var path: String
+    public var offset: UInt64?
+    public var detail: String
+    /// The decoding error behind `.corruptEntry`.
+    public var formatError: FormatError?
+
+    public init(_ code: Code, path: String, offset: UInt64? = nil, _ detail: String, formatError: FormatError? = nil) {
+        self.code = code
+        self.path = path
+        self.offset = offset
+        self.detail = detail
+        self.formatError = formatError
+    }
+
+    static func gap(expected: UInt64, found: UInt64, path: String) -> LogStoreError {
+        LogStoreError(.gap, path: path, offset: expected, "expected offset \(expected), found \(found)")
+    }
+
+    static func corrupt(_ error: FormatError, path: String) -> LogStoreError {
+        LogStoreError(.corruptEntry, path: path, offset: error.offset, error.description, formatError: error)
+    }
+
+    public var description: String {
+        let place = offset.map { "\(path) at offset \($0)" } ?? path
+        return "\(place): \(code): \(detail)"
+    }
+}

@@ -1,0 +1,41 @@
+import LMDB
+import LogFormat
+
+/// The marker that makes an LMDB environment a sync store, and the keys of
+/// the `meta` database (`Format/storage.md`, "The meta database").
+enum StoreFormat {
+    /// `meta` key holding the marker: the 8 magic bytes then a u32 version.
+    static let markerKey = Array("format".utf8)
+    static let magic = Array("SYNCLOG\0".utf8)
+    /// The store layout this code writes and reads. It changes when a named
+    /// database or a key layout changes; the entry version is separate.
+    static let storeVersion: UInt32 = 1
+    /// `meta` key holding the store's 16-byte UUIDv7, made when it was created.
+    static let storeIDKey = Array("store-id".utf8)
+
+    static var marker: [UInt8] {
+        var writer = ByteWriter(capacity: 12)
+        writer.write(bytes: magic)
+        writer.write(bigEndian: storeVersion)
+        return writer.bytes
+    }
+
+    /// The store version in a marker value, or nil if the value is not a marker.
+    static func version(ofMarker bytes: [UInt8]) -> UInt32? {
+        guard bytes.count == 12, Array(bytes[0..<8]) == magic else { return nil }
+        return bytes[8..<12].reduce(0) { $0 << 8 | UInt32($1) }
+    }
+}
+
+/// Log offsets as LMDB keys: 8 bytes big-endian, so key order is log order.
+enum OffsetKey {
+    static func encode(_ offset: UInt64) -> [UInt8] {
+        withUnsafeBytes(of: offset.bigEndian) { Array($0) }
+    }
+
+    /// Nil unless the key is exactly 8 bytes.
+    static func decode(_ key: UnsafeRawBufferPointer) -> UInt64? {
+        guard key.count == 8 else { return nil }
+        return UInt64(bigEndian: key.loadUnaligned(as: UInt64.self))
+    }
+}

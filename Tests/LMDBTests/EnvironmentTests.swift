@@ -1,0 +1,202 @@
+import Foundation
+import LMDB
+import LogTesting
+import Testing
+
+@Suite struct EnvironmentTests {
+    private func key(_ n: Int) -> [UInt8] { withUnsafeBytes(of: UInt64(n).bigEndian) { Array($0) } }
+
+    @Test func mapGrowsFromATinyMapWithNoLostEntry() throws {
+        let directory = try TemporaryDirectory("lmdb-growth")
+        var options = Environment.Options()
+        options.mapSize = 64 * 1024
+        options.durability = .process
+        let initialMapSize: Int
+        do {
+            let environment = try Environment(path: directory.path, options: options)
+            initialMapSize = environment.info().mapSize
+            let table = try #require(try environment.openDatabase("t"))
+            // 20,000 values of 600 bytes (about 12 MB) in transactions of 500,
+            // and one transaction of 5 MB on its own, all through map growth.
+            for batch in 0..<40 {
+                try environment.write { txn in
+                    for n in batch * 500..<(batch + 1) * 500 {
+                        try txn.put(table, key: key(n), value: [UInt8](repeating: UInt8(n % 251), count: 600))
+                    }
+                }
+            }
+            try environment.write { txn in
+                for n in 20_000..<20_010 {
+                    try txn.put(table, key: key(n), value: [UInt8](repeating: 9, count: 500_000))
+                }
+            }
+            #expect(environment.info().mapSize > 12 * 1024 * 1024)
+            environment.close()
+        }
+        let reopened = try Environment(path: directory.path, options: options)
+        #expect(reopened.info().mapSize > initialMapSize)
+        let table = try #require(try reopened.openDatabase("t", create: false))
+        let (count, samples, last) = try reopened.read { txn in
+            (
+                try txn.count(table),
+                try stride(from: 0, to: 20_000, by: 997).map { try txn.get(table, key: key($0)) },
+                try txn.get(table, key: key(20_009))
+            )
+        }
+        #expect(count == 20_010)
+        for (index, n) in stride(from: 0, to: 20_000, by: 997).enumerated() {
+            #expect(samples[index] == [UInt8](repeating: UInt8(n % 251), count: 600))
+        }
+        #expect(last?.count == 500_000)
+    }
+
+    @Test func reopenKeepsCommittedData() throws {
+        let directory = try TemporaryDirectory("lmdb-reopen")
+        do {
+            let environment = try Environment(path: directory.path)
+            let table = try #require(try environment.openDatabase("t"))
+            try environment.write { txn in try txn.put(table, key: [1], value: [42]) }
+        }
+        let environment = try Environment(path: directory.path)
+        let table = try #require(try environment.openDatabase("t", create: false))
+        #expect(try environment.read { txn in try txn.get(table, key: [1]) } == [42])
+        #expect(try environment.openDatabase("missing", create: false) == nil)
+    }
+
+    @Test func aThrowingWriteLeavesNothingBehind() throws {
+        struct Stop: Error {}
+        let directory = try TemporaryDirectory("lmdb-abort")
+        let environment = try Environment(path: directory.path)
+        let table = try #require(try environment.openDatabase("t"))
+        #expect(throws: Stop.self) {
+            try environment.write { txn in
+                try txn.put(table, key: [1], value: [1])
+                throw Stop()
+            }
+        }
+        #expect(try environment.read { txn in try txn.count(table) } == 0)
+    }
+
+    @Test func nestedTransactionRollsBackAlone() throws {
+        struct Stop: Error {}
+        let directory = try TemporaryDirectory("lmdb-nested")
+        let environment = try Environment(path: directory.path)
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in
+            try txn.put(table, key: [1], value: [1])
+            #expect(throws: Stop.self) {
+                try txn.nested { child in
+                    try child.put(table, key: [2], value: [2])
+                    throw Stop()
+                }
+            }
+            try txn.nested { child in try child.put(table, key: [3], value: [3]) }
+        }
+        let values = try environment.read { txn in try [1, 2, 3].map { try txn.get(table, key: [UInt8($0)]) } }
+        #expect(values == [[1], nil, [3]])
+    }
+
+    @Test func cursorsWalkAndSeekInKeyOrder() throws {
+        let directory = try TemporaryDirectory("lmdb-cursor")
+        let environment = try Environment(path: directory.path)
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in
+            for n in [5, 1, 3, 9] { try txn.put(table, key: key(n), value: [UInt8(n)]) }
+        }
+        let (seen, moves) = try environment.read { txn in
+            var seen: [UInt8] = []
+            try txn.forEach(table, from: key(2)) { _, value in
+                seen.append(value[0])
+                return true
+            }
+            let moves = try txn.withCursor(table) { cursor in
+                [
+                    try cursor.last()?.value.first, try cursor.previous()?.value.first,
+                    try cursor.seek(atLeast: key(10))?.value.first, try cursor.first()?.value.first,
+                ]
+            }
+            return (seen, moves)
+        }
+        #expect(seen == [3, 5, 9])
+        #expect(moves == [9, 5, nil, 1])
+    }
+
+    @Test func appendOutOfOrderIsRefused() throws {
+        let directory = try TemporaryDirectory("lmdb-append")
+        let environment = try Environment(path: directory.path)
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in try txn.put(table, key: key(2), value: [2], flags: .append) }
+        do {
+            try environment.write { txn in try txn.put(table, key: key(1), value: [1], flags: .append) }
+            Issue.record("an out-of-order append succeeded")
+        } catch let error as LMDBError {
+            #expect(error.code == .keyExists)
+            #expect(error.operation == "mdb_put")
+        }
+    }
+
+    @Test func openingOneDirectoryTwiceIsRefused() throws {
+        let directory = try TemporaryDirectory("lmdb-twice")
+        let first = try Environment(path: directory.path)
+        // A second spelling of the same directory is the same environment.
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path + "/.") }
+        #expect(error?.code == .alreadyOpen)
+        first.close()
+        _ = try Environment(path: directory.path)
+    }
+
+    @Test func closedEnvironmentThrows() throws {
+        let directory = try TemporaryDirectory("lmdb-closed")
+        let environment = try Environment(path: directory.path)
+        environment.close()
+        let error = #expect(throws: LMDBError.self) { try environment.read { _ in () } }
+        #expect(error?.code == .closed)
+    }
+
+    @Test func aFileIsNotADirectory() throws {
+        let directory = try TemporaryDirectory("lmdb-file")
+        let file = directory.appending("plain")
+        _ = FileManager.default.createFile(atPath: file, contents: Data("hello".utf8))
+        let error = #expect(throws: LMDBError.self) { try Environment(path: file) }
+        #expect(error?.code == .notADirectory)
+        #expect(error?.description.contains(file) == true)
+    }
+
+    @Test func aMissingDirectoryIsNotCreatedWhenAskedNotTo() throws {
+        let directory = try TemporaryDirectory("lmdb-missing")
+        var options = Environment.Options()
+        options.createIfMissing = false
+        let error = #expect(throws: LMDBError.self) {
+            try Environment(path: directory.appending("absent"), options: options)
+        }
+        #expect(error?.code == .noSuchFile)
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("absent")))
+    }
+
+    @Test func garbageInTheDataFileIsNotAnEnvironment() throws {
+        let directory = try TemporaryDirectory("lmdb-garbage")
+        let garbage = Data((0..<16_384).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        _ = FileManager.default.createFile(atPath: directory.appending("data.mdb"), contents: garbage)
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
+        #expect(error?.code == .invalid)
+        // Nothing was written over the file we could not read.
+        #expect(FileManager.default.contents(atPath: directory.appending("data.mdb")) == garbage)
+    }
+
+    @Test func anUnwritableDirectoryGivesAClearError() throws {
+        let directory = try TemporaryDirectory("lmdb-unwritable")
+        let path: String
+        if geteuid() == 0 {
+            // Permissions do not stop root; sysfs refuses new files even to root.
+            path = "/sys/kernel"
+            try #require(FileManager.default.fileExists(atPath: path))
+        } else {
+            path = directory.appending("locked")
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            chmod(path, 0o555)
+        }
+        let error = #expect(throws: LMDBError.self) { try Environment(path: path) }
+        #expect([LMDBError.Code.permissionDenied, .readOnlyFileSystem].contains(error?.code))
+        #expect(error?.description.contains(path) == true)
+    }
+}

@@ -1,0 +1,101 @@
+import LogFormat
+import LogTesting
+import Testing
+
+@Suite struct EntryCodecTests {
+    static let fields: Fields = [
+        "name": "Write spec", "count": 3, "ratio": 0.25, "done": false, "note": nil,
+        "blob": .bytes([0, 1, 255]), "at": .timestamp(1_795_335_371_613_000),
+        "tags": ["a", 1, [true]], "nested": ["k": ["deeper": "é"]],
+    ]
+
+    static let bodies: [EntryBody] = [
+        .intent(Intent(.create, idempotencyKey: "key-1", entityType: "te", entityID: "te_1", fields: fields)),
+        .intent(Intent(.update, idempotencyKey: "key-2", entityType: "te", entityID: "te_1", baseVersion: 7, fields: ["count": 4])),
+        .intent(Intent(.delete, idempotencyKey: "key-3", entityType: "te", entityID: "te_1", baseVersion: 8)),
+        .ack(Ack(intentOffset: 1, outcome: .applied, serverVersion: 9)),
+        .ack(Ack(intentOffset: 2, outcome: .duplicate, serverVersion: 9)),
+        .reject(Reject(intentOffset: 3, code: "VALIDATION_ERROR", message: "name is required")),
+        .remote(Remote(cursor: "c-10", .upsert, entityType: "prj", entityID: "prj_9", serverVersion: 3, fields: fields)),
+        .remote(Remote(cursor: "c-11", .delete, entityType: "prj", entityID: "prj_9", serverVersion: 4)),
+        .conflict(
+            Conflict(
+                intentOffset: 2, entityType: "te", entityID: "te_1", serverVersion: 10, serverDeleted: false,
+                serverFields: ["count": 5], resolution: .pending)),
+        .conflict(
+            Conflict(
+                intentOffset: 2, entityType: "te", entityID: "te_1", serverVersion: 10, serverDeleted: true,
+                serverFields: [:], resolution: .merged, resolvedFields: ["count": 9])),
+        .resync(reason: "CURSOR_INVALID"),
+        .snapshot(
+            Snapshot(watermark: 100, cursor: "c-99", entityType: "te", entityID: "te_1", serverVersion: 12, fields: fields)),
+    ]
+
+    @Test("every kind round-trips", arguments: bodies)
+    func roundTrip(body: EntryBody) throws {
+        let entry = Entry(offset: 42, timestamp: HybridTimestamp(milliseconds: 1_795_335_371_613, logical: 2), body: body)
+        let bytes = try EntryCodec.encode(entry)
+        #expect(bytes[0] == EntryCodec.formatVersion)
+        #expect(bytes[1] == body.kind.rawValue)
+        let decoded = try EntryCodec.decode(bytes, expectedOffset: 42)
+        #expect(decoded == entry)
+        #expect(try EntryCodec.encode(decoded) == bytes)
+    }
+
+    @Test func everyKindIsCovered() {
+        #expect(Set(Self.bodies.map(\.kind)) == Set(EntryKind.allCases))
+    }
+
+    @Test func randomEntriesRoundTrip() throws {
+        let seed = SeededRandom.seed(default: 20_261_122)
+        var generator = RandomEntries(seed: seed)
+        for _ in 0..<2_000 {
+            let entry = generator.entry()
+            let bytes = try EntryCodec.encode(entry)
+            let decoded = try EntryCodec.decode(bytes)
+            #expect(decoded == entry, "seed \(seed)")
+            #expect(try EntryCodec.encode(decoded) == bytes, "seed \(seed)")
+        }
+    }
+
+    @Test func offsetMismatchIsReported() throws {
+        let bytes = try EntryCodec.encode(Entry(offset: 5, timestamp: .init(rawValue: 1), body: .resync(reason: "x")))
+        #expect(throws: FormatError.self) { try EntryCodec.decode(bytes, expectedOffset: 6) }
+        do {
+            _ = try EntryCodec.decode(bytes, expectedOffset: 6)
+        } catch {
+            #expect(error.code == .offsetMismatch)
+            #expect(error.offset == 6)
+            #expect(error.description.contains("offset 6"))
+        }
+    }
+
+    @Test func oversizedBodyIsRefusedOnEncode() {
+        let big = Value.bytes([UInt8](repeating: 7, count: Limits.entryBodyBytesMax))
+        let entry = Entry(
+            offset: 1, timestamp: .init(rawValue: 1),
+            body: .intent(Intent(.create, idempotencyKey: "k", entityType: "t", entityID: "i", fields: ["b": big])))
+        #expect(throws: FormatError.self) { try EntryCodec.encode(entry) }
+    }
+
+    @Test func nestingPastTheLimitIsRefused() throws {
+        var value = Value.null
+        for _ in 0...Limits.valueDepthMax { value = .array([value]) }
+        let entry = Entry(
+            offset: 1, timestamp: .init(rawValue: 1),
+            body: .intent(Intent(.create, idempotencyKey: "k", entityType: "t", entityID: "i", fields: ["v": value])))
+        let bytes = try EntryCodec.encode(entry)
+        do {
+            _ = try EntryCodec.decode(bytes)
+            Issue.record("decoded a value nested \(Limits.valueDepthMax + 1) deep")
+        } catch {
+            #expect(error.code == .depthExceeded)
+        }
+    }
+
+    @Test func valueEqualityIsBitwise() {
+        #expect(Value.double(.nan) == Value.double(.nan))
+        #expect(Value.double(0.0) != Value.double(-0.0))
+        #expect(Set([Value.double(.nan), .double(.nan)]).count == 1)
+    }
+}

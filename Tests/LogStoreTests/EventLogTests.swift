@@ -1,0 +1,189 @@
+import Foundation
+import LMDB
+import LogFormat
+import LogStore
+import LogTesting
+import Testing
+
+func intent(_ n: Int, type: String = "te") -> EntryBody {
+    .intent(Intent(.create, idempotencyKey: "key-\(n)", entityType: type, entityID: "\(type)_\(n)", fields: ["n": .int(Int64(n))]))
+}
+
+/// Reads the whole log through the checking scanner.
+func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil) throws -> [Entry] {
+    var scanner = log.entries(from: start, through: end)
+    var entries: [Entry] = []
+    while let entry = try scanner.next() { entries.append(entry) }
+    return entries
+}
+
+@Suite struct EventLogTests {
+    @Test func anEmptyLog() throws {
+        let directory = try TemporaryDirectory("log-empty")
+        let log = try EventLog(path: directory.path)
+        #expect(try log.lastOffset() == 0)
+        #expect(try log.entry(at: 1) == nil)
+        #expect(try scanAll(log).isEmpty)
+        #expect(try scanAll(log, from: 5, through: 9).isEmpty)
+    }
+
+    @Test(arguments: Durability.allCases)
+    func appendAndReadBack(durability: Durability) async throws {
+        let directory = try TemporaryDirectory("log-append")
+        let log = try EventLog(path: directory.path, options: .init(durability: durability))
+        let first = try await log.append(intent(1))
+        let range = try await log.append(contentsOf: (2...5).map { intent($0) })
+        #expect(first == 1)
+        #expect(range == 2...5)
+        #expect(try await log.append(contentsOf: []) == nil)
+        let entries = try scanAll(log)
+        #expect(entries.map(\.offset) == [1, 2, 3, 4, 5])
+        #expect(entries.map(\.body) == (1...5).map { intent($0) })
+        #expect(zip(entries, entries.dropFirst()).allSatisfy { $0.timestamp < $1.timestamp })
+        #expect(try log.entry(at: 3)?.body == intent(3))
+    }
+
+    @Test func sixtyFourConcurrentTasksGetDenseOffsets() async throws {
+        let directory = try TemporaryDirectory("log-tasks")
+        let log = try EventLog(path: directory.path)
+        let perWriter = 40
+        let offsets = try await withThrowingTaskGroup(of: [(UInt64, Int)].self) { group in
+            for writer in 0..<64 {
+                group.addTask {
+                    var mine: [(UInt64, Int)] = []
+                    for i in 0..<perWriter {
+                        let n = writer * perWriter + i
+                        mine.append((try await log.append(intent(n)), n))
+                    }
+                    return mine
+                }
+            }
+            var all: [(UInt64, Int)] = []
+            for try await mine in group { all += mine }
+            return all
+        }
+        try checkDense(log, offsets: offsets, count: 64 * perWriter)
+    }
+
+    @Test func sixtyFourConcurrentThreadsGetDenseOffsets() throws {
+        let directory = try TemporaryDirectory("log-threads")
+        let log = try EventLog(path: directory.path)
+        let perWriter = 40
+        let results = ResultBox()
+        DispatchQueue.concurrentPerform(iterations: 64) { writer in
+            for i in 0..<perWriter {
+                let n = writer * perWriter + i
+                do {
+                    results.add(try log.appendBlocking(intent(n)), n)
+                } catch {
+                    results.fail(error)
+                }
+            }
+        }
+        #expect(results.errors.isEmpty)
+        try checkDense(log, offsets: results.offsets, count: 64 * perWriter)
+    }
+
+    /// Every offset from 1 to `count` handed out once, and each entry is the
+    /// one its writer appended there.
+    private func checkDense(_ log: EventLog, offsets: [(UInt64, Int)], count: Int) throws {
+        #expect(offsets.count == count)
+        #expect(Set(offsets.map(\.0)) == Set(1...UInt64(count)))
+        #expect(try log.lastOffset() == UInt64(count))
+        let entries = try scanAll(log)
+        #expect(entries.count == count)
+        for (offset, n) in offsets {
+            #expect(entries[Int(offset) - 1].body == intent(n))
+        }
+    }
+
+    @Test func reopeningKeepsEveryEntry() async throws {
+        let directory = try TemporaryDirectory("log-reopen")
+        var random = RandomEntries(seed: 31)
+        let bodies = (0..<3000).map { _ in random.body() }
+        let before: [Entry]
+        do {
+            let log = try EventLog(path: directory.path)
+            for chunk in stride(from: 0, to: bodies.count, by: 250) {
+                _ = try await log.append(contentsOf: Array(bodies[chunk..<chunk + 250]))
+            }
+            before = try scanAll(log)
+            log.close()
+        }
+        let log = try EventLog(path: directory.path)
+        #expect(try log.lastOffset() == 3000)
+        #expect(try scanAll(log) == before)
+        #expect(before.map(\.body) == bodies)
+        // Appends continue after the last offset, with later timestamps.
+        #expect(try await log.append(intent(1)) == 3001)
+        #expect(try log.entry(at: 3001)!.timestamp > before.last!.timestamp)
+    }
+
+    @Test func scanningRanges() async throws {
+        let directory = try TemporaryDirectory("log-ranges")
+        let log = try EventLog(path: directory.path)
+        // More than one scan chunk, so ranges cross chunk boundaries.
+        let total = EventLog.scanChunkCountMax * 2 + 17
+        _ = try await log.append(contentsOf: (1...total).map { intent($0) })
+        #expect(try scanAll(log).count == total)
+        #expect(try scanAll(log, from: 1, through: 1).map(\.offset) == [1])
+        #expect(try scanAll(log, from: 1000, through: 1100).map(\.offset) == Array(1000...1100))
+        #expect(try scanAll(log, from: UInt64(total) - 2).map(\.offset) == Array(UInt64(total) - 2...UInt64(total)))
+        #expect(try scanAll(log, from: UInt64(total) + 1).isEmpty)
+        #expect(try scanAll(log, from: 10, through: 9).isEmpty)
+        #expect(try scanAll(log, from: 0, through: 2).map(\.offset) == [1, 2])
+    }
+
+    @Test func aScanSeesEntriesAppendedWhileItRuns() async throws {
+        let directory = try TemporaryDirectory("log-live-scan")
+        let log = try EventLog(path: directory.path)
+        _ = try await log.append(contentsOf: (1...EventLog.scanChunkCountMax + 1).map { intent($0) })
+        var scanner = log.entries()
+        for _ in 0..<EventLog.scanChunkCountMax { _ = try scanner.next() }
+        _ = try await log.append(intent(0))
+        var rest: [UInt64] = []
+        while let entry = try scanner.next() { rest.append(entry.offset) }
+        #expect(rest == [UInt64(EventLog.scanChunkCountMax) + 1, UInt64(EventLog.scanChunkCountMax) + 2])
+    }
+
+    @Test func aBatchIsAllOrNothingAndDoesNotHurtItsGroup() async throws {
+        let directory = try TemporaryDirectory("log-batch")
+        let log = try EventLog(path: directory.path)
+        let oversized = EntryBody.intent(
+            Intent(.create, idempotencyKey: "big", entityType: "te", entityID: "te_big",
+                   fields: ["blob": .bytes([UInt8](repeating: 1, count: Limits.entryBodyBytesMax))]))
+        // Submitted together, so they are likely to share one transaction.
+        async let bad = Result(catching: { try await log.append(contentsOf: [intent(1), oversized, intent(2)]) })
+        async let good = log.append(contentsOf: [intent(3), intent(4)])
+        let (badResult, goodRange) = try await (bad, good)
+        #expect(throws: FormatError.self) { try badResult.get() }
+        #expect(goodRange == 1...2)
+        #expect(try scanAll(log).map(\.body) == [intent(3), intent(4)])
+    }
+
+    @Test func appendsAfterCloseAreRefused() async throws {
+        let directory = try TemporaryDirectory("log-closed")
+        let log = try EventLog(path: directory.path)
+        log.close()
+        await #expect(throws: LogStoreError.self) { try await log.append(intent(1)) }
+        #expect(throws: LogStoreError.self) { try log.appendBlocking(intent(1)) }
+    }
+}
+
+extension Result where Failure == any Error {
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
+    }
+}
+
+/// Collects results from many threads.
+final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storedOffsets: [(UInt64, Int)] = []
+    private var storedErrors: [any Error] = []
+
+    func add(_ offset: UInt64, _ n: Int) { lock.withLock { storedOffsets.append((offset, n)) } }
+    func fail(_ error: any Error) { lock.withLock { storedErrors.append(error) } }
+    var offsets: [(UInt64, Int)] { lock.withLock { storedOffsets } }
+    var errors: [any Error] { lock.withLock { storedErrors } }
+}

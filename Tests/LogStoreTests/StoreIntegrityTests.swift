@@ -1,0 +1,131 @@
+import Foundation
+import LMDB
+import LogFormat
+import LogStore
+import LogTesting
+import Testing
+
+/// A store refuses what is not a store, says what is wrong with a damaged
+/// one, and never trips over bad bytes.
+@Suite struct StoreIntegrityTests {
+    private func key(_ offset: UInt64) -> [UInt8] { withUnsafeBytes(of: offset.bigEndian) { Array($0) } }
+
+    /// Writes `count` entries, closes the log, and hands its raw LMDB
+    /// environment and log table to `damage`.
+    private func damagedStore(
+        _ name: String, count: Int, damage: (borrowing Transaction, Database) throws -> Void
+    ) async throws -> TemporaryDirectory {
+        let directory = try TemporaryDirectory(name)
+        do {
+            let log = try EventLog(path: directory.path)
+            _ = try await log.append(contentsOf: (1...count).map { intent($0) })
+            log.close()
+        }
+        let environment = try Environment(path: directory.path)
+        let table = try #require(try environment.openDatabase("log", create: false))
+        try environment.write { txn in try damage(txn, table) }
+        environment.close()
+        return directory
+    }
+
+    @Test func aFlippedByteIsReportedWithItsOffset() async throws {
+        let directory = try await damagedStore("integrity-flip", count: 10) { txn, table in
+            var bytes = try #require(try txn.get(table, key: key(7)))
+            bytes[bytes.count - 1] ^= 0x40
+            try txn.put(table, key: key(7), value: bytes)
+        }
+        let log = try EventLog(path: directory.path)
+        let error = #expect(throws: LogStoreError.self) { try scanAll(log) }
+        #expect(error?.code == .corruptEntry)
+        #expect(error?.offset == 7)
+        #expect(error?.formatError?.code == .badChecksum)
+        #expect(error?.description.contains("offset 7") == true)
+        #expect(try log.entry(at: 6)?.body == intent(6))
+        #expect(throws: LogStoreError.self) { try log.entry(at: 7) }
+    }
+
+    @Test func aDamagedLastEntryIsReportedAtOpen() async throws {
+        let directory = try await damagedStore("integrity-last", count: 3) { txn, table in
+            try txn.put(table, key: key(3), value: [1, 2, 3])
+        }
+        let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
+        #expect(error?.code == .corruptEntry)
+        #expect(error?.offset == 3)
+    }
+
+    @Test func aMissingEntryIsAGap() async throws {
+        let directory = try await damagedStore("integrity-gap", count: 10) { txn, table in
+            try txn.delete(table, key: key(4))
+        }
+        let log = try EventLog(path: directory.path)
+        let error = #expect(throws: LogStoreError.self) { try scanAll(log) }
+        #expect(error?.code == .gap)
+        #expect(error?.offset == 4)
+    }
+
+    @Test func anEntryUnderTheWrongKeyIsCaught() async throws {
+        let directory = try await damagedStore("integrity-moved", count: 5) { txn, table in
+            let second = try #require(try txn.get(table, key: key(2)))
+            try txn.put(table, key: key(3), value: second)
+        }
+        let log = try EventLog(path: directory.path)
+        let error = #expect(throws: LogStoreError.self) { try scanAll(log) }
+        #expect(error?.formatError?.code == .offsetMismatch)
+    }
+
+    @Test func anotherLMDBEnvironmentIsNotAStore() throws {
+        let directory = try TemporaryDirectory("integrity-other")
+        do {
+            let environment = try Environment(path: directory.path)
+            let table = try #require(try environment.openDatabase("accounts"))
+            try environment.write { txn in try txn.put(table, key: [1], value: [2]) }
+            environment.close()
+        }
+        let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
+        #expect(error?.code == .notAStore)
+        #expect(error?.description.contains(directory.path) == true)
+    }
+
+    @Test func aDirectoryWithoutAStoreIsRefusedWhenNotCreating() throws {
+        let directory = try TemporaryDirectory("integrity-empty")
+        _ = FileManager.default.createFile(atPath: directory.appending("notes.txt"), contents: Data("hi".utf8))
+        var options = EventLog.Options(readOnly: true)
+        options.createIfMissing = false
+        let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path, options: options) }
+        #expect(error?.code == .notAStore)
+        // Nothing was created in a directory that is not ours.
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data.mdb")))
+    }
+
+    @Test func aNewerStoreVersionIsRefused() throws {
+        let directory = try TemporaryDirectory("integrity-version")
+        do {
+            let log = try EventLog(path: directory.path)
+            log.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            try environment.write { txn in
+                try txn.put(meta, key: Array("format".utf8), value: Array("SYNCLOG\0".utf8) + [0, 0, 0, 2])
+            }
+            environment.close()
+        }
+        let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
+        #expect(error?.code == .unsupportedFormat)
+        #expect(error?.detail.contains("version 2") == true)
+    }
+
+    @Test func aReadOnlyStoreReadsButRefusesAppends() async throws {
+        let directory = try TemporaryDirectory("integrity-readonly")
+        do {
+            let log = try EventLog(path: directory.path)
+            _ = try await log.append(contentsOf: (1...3).map { intent($0) })
+            log.close()
+        }
+        let log = try EventLog(path: directory.path, options: .init(readOnly: true))
+        #expect(try log.lastOffset() == 3)
+        #expect(try scanAll(log).count == 3)
+        await #expect(throws: LMDBError.self) { try await log.append(intent(4)) }
+    }
+}
