@@ -72,8 +72,8 @@ public final class EventLog: Sendable {
         committer =
             options.readOnly
             ? nil
-            : GroupCommitter(environment: environment, log: log, position: initial) { committed in
-                position.value = committed
+            : GroupCommitter(environment: environment, log: log, position: initial) { committed, jobs in
+                position.record(committed, jobs: jobs)
             }
     }
 
@@ -233,7 +233,7 @@ extension EventLog {
     /// The last committed offset, 0 for an empty log. For a store opened
     /// read-only this reads the log, so it sees other processes' appends.
     public func lastOffset() throws -> UInt64 {
-        if committer != nil { return position.value.lastOffset }
+        if committer != nil { return position.current.lastOffset }
         return try environment.read { txn in try EventLog.lastPosition(txn, log: logDatabase, path: path).lastOffset }
     }
 
@@ -257,14 +257,41 @@ extension EventLog {
 }
 
 /// The position of the last commit, written by the writer thread and read by
-/// any thread.
+/// any thread, with counters of what the writer has done since open.
 final class CommittedPosition: Sendable {
-    private let mutex: Mutex<WriteContext.Position>
-
-    init(_ position: WriteContext.Position) { mutex = Mutex(position) }
-
-    var value: WriteContext.Position {
-        get { mutex.withLock { $0 } }
-        set { mutex.withLock { $0 = newValue } }
+    private struct State {
+        var position: WriteContext.Position
+        var statistics = EventLog.Statistics()
     }
+
+    private let state: Mutex<State>
+
+    init(_ position: WriteContext.Position) { state = Mutex(State(position: position)) }
+
+    var current: WriteContext.Position { state.withLock { $0.position } }
+    var statistics: EventLog.Statistics { state.withLock { $0.statistics } }
+
+    func record(_ position: WriteContext.Position, jobs: Int) {
+        state.withLock { state in
+            state.statistics.commits += 1
+            state.statistics.writes += jobs
+            state.statistics.entries += Int(position.lastOffset - state.position.lastOffset)
+            state.position = position
+        }
+    }
+}
+
+extension EventLog {
+    /// What this process has written since it opened the store.
+    public struct Statistics: Sendable, Equatable {
+        /// Write transactions committed.
+        public var commits = 0
+        /// Append calls (or other write jobs) those commits carried: with
+        /// concurrent writers, several per commit.
+        public var writes = 0
+        /// Entries appended.
+        public var entries = 0
+    }
+
+    public var statistics: Statistics { position.statistics }
 }

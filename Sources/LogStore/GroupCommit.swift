@@ -28,11 +28,13 @@ final class GroupCommitter: @unchecked Sendable {
     /// Owned by the writer thread: the log's position between commits.
     private var committed: WriteContext.Position
     private let log: Database
-    private let onCommit: @Sendable (WriteContext.Position) -> Void
+    /// Called on the writer thread after each commit with the new position
+    /// and the number of jobs the commit carried.
+    private let onCommit: @Sendable (WriteContext.Position, Int) -> Void
 
     init(
         environment: Environment, log: Database, position: WriteContext.Position,
-        onCommit: @escaping @Sendable (WriteContext.Position) -> Void
+        onCommit: @escaping @Sendable (WriteContext.Position, Int) -> Void
     ) {
         self.environment = environment
         self.log = log
@@ -106,7 +108,7 @@ final class GroupCommitter: @unchecked Sendable {
                     return context.position
                 }
                 committed = position
-                onCommit(position)
+                onCommit(position, pending.count)
                 for job in pending { job.succeed() }
                 return
             } catch {

@@ -40,3 +40,20 @@ import Testing
         #expect(clock == HybridTimestamp(milliseconds: 2000, logical: 0))
     }
 }
+
+@Suite struct SummaryTests {
+    @Test func timestampsRenderAsISO8601() {
+        #expect(Value.iso8601(microseconds: 0) == "1970-01-01T00:00:00.000000Z")
+        #expect(Value.iso8601(microseconds: 1_795_335_611_301_476) == "2026-11-22T08:20:11.301476Z")
+        #expect(Value.iso8601(microseconds: 951_782_400_000_001) == "2000-02-29T00:00:00.000001Z")
+        #expect(Value.iso8601(microseconds: -1) == "1969-12-31T23:59:59.999999Z")
+    }
+
+    @Test func entriesRenderOnOneLine() {
+        let entry = Entry(
+            offset: 3, timestamp: .init(rawValue: 1),
+            body: .intent(Intent(.update, idempotencyKey: "k", entityType: "te", entityID: "te_1", baseVersion: 2, fields: ["minutes": 30])))
+        #expect(entry.description == "#3 intent update te/te_1 base v2 [minutes: 30]")
+        #expect(Entry(offset: 4, timestamp: .init(rawValue: 1), body: .ack(Ack(intentOffset: 3, outcome: .applied, serverVersion: 3))).description == "#4 ack #3 applied v3")
+    }
+}

@@ -1,0 +1,75 @@
+/// One-line, human-readable renderings of entries and values, for tools and
+/// demos. Not a serialization: use `EntryCodec` (bytes) for that.
+extension Value: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .null: "null"
+        case .bool(let flag): flag ? "true" : "false"
+        case .int(let number): String(number)
+        case .double(let number): String(number)
+        case .string(let text): "\"" + text.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        case .bytes(let data): "<\(data.count) bytes>"
+        case .timestamp(let micros): Value.iso8601(microseconds: micros)
+        case .array(let elements): "[" + elements.map(\.description).joined(separator: ", ") + "]"
+        case .object(let fields): fields.description
+        }
+    }
+}
+
+extension EntryBody {
+    /// For example `intent create te/te_01J... {minutes: 30}` or
+    /// `ack #12 applied v3`.
+    public var summary: String {
+        switch self {
+        case .intent(let intent):
+            let fields = intent.fields.isEmpty ? "" : " " + intent.fields.description
+            let base = intent.baseVersion == 0 ? "" : " base v\(intent.baseVersion)"
+            return "\(intent.operation) \(intent.entityType)/\(intent.entityID)\(base)\(fields)"
+        case .ack(let ack):
+            return "#\(ack.intentOffset) \(ack.outcome) v\(ack.serverVersion)"
+        case .reject(let reject):
+            return "#\(reject.intentOffset) \(reject.code): \(reject.message)"
+        case .remote(let remote):
+            return "\(remote.operation) \(remote.entityType)/\(remote.entityID) v\(remote.serverVersion) cursor \(remote.cursor)"
+        case .conflict(let conflict):
+            return "#\(conflict.intentOffset) \(conflict.entityType)/\(conflict.entityID) server v\(conflict.serverVersion) \(conflict.resolution)"
+        case .resync(let reason):
+            return reason
+        case .snapshot(let snapshot):
+            return "\(snapshot.entityType)/\(snapshot.entityID) v\(snapshot.serverVersion) below #\(snapshot.watermark)"
+        }
+    }
+}
+
+extension Entry: CustomStringConvertible {
+    public var description: String { "#\(offset) \(kind) \(body.summary)" }
+}
+
+extension Value {
+    /// `2026-11-22T08:19:56.123456Z` for microseconds since the Unix epoch
+    /// (proleptic Gregorian calendar, UTC).
+    public static func iso8601(microseconds: Int64) -> String {
+        let (seconds, micros) = microseconds.quotientAndRemainder(dividingBy: 1_000_000)
+        let adjustedSeconds = micros < 0 ? seconds - 1 : seconds
+        let fraction = micros < 0 ? micros + 1_000_000 : micros
+        let (days, secondOfDay) = adjustedSeconds.quotientAndRemainder(dividingBy: 86_400)
+        let dayNumber = secondOfDay < 0 ? days - 1 : days
+        let second = secondOfDay < 0 ? secondOfDay + 86_400 : secondOfDay
+        // Days to a civil date (Howard Hinnant's algorithm).
+        let z = dayNumber + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
+        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        func pad(_ value: Int64, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(second / 3600, 2)):\(pad(second / 60 % 60, 2)):"
+            + "\(pad(second % 60, 2)).\(pad(fraction, 6))Z"
+    }
+}
