@@ -211,6 +211,7 @@ def encode_body(entry):
     elif kind == "snapshot":
         w.u64(entry["watermark"]).string(entry["cursor"])
         w.string(entry["entity_type"]).string(entry["entity_id"]).u64(entry["server_version"])
+        w.u8(1 if entry["deleted"] else 0)
         encode_fields(w, entry["fields"])
     else:
         raise ValueError(f"unknown kind {kind!r}")
@@ -379,6 +380,7 @@ def decode_body(kind, r):
         entry["entity_type"] = r.string("entity type")
         entry["entity_id"] = r.string("entity id")
         entry["server_version"] = r.u64("server version")
+        entry["deleted"] = r.enum({0: False, 1: True}, "deleted") is True
         entry["fields"] = decode_fields(r, 0)
     return entry
 
@@ -503,7 +505,13 @@ def valid_entries():
         ("resync-empty-reason-smallest-entry", {"offset": 15, "timestamp": 0, "kind": "resync", "reason": ""}),
         ("snapshot", {"offset": 16, "timestamp": T0 + 16, "kind": "snapshot", "watermark": 15,
                       "cursor": "c_0000000043", "entity_type": "todo", "entity_id": "te_01JDB2Y4K9",
-                      "server_version": 13, "fields": title}),
+                      "server_version": 13, "deleted": False, "fields": title}),
+        ("snapshot-deleted-tombstone", {"offset": 29, "timestamp": T0 + 29, "kind": "snapshot", "watermark": 28,
+                                        "cursor": "c_0000000044", "entity_type": "todo", "entity_id": "te_01JDB2Y4KA",
+                                        "server_version": 7, "deleted": True, "fields": {}}),
+        ("snapshot-cursor-only", {"offset": 30, "timestamp": T0 + 30, "kind": "snapshot", "watermark": 29,
+                                  "cursor": "c_0000000045", "entity_type": "", "entity_id": "",
+                                  "server_version": 0, "deleted": False, "fields": {}}),
         ("value-every-type", intent(17, T0 + 17, "create", every_type)),
         ("value-int64-extremes", intent(18, T0 + 18, "update", {
             "max": i(I64_MAX), "min": i(I64_MIN), "minus-one": i(-1), "zero": i(0)})),
@@ -544,7 +552,7 @@ def valid_entries():
                                       "server_version": U64_MAX}),
         ("snapshot-max-values", {"offset": U64_MAX - 1, "timestamp": hlc((1 << 48) - 1, 0xFFFF), "kind": "snapshot",
                                  "watermark": U64_MAX - 2, "cursor": "", "entity_type": "", "entity_id": "",
-                                 "server_version": U64_MAX, "fields": {}}),
+                                 "server_version": U64_MAX, "deleted": False, "fields": {}}),
         ("intent-create-max-base-version", intent(1 << 32, T0 + 27, "create", {"n": i(1)}, base=U64_MAX)),
     ]
 
@@ -704,6 +712,10 @@ def invalid_entries():
     deleted_at = w.position
     w.u8(2).u32(0).u8(0).u32(0)
     add("invalid-enum-conflict-server-deleted-2", assemble(5, w.data, 1, T0), 1, INVALID_TAG, deleted_at)
+    w = Writer().u64(1).string("c").string("t").string("i").u64(2)
+    snapshot_deleted_at = w.position
+    w.u8(2).u32(0)
+    add("invalid-enum-snapshot-deleted-2", assemble(7, w.data, 1, T0), 1, INVALID_TAG, snapshot_deleted_at)
     w = Writer().u64(1).string("t").string("i").u64(2).u8(0).u32(0)
     resolution_at = w.position
     w.u8(5).u32(0)

@@ -16,18 +16,20 @@ public struct ByteWriter: Sendable {
 
     public mutating func write(bytes other: some Collection<UInt8>) { bytes.append(contentsOf: other) }
 
-    /// A u32 length followed by the UTF-8 bytes of `string`.
+    /// A u32 length followed by the UTF-8 bytes of `string`. A length past
+    /// u32 is clamped: such a body is far over `Limits.entryBodyBytesMax`, and
+    /// the encoder refuses it before anything is written.
     public mutating func write(lengthPrefixed string: String) {
         var string = string
         string.withUTF8 { utf8 in
-            write(bigEndian: UInt32(utf8.count))
+            write(bigEndian: UInt32(clamping: utf8.count))
             bytes.append(contentsOf: utf8)
         }
     }
 
     /// A u32 length followed by `data`.
     public mutating func write(lengthPrefixed data: [UInt8]) {
-        write(bigEndian: UInt32(data.count))
+        write(bigEndian: UInt32(clamping: data.count))
         bytes.append(contentsOf: data)
     }
 

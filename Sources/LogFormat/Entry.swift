@@ -166,7 +166,10 @@ public struct Conflict: Hashable, Sendable {
 }
 
 /// The confirmed state of one entity as of compaction: it stands in for the
-/// acked intents and remote changes below `watermark` that it folds.
+/// acked intents and remote changes below `watermark` that it folds. A
+/// deleted entity keeps a snapshot (a tombstone) so that its version still
+/// stops older server changes. A snapshot with an empty entity type carries
+/// only the pull cursor.
 public struct Snapshot: Hashable, Sendable {
     /// Every entry below this offset that touched the entity is folded here.
     public var watermark: UInt64
@@ -175,17 +178,20 @@ public struct Snapshot: Hashable, Sendable {
     public var entityType: String
     public var entityID: String
     public var serverVersion: UInt64
+    /// The server deleted the entity; `fields` is empty.
+    public var deleted: Bool
     public var fields: Fields
 
     public init(
         watermark: UInt64, cursor: String, entityType: String, entityID: String, serverVersion: UInt64,
-        fields: Fields
+        deleted: Bool = false, fields: Fields
     ) {
         self.watermark = watermark
         self.cursor = cursor
         self.entityType = entityType
         self.entityID = entityID
         self.serverVersion = serverVersion
+        self.deleted = deleted
         self.fields = fields
     }
 }

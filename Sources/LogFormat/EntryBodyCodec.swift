@@ -42,6 +42,7 @@ extension EntryCodec {
             writer.write(lengthPrefixed: snapshot.entityType)
             writer.write(lengthPrefixed: snapshot.entityID)
             writer.write(bigEndian: snapshot.serverVersion)
+            writer.write(snapshot.deleted ? 1 : 0)
             snapshot.fields.encode(into: &writer)
         }
     }
@@ -85,11 +86,11 @@ extension EntryCodec {
             let watermark = try reader.read(UInt64.self, "watermark")
             let cursor = try reader.readString("cursor")
             let (type, id) = try readEntity(&reader)
+            let serverVersion = try reader.read(UInt64.self, "server version")
             return .snapshot(
                 Snapshot(
-                    watermark: watermark, cursor: cursor, entityType: type, entityID: id,
-                    serverVersion: try reader.read(UInt64.self, "server version"),
-                    fields: try Fields.decode(from: &reader)))
+                    watermark: watermark, cursor: cursor, entityType: type, entityID: id, serverVersion: serverVersion,
+                    deleted: try readFlag("deleted", &reader), fields: try Fields.decode(from: &reader)))
         }
     }
 
@@ -97,22 +98,26 @@ extension EntryCodec {
         let intentOffset = try reader.read(UInt64.self, "intent offset")
         let (type, id) = try readEntity(&reader)
         let serverVersion = try reader.read(UInt64.self, "server version")
-        let deletedPosition = reader.position
-        let deleted = try reader.readByte("server deleted")
-        guard deleted <= 1 else {
-            throw reader.error(.invalidTag, "server deleted is \(deleted), must be 0 or 1", at: deletedPosition)
-        }
+        let deleted = try readFlag("server deleted", &reader)
         let serverFields = try Fields.decode(from: &reader)
         let resolution = try readEnum(Conflict.Resolution.self, "conflict resolution", &reader)
         return Conflict(
             intentOffset: intentOffset, entityType: type, entityID: id, serverVersion: serverVersion,
-            serverDeleted: deleted == 1, serverFields: serverFields, resolution: resolution,
+            serverDeleted: deleted, serverFields: serverFields, resolution: resolution,
             resolvedFields: try Fields.decode(from: &reader))
     }
 
     private static func readEntity(_ reader: inout ByteReader) throws(FormatError) -> (String, String) {
         let type = try reader.readString("entity type")
         return (type, try reader.readString("entity id"))
+    }
+
+    /// A byte that must be 0 (false) or 1 (true).
+    private static func readFlag(_ what: StaticString, _ reader: inout ByteReader) throws(FormatError) -> Bool {
+        let position = reader.position
+        let byte = try reader.readByte(what)
+        guard byte <= 1 else { throw reader.error(.invalidTag, "\(what) is \(byte), must be 0 or 1", at: position) }
+        return byte == 1
     }
 
     private static func readEnum<E: RawRepresentable<UInt8>>(

@@ -20,9 +20,11 @@ public enum EntryCodec {
 
     /// The complete bytes of `entry`.
     /// - Throws: `FormatError.lengthOutOfRange` when the body is larger than
-    ///   `Limits.entryBodyBytesMax`.
+    ///   `Limits.entryBodyBytesMax`, `.depthExceeded` when values nest deeper
+    ///   than `Limits.valueDepthMax`: nothing is written that a reader refuses.
     public static func encode(_ entry: Entry) throws(FormatError) -> [UInt8] {
         precondition(entry.offset > 0, "log offsets start at 1")
+        try checkDepth(entry.body, offset: entry.offset)
         var writer = ByteWriter(capacity: headerBytes + 64)
         writer.write(formatVersion)
         writer.write(entry.kind.rawValue)
@@ -74,19 +76,21 @@ public enum EntryCodec {
     }
 
     /// The fixed header, read and checked before the body is trusted.
-    public struct Header: Sendable {
-        public var kind: EntryKind
-        public var bodyCount: Int
-        public var offset: UInt64
-        public var timestamp: HybridTimestamp
-        public var checksum: UInt32
+    struct Header: Sendable {
+        var kind: EntryKind
+        var bodyCount: Int
+        var offset: UInt64
+        var timestamp: HybridTimestamp
+        var checksum: UInt32
     }
 
     /// Reads and checks the header: version, kind, flags, body length
-    /// (against the limit and the bytes present) and offset.
-    public static func decodeHeader(_ reader: inout ByteReader, expectedOffset: UInt64?) throws(FormatError)
+    /// (against the limit and the bytes present) and offset. The reader must
+    /// be at the start of the entry.
+    static func decodeHeader(_ reader: inout ByteReader, expectedOffset: UInt64?) throws(FormatError)
         -> Header
     {
+        precondition(reader.position == 0, "decodeHeader reads from the start of an entry")
         guard reader.remaining >= headerBytes else {
             throw reader.error(.truncated, "\(reader.remaining) bytes, a header needs \(headerBytes)")
         }
@@ -130,6 +134,34 @@ public enum EntryCodec {
 
     static func checksum(of bytes: [UInt8]) -> UInt32 {
         bytes.withUnsafeBytes { checksum(of: $0) }
+    }
+
+    private static func checkDepth(_ body: EntryBody, offset: UInt64) throws(FormatError) {
+        let fieldSets: [Fields] =
+            switch body {
+            case .intent(let intent): [intent.fields]
+            case .remote(let remote): [remote.fields]
+            case .conflict(let conflict): [conflict.serverFields, conflict.resolvedFields]
+            case .snapshot(let snapshot): [snapshot.fields]
+            case .ack, .reject, .resync: []
+            }
+        for fields in fieldSets where nesting(of: fields) > Limits.valueDepthMax {
+            throw FormatError(
+                .depthExceeded, position: headerBytes, "values nest deeper than \(Limits.valueDepthMax)", offset: offset)
+        }
+    }
+
+    /// How many arrays and objects enclose the deepest value (0 for flat fields).
+    private static func nesting(of fields: Fields) -> Int {
+        fields.reduce(0) { deepest, field in max(deepest, nesting(of: field.value)) }
+    }
+
+    private static func nesting(of value: Value) -> Int {
+        switch value {
+        case .array(let elements): 1 + elements.reduce(0) { max($0, nesting(of: $1)) }
+        case .object(let fields): 1 + nesting(of: fields)
+        default: 0
+        }
     }
 
     static func hex(_ value: UInt32) -> String {

@@ -17,7 +17,7 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
         var unique: [Element] = []
         unique.reserveCapacity(sorted.count)
         for element in sorted {
-            if let last = unique.last, last.name == element.name {
+            if let last = unique.last, Fields.same(last.name, element.name) {
                 unique[unique.count - 1] = element
             } else {
                 unique.append(element)
@@ -38,6 +38,12 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
         lhs.utf8.lexicographicallyPrecedes(rhs.utf8)
     }
 
+    /// Names are the same when their UTF-8 bytes are (Swift's `==` would
+    /// also equate canonically equivalent spellings, which the format keeps apart).
+    public static func same(_ lhs: String, _ rhs: String) -> Bool {
+        lhs.utf8.elementsEqual(rhs.utf8)
+    }
+
     public var startIndex: Int { elements.startIndex }
     public var endIndex: Int { elements.endIndex }
     public subscript(position: Int) -> Element { elements[position] }
@@ -46,11 +52,11 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
     public subscript(name: String) -> Value? {
         get {
             let index = insertionIndex(of: name)
-            return index < elements.count && elements[index].name == name ? elements[index].value : nil
+            return index < elements.count && Fields.same(elements[index].name, name) ? elements[index].value : nil
         }
         set {
             let index = insertionIndex(of: name)
-            let present = index < elements.count && elements[index].name == name
+            let present = index < elements.count && Fields.same(elements[index].name, name)
             switch (present, newValue) {
             case (true, let value?): elements[index].value = value
             case (true, nil): elements.remove(at: index)
@@ -67,10 +73,6 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
         return merged
     }
 
-    public var dictionary: [String: Value] {
-        Dictionary(uniqueKeysWithValues: elements.map { ($0.name, $0.value) })
-    }
-
     private func insertionIndex(of name: String) -> Int {
         var low = 0
         var high = elements.count
@@ -83,13 +85,13 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
 
     public static func == (lhs: Fields, rhs: Fields) -> Bool {
         lhs.elements.count == rhs.elements.count
-            && zip(lhs.elements, rhs.elements).allSatisfy { $0.name == $1.name && $0.value == $1.value }
+            && zip(lhs.elements, rhs.elements).allSatisfy { Fields.same($0.name, $1.name) && $0.value == $1.value }
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(elements.count)
         for element in elements {
-            hasher.combine(element.name)
+            hasher.combine(Value.string(element.name))
             hasher.combine(element.value)
         }
     }
@@ -98,7 +100,7 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
 extension Fields {
     /// A u32 count, then each name (u32 length + UTF-8) and value, ascending.
     public func encode(into writer: inout ByteWriter) {
-        writer.write(bigEndian: UInt32(elements.count))
+        writer.write(bigEndian: UInt32(clamping: elements.count))
         for element in elements {
             writer.write(lengthPrefixed: element.name)
             element.value.encode(into: &writer)

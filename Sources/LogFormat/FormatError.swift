@@ -33,7 +33,7 @@ public struct FormatError: Error, Equatable, Sendable, CustomStringConvertible {
         public static let depthExceeded = Code("nesting too deep")
         /// The offset stored in the entry is not the key it was read from.
         public static let offsetMismatch = Code("offset mismatch")
-        /// A field breaks a rule of the format (for example an empty entity type).
+        /// A field breaks a rule of the format (an entry offset of 0).
         public static let invalidField = Code("invalid field")
     }
 

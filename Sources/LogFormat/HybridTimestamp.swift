@@ -16,10 +16,12 @@ public struct HybridTimestamp: Hashable, Comparable, Sendable, CustomStringConve
     public var logical: UInt16 { UInt16(truncatingIfNeeded: rawValue) }
 
     /// The next reading after `self` given a wall clock reading in milliseconds:
-    /// the wall clock if it moved ahead, otherwise one logical tick.
+    /// the wall clock if it moved ahead, otherwise one logical tick. At the
+    /// end of the range (the year 10889, or a damaged entry) it stays there
+    /// rather than wrap.
     public func next(wallClockMilliseconds: UInt64) -> HybridTimestamp {
         let candidate = HybridTimestamp(milliseconds: min(wallClockMilliseconds, (1 << 48) - 1), logical: 0)
-        return candidate > self ? candidate : HybridTimestamp(rawValue: rawValue + 1)
+        return candidate > self ? candidate : HybridTimestamp(rawValue: rawValue == .max ? .max : rawValue + 1)
     }
 
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }

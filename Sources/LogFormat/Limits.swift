@@ -1,6 +1,8 @@
-/// The bounds of the format. Each is part of the specification
-/// (`Format/limits.md`); a reader refuses anything past them with a
-/// `FormatError` rather than allocating or recursing without bound.
+/// The bounds of the format (`Format/limits.md`). The codec enforces the
+/// entry size and the nesting depth on both encode and decode, so it never
+/// allocates or recurses without bound and never writes what it would refuse.
+/// The name and key lengths are enforced where names enter the store (its
+/// API and pulled changes), because they exist for LMDB's key limit.
 public enum Limits {
     /// The largest entry body in bytes (4 MiB). Entries are single intents or
     /// server changes; anything larger belongs in a blob store, and the bound

@@ -51,18 +51,24 @@ public struct UUIDv7: Hashable, Comparable, Sendable, CustomStringConvertible {
         return [0..<8, 8..<12, 12..<16, 16..<20, 20..<32].map { String(characters[$0]) }.joined(separator: "-")
     }
 
+    /// Parses exactly the 8-4-4-4-12 form (hex digits of either case).
     public init?(uuidString: String) {
-        let hex = uuidString.filter { $0 != "-" }
-        guard uuidString.count == 36, hex.count == 32 else { return nil }
-        var bytes: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
+        let characters = Array(uuidString.utf8)
+        guard characters.count == 36 else { return nil }
+        var nibbles: [UInt8] = []
+        for (index, character) in characters.enumerated() {
+            if [8, 13, 18, 23].contains(index) {
+                guard character == UInt8(ascii: "-") else { return nil }
+                continue
+            }
+            switch character {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibbles.append(character - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibbles.append(character - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): nibbles.append(character - UInt8(ascii: "A") + 10)
+            default: return nil
+            }
         }
-        self.init(bytes: bytes)
+        self.init(bytes: stride(from: 0, to: 32, by: 2).map { nibbles[$0] << 4 | nibbles[$0 + 1] })
     }
 
     /// The 26-character ULID form (Crockford base32, uppercase).
@@ -108,10 +114,12 @@ extension UUIDv7 {
         public func next() -> UUIDv7 {
             let now = clock()
             let randomBits = random()
+            // A separate draw seeds the counter, so it shares no bits with rand_b.
+            let counterStart = random() >> 53  // 11 bits: room to count up
             let (milliseconds, counter) = state.withLock { state -> (UInt64, UInt64) in
                 if now > state.milliseconds {
                     state.milliseconds = now
-                    state.counter = randomBits >> 53  // 11 random bits: room to count up
+                    state.counter = counterStart
                 } else if state.counter < 0xFFF {
                     state.counter += 1
                 } else {

@@ -4,8 +4,8 @@ public enum Value: Hashable, Sendable {
     case null
     case bool(Bool)
     case int(Int64)
-    /// Any IEEE 754 double; the store's API refuses NaN and infinities because
-    /// they have no JSON form and NaN is not equal to itself.
+    /// Any IEEE 754 double. The store's API refuses NaN and infinities
+    /// because they have no JSON form; the codec keeps any bit pattern.
     case double(Double)
     case string(String)
     case bytes([UInt8])
@@ -16,14 +16,16 @@ public enum Value: Hashable, Sendable {
 
     /// Two values are equal when they would encode to the same bytes: doubles
     /// compare by bit pattern, so NaN equals itself (and `Hashable` stays
-    /// lawful) and 0.0 differs from -0.0, as a store that keeps exact bytes must.
+    /// lawful) and 0.0 differs from -0.0; strings compare by UTF-8 bytes, so
+    /// "é" and "e" with a combining accent differ, as a store that keeps exact
+    /// bytes must.
     public static func == (lhs: Value, rhs: Value) -> Bool {
         switch (lhs, rhs) {
         case (.null, .null): true
         case (.bool(let a), .bool(let b)): a == b
         case (.int(let a), .int(let b)): a == b
         case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
-        case (.string(let a), .string(let b)): a == b
+        case (.string(let a), .string(let b)): a.utf8.elementsEqual(b.utf8)
         case (.bytes(let a), .bytes(let b)): a == b
         case (.timestamp(let a), .timestamp(let b)): a == b
         case (.array(let a), .array(let b)): a == b
@@ -38,7 +40,7 @@ public enum Value: Hashable, Sendable {
         case .bool(let flag): hasher.combine(flag)
         case .int(let number): hasher.combine(number)
         case .double(let number): hasher.combine(number.bitPattern)
-        case .string(let text): hasher.combine(text)
+        case .string(let text): hasher.combine(text.utf8.count); for byte in text.utf8 { hasher.combine(byte) }
         case .bytes(let data): hasher.combine(data)
         case .timestamp(let micros): hasher.combine(micros)
         case .array(let elements): hasher.combine(elements)
@@ -93,7 +95,7 @@ extension Value {
             writer.write(bigEndian: micros)
         case .array(let elements):
             writer.write(Tag.array.rawValue)
-            writer.write(bigEndian: UInt32(elements.count))
+            writer.write(bigEndian: UInt32(clamping: elements.count))
             for element in elements { element.encode(into: &writer) }
         case .object(let fields):
             writer.write(Tag.object.rawValue)

@@ -51,6 +51,7 @@ public struct EntryScanner {
         let end = self.end
         let log = self.log
         try log.environment.read { txn in
+            let compactedBelow = try log.compactedBelow(txn)
             try txn.withCursor(log.logDatabase) { cursor in
                 var item = try cursor.seek(atLeast: OffsetKey.encode(expected))
                 while let (key, value) = item, chunk.count < EventLog.scanChunkCountMax {
@@ -59,11 +60,10 @@ public struct EntryScanner {
                         reachedEnd = true
                         return
                     }
-                    guard entry.offset == expected else {
-                        throw LogStoreError.gap(expected: expected, found: entry.offset, path: log.path)
-                    }
+                    try EventLog.checkDensity(
+                        expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: log.path)
                     chunk.append(entry)
-                    expected += 1
+                    expected = entry.offset + 1
                     item = try cursor.next()
                 }
                 if item == nil { reachedEnd = true }

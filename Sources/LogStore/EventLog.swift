@@ -38,6 +38,9 @@ public final class EventLog: Sendable {
     let environment: Environment
     let logDatabase: Database
     let metaDatabase: Database
+    /// Databases derived from the log, by name; nil where a read-only store
+    /// does not have one yet.
+    let derivedDatabases: [String: Database?]
     private let committer: GroupCommitter?
     private let position: CommittedPosition
 
@@ -46,7 +49,17 @@ public final class EventLog: Sendable {
     ///   directory that is not a store, when not creating),
     ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged);
     ///   `LMDBError` for `Environment.init`'s reasons.
-    public init(path: String, options: Options = Options()) throws {
+    public convenience init(path: String, options: Options = Options()) throws {
+        try self.init(path: path, options: options, derivedDatabases: [], onCommit: nil)
+    }
+
+    /// Opens the log and, in the same setup transaction, the derived
+    /// databases a `Store` keeps beside it. `onCommit` runs on the writer
+    /// thread after every commit that had effects.
+    init(
+        path: String, options: Options, derivedDatabases: [String],
+        onCommit: (@Sendable (CommitEffects) -> Void)?
+    ) throws {
         var environmentOptions = Environment.Options()
         environmentOptions.durability = options.durability
         environmentOptions.readOnly = options.readOnly
@@ -66,14 +79,20 @@ public final class EventLog: Sendable {
         let (log, meta) = try EventLog.openDatabases(environment, create: !options.readOnly)
         logDatabase = log
         metaDatabase = meta
+        var derived: [String: Database?] = [:]
+        for name in derivedDatabases {
+            derived[name] = try environment.openDatabase(name, create: !options.readOnly)
+        }
+        self.derivedDatabases = derived
         let initial = try environment.read { txn in try EventLog.lastPosition(txn, log: log, path: environment.path) }
         let position = CommittedPosition(initial)
         self.position = position
         committer =
             options.readOnly
             ? nil
-            : GroupCommitter(environment: environment, log: log, position: initial) { committed, jobs in
+            : GroupCommitter(environment: environment, log: log, position: initial) { committed, jobs, effects in
                 position.record(committed, jobs: jobs)
+                if !effects.isEmpty { onCommit?(effects) }
             }
     }
 
@@ -246,6 +265,21 @@ extension EventLog {
                     try EventLog.decode(key: key, value: value, path: path)
                 }
             }
+        }
+    }
+
+    /// The compaction watermark read inside `txn` (0 if never compacted).
+    func compactedBelow(_ txn: borrowing Transaction) throws -> UInt64 {
+        try StoreFormat.compactedBelowKey.withUnsafeBytes { key in
+            try txn.withValue(metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
+        } ?? 0
+    }
+
+    /// Checks that `found` may follow `expected`: equal, or a hole that lies
+    /// wholly below the compaction watermark.
+    static func checkDensity(expected: UInt64, found: UInt64, compactedBelow: UInt64, path: String) throws {
+        guard found == expected || (found > expected && found <= compactedBelow) else {
+            throw LogStoreError.gap(expected: expected, found: found, path: path)
         }
     }
 

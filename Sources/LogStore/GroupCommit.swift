@@ -30,11 +30,11 @@ final class GroupCommitter: @unchecked Sendable {
     private let log: Database
     /// Called on the writer thread after each commit with the new position
     /// and the number of jobs the commit carried.
-    private let onCommit: @Sendable (WriteContext.Position, Int) -> Void
+    private let onCommit: @Sendable (WriteContext.Position, Int, CommitEffects) -> Void
 
     init(
         environment: Environment, log: Database, position: WriteContext.Position,
-        onCommit: @escaping @Sendable (WriteContext.Position, Int) -> Void
+        onCommit: @escaping @Sendable (WriteContext.Position, Int, CommitEffects) -> Void
     ) {
         self.environment = environment
         self.log = log
@@ -91,7 +91,7 @@ final class GroupCommitter: @unchecked Sendable {
         while !pending.isEmpty {
             var failed: Int?
             do {
-                let position = try environment.write { txn in
+                let (position, effects) = try environment.write { txn in
                     failed = nil
                     var context = WriteContext(log: log, position: committed)
                     for (index, job) in pending.enumerated() {
@@ -105,10 +105,12 @@ final class GroupCommitter: @unchecked Sendable {
                             throw error
                         }
                     }
-                    return context.position
+                    return (context.position, context.effects)
                 }
                 committed = position
-                onCommit(position, pending.count)
+                var published = effects
+                published.offset = position.lastOffset
+                onCommit(position, pending.count, published)
                 for job in pending { job.succeed() }
                 return
             } catch {
@@ -174,16 +176,37 @@ struct WriteContext {
         self.position = position
     }
 
+    /// What the jobs of this transaction did that observers hear about once
+    /// it commits.
+    var effects = CommitEffects()
+
     /// Appends one entry and returns its offset.
     /// - Throws: `FormatError` (the body is over a limit) or `LMDBError`.
     mutating func append(_ body: EntryBody, in txn: borrowing Transaction) throws -> UInt64 {
+        try appendEntry(body, in: txn).offset
+    }
+
+    /// Appends one entry and returns it as written (offset and timestamp).
+    mutating func appendEntry(_ body: EntryBody, in txn: borrowing Transaction) throws -> Entry {
         let offset = position.lastOffset + 1
         let timestamp = position.lastTimestamp.next(wallClockMilliseconds: wallClock)
-        let bytes = try EntryCodec.encode(Entry(offset: offset, timestamp: timestamp, body: body))
+        let entry = Entry(offset: offset, timestamp: timestamp, body: body)
+        let bytes = try EntryCodec.encode(entry)
         let key = OffsetKey.encode(offset)
         try txn.put(log, key: key, value: bytes, flags: .append)
         precondition(offset == position.lastOffset + 1, "offsets must be dense")
         position = Position(lastOffset: offset, lastTimestamp: timestamp)
-        return offset
+        return entry
     }
+}
+
+/// What committed transactions tell observers: which entity types changed
+/// and which events the app must hear of.
+struct CommitEffects: Sendable {
+    /// The log's last offset once the transaction committed.
+    var offset: UInt64 = 0
+    var touchedTypes: Set<String> = []
+    var events: [StoreEvent] = []
+
+    var isEmpty: Bool { touchedTypes.isEmpty && events.isEmpty }
 }

@@ -19,6 +19,15 @@ public struct LogStoreError: Error, Equatable, Sendable, CustomStringConvertible
         public static let gap = Code("gap in the log")
         /// The store is closed.
         public static let closed = Code("store closed")
+        /// An argument breaks a documented rule (names, sizes, values).
+        public static let invalidArgument = Code("invalid argument")
+        /// No visible entity has that type and id.
+        public static let notFound = Code("not found")
+        /// A visible entity already has that type and id.
+        public static let alreadyExists = Code("already exists")
+        /// The derived databases are missing or from another version, and
+        /// the store is open read-only so they cannot be rebuilt.
+        public static let projectionsStale = Code("projections stale")
     }
 
     public var code: Code
@@ -46,6 +55,6 @@ public struct LogStoreError: Error, Equatable, Sendable, CustomStringConvertible
 
     public var description: String {
         let place = offset.map { "\(path) at offset \($0)" } ?? path
-        return "\(place): \(code): \(detail)"
+        return place.isEmpty ? "\(code): \(detail)" : "\(place): \(code): \(detail)"
     }
 }

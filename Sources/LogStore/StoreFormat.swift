@@ -12,6 +12,9 @@ enum StoreFormat {
     static let storeVersion: UInt32 = 1
     /// `meta` key holding the store's 16-byte UUIDv7, made when it was created.
     static let storeIDKey = Array("store-id".utf8)
+    /// `meta` key holding a u64: below this offset compaction may have left
+    /// holes in the log; from it on, offsets are dense.
+    static let compactedBelowKey = Array("compacted-below".utf8)
 
     static var marker: [UInt8] {
         var writer = ByteWriter(capacity: 12)
@@ -29,13 +32,19 @@ enum StoreFormat {
 
 /// Log offsets as LMDB keys: 8 bytes big-endian, so key order is log order.
 enum OffsetKey {
-    static func encode(_ offset: UInt64) -> [UInt8] {
-        withUnsafeBytes(of: offset.bigEndian) { Array($0) }
-    }
+    static func encode(_ offset: UInt64) -> [UInt8] { offset.bigEndianBytes }
 
     /// Nil unless the key is exactly 8 bytes.
-    static func decode(_ key: UnsafeRawBufferPointer) -> UInt64? {
-        guard key.count == 8 else { return nil }
-        return UInt64(bigEndian: key.loadUnaligned(as: UInt64.self))
+    static func decode(_ key: UnsafeRawBufferPointer) -> UInt64? { UInt64(bigEndianBytes: key) }
+}
+
+extension UInt64 {
+    /// The 8 big-endian bytes of the value.
+    var bigEndianBytes: [UInt8] { withUnsafeBytes(of: bigEndian) { Array($0) } }
+
+    /// Nil unless `bytes` is exactly 8 bytes.
+    init?(bigEndianBytes bytes: UnsafeRawBufferPointer) {
+        guard bytes.count == 8 else { return nil }
+        self.init(bigEndian: bytes.loadUnaligned(as: UInt64.self))
     }
 }

@@ -77,3 +77,21 @@ public struct RandomEntries {
             timestamp: HybridTimestamp(rawValue: random.next()), body: body())
     }
 }
+
+extension RandomEntries {
+    /// Fields the store's API accepts: names from a small set (so updates
+    /// overlap and merge), finite doubles, nesting well within the limit.
+    public mutating func storeFields(countMax: Int = 4) -> Fields {
+        let names = ["a", "b", "c", "title", "é"]
+        return Fields((0..<int(0...countMax)).map { _ in (names[int(0...names.count - 1)], finite(value())) })
+    }
+
+    private func finite(_ value: Value) -> Value {
+        switch value {
+        case .double(let number) where !number.isFinite: .double(0)
+        case .array(let elements): .array(elements.map(finite))
+        case .object(let fields): .object(Fields(fields.map { (name: String, value: Value) in (name.isEmpty || name.hasPrefix("$") ? "k" + name : name, finite(value)) }))
+        default: value
+        }
+    }
+}

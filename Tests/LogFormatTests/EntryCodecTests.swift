@@ -78,19 +78,18 @@ import Testing
         #expect(throws: FormatError.self) { try EntryCodec.encode(entry) }
     }
 
-    @Test func nestingPastTheLimitIsRefused() throws {
-        var value = Value.null
-        for _ in 0...Limits.valueDepthMax { value = .array([value]) }
-        let entry = Entry(
-            offset: 1, timestamp: .init(rawValue: 1),
-            body: .intent(Intent(.create, idempotencyKey: "k", entityType: "t", entityID: "i", fields: ["v": value])))
-        let bytes = try EntryCodec.encode(entry)
-        do {
-            _ = try EntryCodec.decode(bytes)
-            Issue.record("decoded a value nested \(Limits.valueDepthMax + 1) deep")
-        } catch {
-            #expect(error.code == .depthExceeded)
+    @Test func nestingAtTheLimitRoundTripsAndPastItIsRefused() throws {
+        func nested(_ depth: Int) -> Entry {
+            var value = Value.null
+            for level in 0..<depth { value = level % 2 == 0 ? .array([value]) : .object(["k": value]) }
+            return Entry(
+                offset: 1, timestamp: .init(rawValue: 1),
+                body: .intent(Intent(.create, idempotencyKey: "k", entityType: "t", entityID: "i", fields: ["v": value])))
         }
+        let deepest = nested(Limits.valueDepthMax)
+        #expect(try EntryCodec.decode(EntryCodec.encode(deepest)) == deepest)
+        let error = #expect(throws: FormatError.self) { try EntryCodec.encode(nested(Limits.valueDepthMax + 1)) }
+        #expect(error?.code == .depthExceeded)
     }
 
     @Test func valueEqualityIsBitwise() {

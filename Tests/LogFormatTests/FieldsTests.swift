@@ -23,15 +23,6 @@ import Testing
         #expect(base.merging(["b": 3, "c": 4]) == ["a": 1, "b": 3, "c": 4])
     }
 
-    @Test func crc32cCheckValue() {
-        #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
-        #expect(CRC32C.checksum([]) == 0)
-        // Continuing a checksum equals checksumming the concatenation.
-        let whole = CRC32C.checksum(Array("hello, world".utf8))
-        let split = CRC32C.checksum(Array(", world".utf8), continuing: CRC32C.checksum(Array("hello".utf8)))
-        #expect(whole == split)
-    }
-
     @Test func hybridTimestampsStrictlyIncrease() {
         var clock = HybridTimestamp(milliseconds: 1000, logical: 0)
         let next = clock.next(wallClockMilliseconds: 999)

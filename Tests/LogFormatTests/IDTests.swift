@@ -72,3 +72,27 @@ import Testing
         #expect(PrefixedID("no-separator") == nil)
     }
 }
+
+@Suite struct StrictParsingTests {
+    @Test func uuidStringsMustBeCanonical() {
+        #expect(UUIDv7(uuidString: "0190F0C8-A1B2-7C3D-8E4F-506172839405") != nil)
+        #expect(UUIDv7(uuidString: "0190f0c8a1b2-7c3d-8e4f-506172839405-") == nil)
+        #expect(UUIDv7(uuidString: "0190f0c8-a1b2-7c3d-8e4f-5061728394+5") == nil)
+        #expect(UUIDv7(uuidString: "0190f0c8-a1b2-7c3d-8e4f-50617283940g") == nil)
+    }
+
+    @Test func canonicallyEquivalentNamesStayApart() {
+        let composed = "\u{E9}"
+        let decomposed = "e\u{301}"
+        #expect(composed == decomposed)  // Swift's String equality
+        #expect(Value.string(composed) != Value.string(decomposed))
+        let fields = Fields([(composed, Value.int(1)), (decomposed, Value.int(2))])
+        #expect(fields.count == 2)
+        #expect(fields[composed] == 1 && fields[decomposed] == 2)
+        #expect(Fields([(composed, Value.int(1))]) != Fields([(decomposed, Value.int(1))]))
+    }
+
+    @Test func theHybridClockSaturatesInsteadOfTrapping() {
+        #expect(HybridTimestamp(rawValue: .max).next(wallClockMilliseconds: 0) == HybridTimestamp(rawValue: .max))
+    }
+}

@@ -192,7 +192,7 @@ struct JSONEntry {
             "resolution", "resolved_fields",
         ],
         .resync: ["reason"],
-        .snapshot: ["watermark", "cursor", "entity_type", "entity_id", "server_version", "fields"],
+        .snapshot: ["watermark", "cursor", "entity_type", "entity_id", "server_version", "deleted", "fields"],
     ]
 
     func entry() throws -> Entry {
@@ -236,7 +236,8 @@ struct JSONEntry {
                 Snapshot(
                     watermark: try u64("watermark"), cursor: try string("cursor"),
                     entityType: try string("entity_type"), entityID: try string("entity_id"),
-                    serverVersion: try u64("server_version"), fields: try fields("fields")))
+                    serverVersion: try u64("server_version"), deleted: try bool("deleted"),
+                    fields: try fields("fields")))
         }
     }
 
@@ -245,7 +246,7 @@ struct JSONEntry {
             "pending": .pending, "keep_local": .keepLocal, "keep_remote": .keepRemote, "merged": .merged,
             "custom": .custom,
         ]
-        guard let deleted = object["server_deleted"] as? Bool else { throw problem("server_deleted is not a bool") }
+        let deleted = try bool("server_deleted")
         return Conflict(
             intentOffset: try u64("intent_offset"), entityType: try string("entity_type"),
             entityID: try string("entity_id"), serverVersion: try u64("server_version"), serverDeleted: deleted,
@@ -255,6 +256,11 @@ struct JSONEntry {
 
     private func problem(_ message: String) -> VectorError {
         VectorError(description: "\(vector): \(message)")
+    }
+
+    private func bool(_ key: String) throws -> Bool {
+        guard let flag = object[key] as? Bool else { throw problem("\(key) is not a bool") }
+        return flag
     }
 
     private func u64(_ key: String) throws -> UInt64 {

@@ -1,0 +1,103 @@
+import LogFormat
+
+/// One entity's row in the `entities` database (`Format/storage.md`,
+/// "Projections"): the state the server confirmed (base), the state the app
+/// sees (visible = base with the pending intents applied in log order), and
+/// the offsets of those pending intents.
+///
+/// A record whose base was deleted keeps its base version as a tombstone, so
+/// an older pulled change cannot bring the entity back.
+struct EntityRecord: Equatable {
+    static let layoutVersion: UInt8 = 1
+
+    /// The server version of `base`; 0 when the server never confirmed it.
+    var baseVersion: UInt64 = 0
+    /// nil when the server has no such entity (never had, or deleted it).
+    var base: Fields?
+    /// nil when the entity does not exist for the app.
+    var visible: Fields?
+    /// Offsets of un-acknowledged intents on this entity, ascending.
+    var pending: [UInt64] = []
+
+    /// Nothing worth keeping: no state, no pending intent, no tombstone.
+    var isEmpty: Bool { baseVersion == 0 && base == nil && visible == nil && pending.isEmpty }
+
+    func encoded() -> [UInt8] {
+        var writer = ByteWriter(capacity: 64)
+        writer.write(EntityRecord.layoutVersion)
+        writer.write((base != nil ? 1 : 0) | (visible != nil ? 2 : 0))
+        writer.write(bigEndian: baseVersion)
+        base?.encode(into: &writer)
+        visible?.encode(into: &writer)
+        writer.write(bigEndian: UInt32(pending.count))
+        for offset in pending { writer.write(bigEndian: offset) }
+        return writer.bytes
+    }
+
+    init() {}
+
+    init(decoding bytes: UnsafeRawBufferPointer) throws(FormatError) {
+        var reader = ByteReader(bytes)
+        let version = try reader.readByte("record version")
+        guard version == EntityRecord.layoutVersion else {
+            throw reader.error(.unsupportedVersion, "entity record version \(version)", at: 0)
+        }
+        let flags = try reader.readByte("record flags")
+        guard flags & ~3 == 0 else { throw reader.error(.invalidFlags, "record flags \(flags)", at: 1) }
+        baseVersion = try reader.read(UInt64.self, "base version")
+        if flags & 1 != 0 { base = try Fields.decode(from: &reader) }
+        if flags & 2 != 0 { visible = try Fields.decode(from: &reader) }
+        let count = try reader.readCount("pending count", minimumElementBytes: 8)
+        pending = []
+        pending.reserveCapacity(count)
+        for _ in 0..<count { pending.append(try reader.read(UInt64.self, "pending offset")) }
+        guard reader.remaining == 0 else { throw reader.error(.trailingBytes, "\(reader.remaining) bytes after the record") }
+    }
+}
+
+/// What the server confirmed about one entity, and the two rules that move
+/// it forward. Projections and compaction both use these rules.
+struct Confirmed: Equatable {
+    /// 0 when the server never confirmed anything.
+    var version: UInt64 = 0
+    /// nil when the server has no such entity (never had, or deleted it).
+    var fields: Fields?
+
+    /// A server change (pulled, or in a snapshot) at `version`; an older or
+    /// equal version is stale and changes nothing.
+    func applying(version: UInt64, state: Fields?) -> Confirmed {
+        version > self.version ? Confirmed(version: version, fields: state) : self
+    }
+
+    /// The server acknowledged `intent` at `version`. A base already at or
+    /// past that version includes the intent (it was pulled before the ack
+    /// arrived), so it is applied only over older bases.
+    func applying(ack intent: Intent, version: UInt64) -> Confirmed {
+        version > self.version ? Confirmed(version: version, fields: Projector.applying(intent, to: fields)) : self
+    }
+}
+
+extension EntityRecord {
+    var confirmed: Confirmed {
+        get { Confirmed(version: baseVersion, fields: base) }
+        set {
+            baseVersion = newValue.version
+            base = newValue.fields
+        }
+    }
+}
+
+/// Keys of the `entities` database: the type's UTF-8, a zero byte, the id's
+/// UTF-8. Types never contain a zero byte, so each type is one key range.
+enum EntityKey {
+    static func encode(type: String, id: String) -> [UInt8] {
+        Array(type.utf8) + [0] + Array(id.utf8)
+    }
+
+    static func prefix(type: String) -> [UInt8] { Array(type.utf8) + [0] }
+
+    /// The id part of a key that starts with `prefix`.
+    static func id(from key: UnsafeRawBufferPointer, prefixCount: Int) -> String {
+        String(decoding: UnsafeRawBufferPointer(rebasing: key[prefixCount...]), as: UTF8.self)
+    }
+}

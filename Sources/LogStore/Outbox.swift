@@ -1,0 +1,167 @@
+import LMDB
+import LogFormat
+
+/// The attempt state of one pending intent, the value of the `outbox`
+/// database (keyed by the intent's offset). It is the only derived state not
+/// rebuilt exactly by replay: retry timers start over, which is harmless.
+public struct OutboxState: Sendable, Equatable {
+    public enum Status: UInt8, Sendable {
+        /// Waiting to be pushed (now, or at `nextAttemptAt`).
+        case pending = 0
+        /// Out of retries; waits for the app (`Store.retryFailed`).
+        case failed = 1
+    }
+
+    public var status = Status.pending
+    /// Failed push attempts so far.
+    public var attempts: UInt32 = 0
+    /// Unix milliseconds before which the intent is not due; 0 for now.
+    public var nextAttemptAt: UInt64 = 0
+    /// The last failure, for people ("" before the first).
+    public var lastError = ""
+
+    public init() {}
+
+    func encoded() -> [UInt8] {
+        var writer = ByteWriter(capacity: 24)
+        writer.write(status.rawValue)
+        writer.write(bigEndian: attempts)
+        writer.write(bigEndian: nextAttemptAt)
+        writer.write(lengthPrefixed: lastError)
+        return writer.bytes
+    }
+
+    init(decoding bytes: UnsafeRawBufferPointer) throws(FormatError) {
+        var reader = ByteReader(bytes)
+        let statusByte = try reader.readByte("outbox status")
+        guard let status = Status(rawValue: statusByte) else {
+            throw reader.error(.invalidTag, "outbox status \(statusByte)", at: 0)
+        }
+        self.status = status
+        attempts = try reader.read(UInt32.self, "attempts")
+        nextAttemptAt = try reader.read(UInt64.self, "next attempt")
+        lastError = try reader.readString("last error")
+        guard reader.remaining == 0 else { throw reader.error(.trailingBytes, "\(reader.remaining) bytes after the state") }
+    }
+}
+
+/// An intent waiting in the outbox, with the entry it came from.
+public struct PendingIntent: Sendable, Equatable {
+    public var offset: UInt64
+    public var timestamp: HybridTimestamp
+    public var intent: Intent
+    public var state: OutboxState
+}
+
+/// The server's answer to one pushed intent, as the outbox records it.
+public enum PushOutcome: Sendable, Equatable {
+    case acknowledged(Ack.Outcome, serverVersion: UInt64)
+    case rejected(code: String, message: String)
+}
+
+extension Store {
+    /// Pending intents in log order: at most `limit`, and only those due at
+    /// `now` (Unix milliseconds) unless `dueOnly` is false.
+    public func outbox(limit: Int = Int.max, dueAt now: UInt64? = nil) throws -> [PendingIntent] {
+        precondition(limit >= 0, "negative limit")
+        return try log.environment.read { txn in
+            var items: [PendingIntent] = []
+            try txn.forEach(projector.outbox) { key, value in
+                guard items.count < limit else { return false }
+                let state = try decodeOutboxState(value, key: key)
+                guard let offset = OffsetKey.decode(key) else { return true }
+                if let now, state.status != .pending || state.nextAttemptAt > now { return true }
+                let entry = try entryInside(txn, at: offset)
+                guard case .intent(let intent) = entry.body else {
+                    throw LogStoreError(.corruptEntry, path: path, offset: offset, "the outbox names a \(entry.kind) entry")
+                }
+                items.append(PendingIntent(offset: offset, timestamp: entry.timestamp, intent: intent, state: state))
+                return true
+            }
+            return items
+        }
+    }
+
+    /// How many intents wait in the outbox (pending or failed).
+    public func outboxCount() throws -> Int {
+        try log.environment.read { txn in try txn.count(projector.outbox) }
+    }
+
+    /// Records the server's answers: an ack or reject entry per intent, each
+    /// applied to the projections, all in one transaction. Answers for
+    /// intents no longer in the outbox (a repeated ack) are skipped.
+    /// - Returns: the offsets that were settled by this call.
+    @discardableResult
+    public func record(_ outcomes: [(offset: UInt64, outcome: PushOutcome)]) async throws -> [UInt64] {
+        let outcomes = outcomes.map { OutcomeItem(offset: $0.offset, outcome: $0.outcome) }
+        return try await write { txn, context, store in
+            var settled: [UInt64] = []
+            for item in outcomes where try txn.get(store.projector.outbox, key: OffsetKey.encode(item.offset)) != nil {
+                let body: EntryBody =
+                    switch item.outcome {
+                    case .acknowledged(let outcome, let version):
+                        .ack(Ack(intentOffset: item.offset, outcome: outcome, serverVersion: version))
+                    case .rejected(let code, let message):
+                        .reject(Reject(intentOffset: item.offset, code: code, message: message))
+                    }
+                try store.append(body, txn, &context)
+                settled.append(item.offset)
+            }
+            return settled
+        }
+    }
+
+    /// Schedules another attempt for a pending intent after a retryable
+    /// failure; after `attemptsMax` failures it is marked failed and a
+    /// `.retriesExhausted` event tells the app.
+    public func scheduleRetry(offset: UInt64, error: String, at time: UInt64, attemptsMax: UInt32) async throws {
+        try await write { txn, context, store in
+            let key = OffsetKey.encode(offset)
+            guard var state = try store.outboxState(txn, key: key) else { return }
+            state.attempts += 1
+            state.lastError = error
+            state.nextAttemptAt = time
+            if state.attempts >= attemptsMax {
+                state.status = .failed
+                let intent = try store.projector.readIntent(at: offset, txn)
+                context.effects.events.append(
+                    .retriesExhausted(offset: offset, entityType: intent.entityType, entityID: intent.entityID, lastError: error))
+            }
+            try txn.put(store.projector.outbox, key: key, value: state.encoded())
+        }
+    }
+
+    /// Makes failed intents pending again with a fresh attempt count.
+    public func retryFailed() async throws {
+        try await write { txn, _, store in
+            var failed: [([UInt8], OutboxState)] = []
+            try txn.forEach(store.projector.outbox) { key, value in
+                let state = try store.decodeOutboxState(value, key: key)
+                if state.status == .failed { failed.append(([UInt8](key), state)) }
+                return true
+            }
+            for (key, _) in failed {
+                try txn.put(store.projector.outbox, key: key, value: OutboxState().encoded())
+            }
+        }
+    }
+
+    func outboxState(_ txn: borrowing Transaction, key: [UInt8]) throws -> OutboxState? {
+        try key.withUnsafeBytes { raw in
+            try txn.withValue(projector.outbox, key: raw) { try decodeOutboxState($0, key: raw) }
+        }
+    }
+
+    func decodeOutboxState(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> OutboxState {
+        do {
+            return try OutboxState(decoding: value)
+        } catch {
+            throw LogStoreError(.corruptEntry, path: path, offset: OffsetKey.decode(key), "outbox: \(error)", formatError: error)
+        }
+    }
+}
+
+private struct OutcomeItem: Sendable {
+    var offset: UInt64
+    var outcome: PushOutcome
+}

@@ -1,0 +1,220 @@
+import LMDB
+import LogFormat
+
+/// Applies log entries to the derived databases. The incremental path (each
+/// write) and replay (rebuilding from the log) both go through `apply`, so
+/// they cannot drift apart; the model tests check it anyway.
+struct Projector: Sendable {
+    let log: Database
+    let meta: Database
+    let entities: Database
+    let outbox: Database
+    let idempotency: Database
+    let counts: Database
+    let path: String
+
+    /// Applies one entry. With `live` set (a write happening now), events for
+    /// the app are collected in `effects`; replay leaves them out because
+    /// they were delivered when the entries were first written.
+    func apply(_ entry: Entry, _ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool) throws {
+        switch entry.body {
+        case .intent(let intent):
+            let before = try load(intent.entityType, intent.entityID, txn)
+            var record = before ?? EntityRecord()
+            record.visible = Projector.applying(intent, to: record.visible)
+            record.pending.append(entry.offset)
+            try save(record, replacing: before, intent.entityType, intent.entityID, txn)
+            try txn.put(outbox, key: OffsetKey.encode(entry.offset), value: OutboxState().encoded())
+            try txn.put(idempotency, key: Array(intent.idempotencyKey.utf8), value: OffsetKey.encode(entry.offset))
+            effects.touchedTypes.insert(intent.entityType)
+        case .ack(let ack):
+            try settle(ack.intentOffset, txn, &effects) { record, intent in
+                record.confirmed = record.confirmed.applying(ack: intent, version: ack.serverVersion)
+            }
+        case .reject(let reject):
+            let intent = try settle(reject.intentOffset, txn, &effects) { _, _ in }
+            if live, let intent {
+                effects.events.append(
+                    .rejected(
+                        RejectedIntent(
+                            intentOffset: reject.intentOffset, operation: intent.operation,
+                            entityType: intent.entityType, entityID: intent.entityID, code: reject.code,
+                            message: reject.message)))
+            }
+        case .remote(let remote):
+            try confirm(
+                remote.entityType, remote.entityID, version: remote.serverVersion,
+                state: remote.operation == .upsert ? remote.fields : nil, txn, &effects)
+            try txn.put(meta, key: MetaKey.cursor, value: Array(remote.cursor.utf8))
+        case .snapshot(let snapshot):
+            if !snapshot.entityType.isEmpty {
+                try confirm(
+                    snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion,
+                    state: snapshot.deleted ? nil : snapshot.fields, txn, &effects)
+            }
+            if snapshot.cursor.isEmpty {
+                try txn.delete(meta, key: MetaKey.cursor)
+            } else {
+                try txn.put(meta, key: MetaKey.cursor, value: Array(snapshot.cursor.utf8))
+            }
+        case .resync:
+            try resetBase(txn, &effects)
+        case .conflict(let conflict):
+            if live { effects.events.append(.conflict(offset: entry.offset, conflict)) }
+        }
+    }
+
+    /// The state after `intent`: a create sets every field, an update merges
+    /// its fields into an existing entity (and cannot bring back a missing
+    /// one), a delete removes it.
+    static func applying(_ intent: Intent, to state: Fields?) -> Fields? {
+        switch intent.operation {
+        case .create: intent.fields
+        case .update: state?.merging(intent.fields)
+        case .delete: nil
+        }
+    }
+
+    /// Takes the intent at `offset` out of the pending set (acked or
+    /// rejected), lets `confirm` update the base, and recomputes the visible
+    /// state. An intent no longer pending (a repeated ack) changes nothing.
+    @discardableResult
+    private func settle(
+        _ offset: UInt64, _ txn: borrowing Transaction, _ effects: inout CommitEffects,
+        confirm: (inout EntityRecord, Intent) -> Void
+    ) throws -> Intent? {
+        let intent = try readIntent(at: offset, txn)
+        guard let before = try load(intent.entityType, intent.entityID, txn),
+            let index = before.pending.firstIndex(of: offset)
+        else { return nil }
+        var record = before
+        record.pending.remove(at: index)
+        confirm(&record, intent)
+        record.visible = try fold(record.base, record.pending, txn)
+        try save(record, replacing: before, intent.entityType, intent.entityID, txn)
+        try txn.delete(outbox, key: OffsetKey.encode(offset))
+        effects.touchedTypes.insert(intent.entityType)
+        return intent
+    }
+
+    /// The server confirmed `state` (nil: deleted) at `version`. Older
+    /// versions than the base are stale and ignored.
+    private func confirm(
+        _ type: String, _ id: String, version: UInt64, state: Fields?, _ txn: borrowing Transaction,
+        _ effects: inout CommitEffects
+    ) throws {
+        let before = try load(type, id, txn)
+        var record = before ?? EntityRecord()
+        let confirmed = record.confirmed.applying(version: version, state: state)
+        guard confirmed != record.confirmed else { return }
+        record.confirmed = confirmed
+        record.visible = try fold(record.base, record.pending, txn)
+        try save(record, replacing: before, type, id, txn)
+        effects.touchedTypes.insert(type)
+    }
+
+    /// Full resync: forget everything the server confirmed (tombstones too)
+    /// and the pull cursor; pending intents stay and are applied over nothing.
+    private func resetBase(_ txn: borrowing Transaction, _ effects: inout CommitEffects) throws {
+        // Collect first: writing while a cursor walks the same database
+        // would move the cursor.
+        var records: [([UInt8], EntityRecord)] = []
+        try txn.forEach(entities) { key, value in
+            records.append(([UInt8](key), try decodeRecord(value, key: [UInt8](key))))
+            return true
+        }
+        for (key, before) in records {
+            let (type, id) = EntityKey.split(key)
+            var record = before
+            record.base = nil
+            record.baseVersion = 0
+            record.visible = try fold(nil, record.pending, txn)
+            try save(record, replacing: before, type, id, txn)
+            effects.touchedTypes.insert(type)
+        }
+        try txn.delete(meta, key: MetaKey.cursor)
+    }
+
+    /// Base with the pending intents applied in log order.
+    func fold(_ base: Fields?, _ pending: [UInt64], _ txn: borrowing Transaction) throws -> Fields? {
+        var state = base
+        for offset in pending { state = Projector.applying(try readIntent(at: offset, txn), to: state) }
+        return state
+    }
+
+    func readIntent(at offset: UInt64, _ txn: borrowing Transaction) throws -> Intent {
+        let entry = try OffsetKey.encode(offset).withUnsafeBytes { key in
+            try txn.withValue(log, key: key) { value in try EventLog.decode(key: key, value: value, path: path) }
+        }
+        guard let entry, case .intent(let intent) = entry.body else {
+            throw LogStoreError(
+                .corruptEntry, path: path, offset: offset, "an ack or reject names offset \(offset), which is not an intent")
+        }
+        return intent
+    }
+
+    func load(_ type: String, _ id: String, _ txn: borrowing Transaction) throws -> EntityRecord? {
+        let key = EntityKey.encode(type: type, id: id)
+        return try key.withUnsafeBytes { raw in
+            try txn.withValue(entities, key: raw) { value in try decodeRecord(value, key: key) }
+        }
+    }
+
+    func decodeRecord(_ value: UnsafeRawBufferPointer, key: [UInt8]) throws -> EntityRecord {
+        do {
+            return try EntityRecord(decoding: value)
+        } catch {
+            let (type, id) = EntityKey.split(key)
+            throw LogStoreError(.corruptEntry, path: path, "entity \(type)/\(id): \(error)", formatError: error)
+        }
+    }
+
+    /// Writes the record (or removes an empty one) and keeps the per-type
+    /// count of visible entities in step. `before` is the record it replaces.
+    func save(
+        _ record: EntityRecord, replacing before: EntityRecord?, _ type: String, _ id: String,
+        _ txn: borrowing Transaction
+    ) throws {
+        let key = EntityKey.encode(type: type, id: id)
+        let wasVisible = before?.visible != nil
+        if record.isEmpty {
+            try txn.delete(entities, key: key)
+        } else {
+            try txn.put(entities, key: key, value: record.encoded())
+        }
+        let isVisible = record.visible != nil
+        if wasVisible != isVisible {
+            let count = try visibleCount(type, txn) + (isVisible ? 1 : -1)
+            precondition(count >= 0, "visible count of \(type) below zero")
+            if count == 0 {
+                try txn.delete(counts, key: Array(type.utf8))
+            } else {
+                try txn.put(counts, key: Array(type.utf8), value: UInt64(count).bigEndianBytes)
+            }
+        }
+    }
+
+    func visibleCount(_ type: String, _ txn: borrowing Transaction) throws -> Int {
+        let key = Array(type.utf8)
+        return try key.withUnsafeBytes { key in
+            try txn.withValue(counts, key: key) { value in UInt64(bigEndianBytes: value).map(Int.init) ?? 0 }
+        } ?? 0
+    }
+}
+
+/// Keys of the `meta` database besides the format marker.
+enum MetaKey {
+    /// The pull cursor of the last applied server change.
+    static let cursor = Array("cursor".utf8)
+    /// u32: the layout of the derived databases; a different value rebuilds them.
+    static let projectionVersion = Array("projection-version".utf8)
+    /// u64: the last log offset the derived databases reflect.
+    static let watermark = Array("projection-watermark".utf8)
+}
+
+extension EntityKey {
+    static func split(_ key: [UInt8]) -> (type: String, id: String) {
+        guard let zero = key.firstIndex(of: 0) else { return (String(decoding: key, as: UTF8.self), "") }
+        return (String(decoding: key[..<zero], as: UTF8.self), String(decoding: key[(zero + 1)...], as: UTF8.self))
+    }
+}

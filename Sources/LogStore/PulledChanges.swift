@@ -1,0 +1,178 @@
+import LMDB
+import LogFormat
+
+/// One change in a pulled page: the entity's full server state after it.
+public struct PulledChange: Sendable, Equatable {
+    public var operation: Remote.Operation
+    public var entityType: String
+    public var entityID: String
+    public var serverVersion: UInt64
+    /// The entity's fields (empty for a delete).
+    public var fields: Fields
+
+    public init(_ operation: Remote.Operation, entityType: String, entityID: String, serverVersion: UInt64, fields: Fields = [:]) {
+        self.operation = operation
+        self.entityType = entityType
+        self.entityID = entityID
+        self.serverVersion = serverVersion
+        self.fields = fields
+    }
+}
+
+extension Store {
+    /// Applies a pulled page in one transaction: a `remote` entry per
+    /// change, the projection updates, and the new cursor (carried by the
+    /// entries) commit together, or nothing does. An empty page changes
+    /// nothing, so the cursor stays where it was.
+    /// - Throws: `LogStoreError.invalidArgument` for a change whose type, id
+    ///   or fields break the rules; nothing of the page is applied then.
+    public func applyPulledPage(_ changes: [PulledChange], cursor: String) async throws {
+        for change in changes {
+            try Validation.entityType(change.entityType)
+            try Validation.entityID(change.entityID)
+            try Validation.fields(change.fields)
+        }
+        guard !changes.isEmpty else { return }
+        try await write { txn, context, store in
+            for change in changes {
+                try store.append(
+                    .remote(
+                        Remote(
+                            cursor: cursor, change.operation, entityType: change.entityType, entityID: change.entityID,
+                            serverVersion: change.serverVersion, fields: change.operation == .delete ? [:] : change.fields)),
+                    txn, &context)
+            }
+        }
+    }
+
+    /// Starts a full resync: forgets the server-confirmed state and the pull
+    /// cursor (pending intents stay), so the next pull starts from scratch.
+    public func resync(reason: String) async throws {
+        try await write { txn, context, store in try store.append(.resync(reason: reason), txn, &context) }
+    }
+}
+
+// MARK: - Replay
+
+extension Store {
+    /// Rebuilds every derived database (projections, outbox, idempotency
+    /// index, counts, cursor) from the log alone, a chunk of entries per
+    /// transaction. Outbox retry timers start over.
+    public func rebuildProjections() async throws {
+        // Straight to the log's writer: `write` would stamp the watermark
+        // with the last offset, which is what replay must not do.
+        try await log.perform { txn, _ in try self.clearDerived(txn) }
+        while try await log.perform({ txn, _ in try self.replayChunk(txn) }) {}
+    }
+
+    /// Opening: rebuild if the derived databases have another version,
+    /// otherwise apply what the log has past their watermark.
+    func bringProjectionsUpToDate() throws {
+        let (version, watermark) = try projectionState()
+        let last = try log.lastOffset()
+        if version != Store.projectionVersion {
+            _ = try log.performBlocking { txn, _ in try self.clearDerived(txn) }
+        } else if watermark == last {
+            return
+        }
+        // Each chunk makes progress, so this runs at most last / chunk + 1 times.
+        while try log.performBlocking({ txn, _ in try self.replayChunk(txn) }) {}
+    }
+
+    func projectionState() throws -> (version: UInt32?, watermark: UInt64) {
+        try log.environment.read { txn in
+            let version = try txn.get(log.metaDatabase, key: MetaKey.projectionVersion).flatMap { bytes -> UInt32? in
+                bytes.count == 4 ? bytes.reduce(0) { $0 << 8 | UInt32($1) } : nil
+            }
+            let watermark = try MetaKey.watermark.withUnsafeBytes { key in
+                try txn.withValue(log.metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
+            }
+            return (version, watermark ?? 0)
+        }
+    }
+
+    private func clearDerived(_ txn: borrowing Transaction) throws {
+        for database in [projector.entities, projector.outbox, projector.idempotency, projector.counts] {
+            try txn.removeAll(database)
+        }
+        try txn.delete(log.metaDatabase, key: MetaKey.cursor)
+        var version = ByteWriter(capacity: 4)
+        version.write(bigEndian: Store.projectionVersion)
+        try txn.put(log.metaDatabase, key: MetaKey.projectionVersion, value: version.bytes)
+        try markWatermark(0, txn)
+    }
+
+    /// Applies up to `replayChunkCountMax` entries after the watermark.
+    /// - Returns: whether entries remain.
+    private func replayChunk(_ txn: borrowing Transaction) throws -> Bool {
+        let start = try MetaKey.watermark.withUnsafeBytes { key in
+            try txn.withValue(log.metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
+        } ?? 0
+        var expected = start + 1
+        var effects = CommitEffects()
+        var more = false
+        let projector = self.projector
+        let path = self.path
+        let compactedBelow = try log.compactedBelow(txn)
+        try txn.withCursor(log.logDatabase) { cursor in
+            var item = try cursor.seek(atLeast: OffsetKey.encode(expected))
+            var applied = 0
+            while let (key, value) = item {
+                guard applied < Store.replayChunkCountMax else {
+                    more = true
+                    return
+                }
+                let entry = try EventLog.decode(key: key, value: value, path: path)
+                try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
+                try projector.apply(entry, txn, &effects, live: false)
+                expected = entry.offset + 1
+                applied += 1
+                item = try cursor.next()
+            }
+        }
+        try markWatermark(expected - 1, txn)
+        return more
+    }
+}
+
+// MARK: - Comparing derived state
+
+/// The derived databases' contents, in key order: what replay must reproduce.
+/// Outbox values are left out (retry timers start over on replay, by
+/// design); the outbox's keys are kept.
+package struct DerivedTables: Equatable, Sendable {
+    package var entities: [[UInt8]] = []
+    package var counts: [[UInt8]] = []
+    package var idempotency: [[UInt8]] = []
+    package var outboxKeys: [[UInt8]] = []
+    package var cursor: [UInt8]?
+    package var watermark: UInt64 = 0
+}
+
+extension Store {
+    /// A copy of the derived databases, for comparing with a replay.
+    package func derivedTables() throws -> DerivedTables {
+        try log.environment.read { txn in
+            var tables = DerivedTables()
+            tables.entities = try rows(projector.entities, txn)
+            tables.counts = try rows(projector.counts, txn)
+            tables.idempotency = try rows(projector.idempotency, txn)
+            tables.outboxKeys = try rows(projector.outbox, txn, keysOnly: true)
+            tables.cursor = try txn.get(log.metaDatabase, key: MetaKey.cursor)
+            tables.watermark = try txn.get(log.metaDatabase, key: MetaKey.watermark)
+                .flatMap { bytes in bytes.withUnsafeBytes { UInt64(bigEndianBytes: $0) } } ?? 0
+            return tables
+        }
+    }
+
+    /// Keys and values (or keys only) of a database, flattened in key order.
+    private func rows(_ database: Database, _ txn: borrowing Transaction, keysOnly: Bool = false) throws -> [[UInt8]] {
+        var rows: [[UInt8]] = []
+        try txn.forEach(database) { key, value in
+            rows.append([UInt8](key))
+            if !keysOnly { rows.append([UInt8](value)) }
+            return true
+        }
+        return rows
+    }
+}

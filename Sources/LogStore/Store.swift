@@ -1,0 +1,301 @@
+import Foundation
+import LMDB
+import LogFormat
+
+/// What an app embeds: entities written offline and read back at once, with
+/// the log as the single source of truth.
+///
+/// Every write is one `intent` entry plus its projection update, committed
+/// together. Reads come from the projections: the server-confirmed state
+/// with the pending intents applied in log order.
+///
+/// Caveats:
+/// - Open a store at most once per process, and never use it after `fork()`.
+/// - A write returns after its commit; with `.full` durability it is on disk.
+/// - `changes(type:)` and `events()` buffer without bound for slow readers.
+public final class Store: Sendable {
+    /// The layout of the derived databases. A store whose derived databases
+    /// have another version is rebuilt from the log when opened writable.
+    public static let projectionVersion: UInt32 = 1
+    /// Log entries applied per transaction while replaying.
+    public static let replayChunkCountMax = 20_000
+    /// The most entities `all(type:after:limit:)` returns at once.
+    public static let pageCountMax = 10_000
+
+    static let derivedDatabaseNames = ["entities", "outbox", "idempotency", "counts"]
+
+    public let log: EventLog
+    let projector: Projector
+    private let changeFeed: Broadcast<StoreChange>
+    private let eventFeed: Broadcast<StoreEvent>
+
+    public var path: String { log.path }
+
+    /// Opens the store at `path`, creating it if allowed, and brings its
+    /// projections up to date with the log (a rebuild when their version
+    /// differs, otherwise the entries after their watermark).
+    /// - Throws: what `EventLog.init` throws; `LogStoreError.projectionsStale`
+    ///   for a read-only store whose projections are missing or out of date.
+    public init(path: String, options: EventLog.Options = .init()) throws {
+        let changeFeed = Broadcast<StoreChange>()
+        let eventFeed = Broadcast<StoreEvent>()
+        self.changeFeed = changeFeed
+        self.eventFeed = eventFeed
+        let log = try EventLog(
+            path: path, options: options, derivedDatabases: Store.derivedDatabaseNames,
+            onCommit: { effects in
+                for type in effects.touchedTypes.sorted() {
+                    changeFeed.publish(StoreChange(entityType: type, offset: effects.offset))
+                }
+                for event in effects.events { eventFeed.publish(event) }
+            })
+        self.log = log
+        let derived = Store.derivedDatabaseNames.compactMap { log.derivedDatabases[$0] ?? nil }
+        guard derived.count == Store.derivedDatabaseNames.count else {
+            throw LogStoreError(.projectionsStale, path: log.path, "the store has no projections; open it writable once")
+        }
+        projector = Projector(
+            log: log.logDatabase, meta: log.metaDatabase, entities: derived[0], outbox: derived[1],
+            idempotency: derived[2], counts: derived[3], path: log.path)
+        if options.readOnly {
+            let (version, watermark) = try projectionState()
+            guard version == Store.projectionVersion, watermark == (try log.lastOffset()) else {
+                throw LogStoreError(
+                    .projectionsStale, path: log.path,
+                    "projections are version \(version.map(String.init) ?? "none") at offset \(watermark); open the store writable to rebuild them")
+            }
+        } else {
+            try bringProjectionsUpToDate()
+        }
+    }
+
+    /// Finishes queued writes, ends the change and event streams, and closes.
+    public func close() {
+        log.close()
+        changeFeed.finish()
+        eventFeed.finish()
+    }
+
+    /// Values after each commit that touched entities of `type`.
+    public func changes(type: String) -> AsyncFilterSequence<AsyncStream<StoreChange>> {
+        changeFeed.subscribe().filter { $0.entityType == type }
+    }
+
+    /// Rejections, conflicts and exhausted retries, as they are committed.
+    public func events() -> AsyncStream<StoreEvent> { eventFeed.subscribe() }
+}
+
+// MARK: - Writing
+
+extension Store {
+    /// Creates an entity and returns its id: `id` if given, otherwise a new
+    /// time-ordered one (`te_01J...` when the type is a valid prefix).
+    /// - Throws: `LogStoreError` `.invalidArgument`, `.alreadyExists`.
+    @discardableResult
+    public func create(type: String, id: String? = nil, fields: Fields) async throws -> String {
+        var batch = WriteBatch()
+        let id = try batch.create(type: type, id: id, fields: fields)
+        try await write(batch)
+        return id
+    }
+
+    /// Changes the named fields of an existing entity (a `.null` value sets
+    /// the field to null; other fields are untouched).
+    /// - Throws: `LogStoreError` `.invalidArgument`, `.notFound`.
+    public func update(type: String, id: String, changes: Fields) async throws {
+        var batch = WriteBatch()
+        try batch.update(type: type, id: id, changes: changes)
+        try await write(batch)
+    }
+
+    /// Deletes an existing entity.
+    /// - Throws: `LogStoreError` `.invalidArgument`, `.notFound`.
+    public func delete(type: String, id: String) async throws {
+        var batch = WriteBatch()
+        try batch.delete(type: type, id: id)
+        try await write(batch)
+    }
+
+    /// Commits every operation of `batch` in one transaction, or none.
+    /// - Throws: the first operation's error (`.notFound`, `.alreadyExists`).
+    public func write(_ batch: WriteBatch) async throws {
+        guard !batch.operations.isEmpty else { return }
+        let operations = batch.operations
+        try await write { txn, context, store in
+            for operation in operations { try store.stage(operation, txn, &context) }
+        }
+    }
+
+    /// Runs `body` as one job of the writer, then records the projection
+    /// watermark, all in the job's transaction.
+    func write<Value: Sendable>(
+        _ body: @escaping @Sendable (borrowing Transaction, inout WriteContext, Store) throws -> Value
+    ) async throws -> Value {
+        try await log.perform { txn, context in
+            let value = try body(txn, &context, self)
+            try self.markWatermark(context.position.lastOffset, txn)
+            return value
+        }
+    }
+
+    /// Appends an entry and applies it to the projections.
+    func append(_ body: EntryBody, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
+        let entry = try context.appendEntry(body, in: txn)
+        try projector.apply(entry, txn, &context.effects, live: true)
+    }
+
+    private func stage(_ operation: WriteBatch.Operation, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
+        let record = try projector.load(operation.type, operation.id, txn)
+        let exists = record?.visible != nil
+        let intent: Intent
+        switch operation.kind {
+        case .create(let fields):
+            guard !exists else { throw LogStoreError(.alreadyExists, path: path, "\(operation.type)/\(operation.id) exists") }
+            intent = Intent(.create, idempotencyKey: operation.key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: fields)
+        case .update(let changes):
+            guard exists else { throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to update") }
+            intent = Intent(.update, idempotencyKey: operation.key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: changes)
+        case .delete:
+            guard exists else { throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to delete") }
+            intent = Intent(.delete, idempotencyKey: operation.key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0)
+        }
+        try append(.intent(intent), txn, &context)
+    }
+
+    func markWatermark(_ offset: UInt64, _ txn: borrowing Transaction) throws {
+        try txn.put(log.metaDatabase, key: MetaKey.watermark, value: offset.bigEndianBytes)
+    }
+}
+
+/// Operations to commit together with `Store.write(_:)`. Arguments are
+/// checked as they are added; existence is checked at commit.
+public struct WriteBatch: Sendable {
+    struct Operation: Sendable {
+        enum Kind: Sendable {
+            case create(Fields)
+            case update(Fields)
+            case delete
+        }
+
+        var kind: Kind
+        var type: String
+        var id: String
+        /// Made when the operation is added, so a rerun of the transaction
+        /// writes the same intent.
+        var key: String
+    }
+
+    private(set) var operations: [Operation] = []
+
+    public init() {}
+
+    /// Adds a create and returns the entity's id (given or new).
+    @discardableResult
+    public mutating func create(type: String, id: String? = nil, fields: Fields) throws -> String {
+        try Validation.entityType(type)
+        try Validation.fields(fields)
+        let id = id ?? WriteBatch.newID(type: type)
+        try Validation.entityID(id)
+        operations.append(Operation(kind: .create(fields), type: type, id: id, key: WriteBatch.newKey()))
+        return id
+    }
+
+    public mutating func update(type: String, id: String, changes: Fields) throws {
+        try Validation.entityType(type)
+        try Validation.entityID(id)
+        try Validation.fields(changes)
+        operations.append(Operation(kind: .update(changes), type: type, id: id, key: WriteBatch.newKey()))
+    }
+
+    public mutating func delete(type: String, id: String) throws {
+        try Validation.entityType(type)
+        try Validation.entityID(id)
+        operations.append(Operation(kind: .delete, type: type, id: id, key: WriteBatch.newKey()))
+    }
+
+    /// `te_01J...` for a type that is a valid ID prefix, else the bare ULID.
+    static func newID(type: String) -> String {
+        let id = UUIDv7.Generator.shared.next()
+        return PrefixedID(prefix: type, id: id)?.description ?? id.ulidString
+    }
+
+    static func newKey() -> String { UUIDv7.Generator.shared.next().uuidString }
+}
+
+// MARK: - Reading
+
+/// An entity as the app sees it.
+public struct Entity: Sendable, Equatable {
+    public var type: String
+    public var id: String
+    public var fields: Fields
+    /// The server version of the confirmed state under it (0: never confirmed).
+    public var serverVersion: UInt64
+    /// Intents on it that the server has not yet answered.
+    public var pendingIntentCount: Int
+
+    public var hasPendingChanges: Bool { pendingIntentCount > 0 }
+}
+
+extension Store {
+    /// The entity, or nil if it does not exist (or is deleted) for the app.
+    public func get(type: String, id: String) throws -> Entity? {
+        try log.environment.read { txn in
+            guard let record = try projector.load(type, id, txn), let fields = record.visible else { return nil }
+            return Entity(type: type, id: id, fields: fields, serverVersion: record.baseVersion, pendingIntentCount: record.pending.count)
+        }
+    }
+
+    /// Entities of `type` ordered by id, starting after `after` (exclusive),
+    /// at most `limit` (up to `pageCountMax`).
+    public func all(type: String, after: String? = nil, limit: Int = 100) throws -> [Entity] {
+        precondition(limit >= 0, "negative limit")
+        let limit = min(limit, Store.pageCountMax)
+        let prefix = EntityKey.prefix(type: type)
+        return try log.environment.read { txn in
+            var page: [Entity] = []
+            guard limit > 0 else { return page }
+            try txn.forEach(projector.entities, from: prefix + Array((after ?? "").utf8)) { key, value in
+                guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
+                let id = EntityKey.id(from: key, prefixCount: prefix.count)
+                if let after, id == after { return true }
+                let record = try projector.decodeRecord(value, key: [UInt8](key))
+                if let fields = record.visible {
+                    page.append(Entity(type: type, id: id, fields: fields, serverVersion: record.baseVersion, pendingIntentCount: record.pending.count))
+                }
+                return page.count < limit
+            }
+            return page
+        }
+    }
+
+    /// How many entities of `type` exist for the app.
+    public func count(type: String) throws -> Int {
+        try log.environment.read { txn in try projector.visibleCount(type, txn) }
+    }
+
+    /// The pull cursor of the last applied server change, or nil.
+    public func pullCursor() throws -> String? {
+        try log.environment.read { txn in
+            try txn.get(log.metaDatabase, key: MetaKey.cursor).map { String(decoding: $0, as: UTF8.self) }
+        }
+    }
+
+    /// The offset of the intent with this idempotency key, if it is known.
+    public func intentOffset(idempotencyKey: String) throws -> UInt64? {
+        try log.environment.read { txn in
+            try Array(idempotencyKey.utf8).withUnsafeBytes { key in
+                try txn.withValue(projector.idempotency, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
+            }
+        }
+    }
+
+    /// Reads an entry inside an open transaction.
+    func entryInside(_ txn: borrowing Transaction, at offset: UInt64) throws -> Entry {
+        let entry = try OffsetKey.encode(offset).withUnsafeBytes { key in
+            try txn.withValue(log.logDatabase, key: key) { value in try EventLog.decode(key: key, value: value, path: path) }
+        }
+        guard let entry else { throw LogStoreError(.gap, path: path, offset: offset, "no entry at offset \(offset)") }
+        return entry
+    }
+}

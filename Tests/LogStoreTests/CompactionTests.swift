@@ -1,0 +1,142 @@
+import Foundation
+import LogFormat
+@testable import LogStore
+import LogTesting
+import Testing
+
+@Suite struct CompactionTests {
+    /// A store with a history: pulled changes, acked and rejected intents,
+    /// a remote delete, and intents still pending.
+    private func storeWithHistory(_ name: String) async throws -> StoreFixture {
+        let fixture = try StoreFixture(name)
+        let store = fixture.store
+        try await store.applyPulledPage([
+            PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1, fields: ["n": 1]),
+            PulledChange(.upsert, entityType: "te", entityID: "b", serverVersion: 1, fields: ["n": 1]),
+        ], cursor: "c1")
+        try await store.update(type: "te", id: "a", changes: ["n": 2])
+        try await store.create(type: "te", id: "c", fields: ["n": 3])
+        let first = try store.outbox()
+        try await store.record([(first[0].offset, .acknowledged(.applied, serverVersion: 2))])
+        try await store.record([(first[1].offset, .rejected(code: "VALIDATION_ERROR", message: "no"))])
+        try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "b", serverVersion: 5)], cursor: "c2")
+        try await store.update(type: "te", id: "a", changes: ["pending": true])
+        return fixture
+    }
+
+    @Test func compactionFoldsHistoryAndKeepsTheTables() async throws {
+        var fixture = try await storeWithHistory("compact-history")
+        let store = fixture.store
+        let before = try store.derivedTables()
+        let last = try store.log.lastOffset()
+        let pending = try store.outbox().map(\.offset)
+        let report = try await store.compact(below: last)
+        #expect(report.entriesRemoved == 7)
+        // a (v2) and the tombstone of b (v5).
+        #expect(report.snapshotsWritten == 2)
+        #expect(try store.derivedTables().entities == before.entities)
+        let entries = try scanAll(store.log)
+        #expect(entries.count == 3)
+        #expect(entries.last?.offset == last)
+        #expect(try store.outbox().map(\.offset) == pending)
+        let tombstone = entries.compactMap { entry -> Snapshot? in
+            guard case .snapshot(let snapshot) = entry.body, snapshot.entityID == "b" else { return nil }
+            return snapshot
+        }.first
+        #expect(tombstone?.deleted == true && tombstone?.serverVersion == 5 && tombstone?.cursor == "c2")
+        #expect(try store.compactedBelow() == last)
+
+        // Replay of the compacted log gives the same tables, also after a reopen.
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables().entities == before.entities)
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "te", id: "a")?.fields == ["n": 2, "pending": true])
+        #expect(try fixture.store.pullCursor() == "c2")
+        // The tombstone still stops an older server change after compaction.
+        try await fixture.store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "b", serverVersion: 4, fields: ["n": 9])], cursor: "c3")
+        #expect(try fixture.store.get(type: "te", id: "b") == nil)
+        // New appends continue after the last offset.
+        try await fixture.store.create(type: "te", id: "d", fields: [:])
+        #expect(try fixture.store.log.lastOffset() == last + 2)
+    }
+
+    @Test func anIntentSettledAboveTheWatermarkStays() async throws {
+        let fixture = try StoreFixture("compact-settled-above")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: [:])
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "z", serverVersion: 1)], cursor: "c")
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])
+        // Watermark 3: the intent (1) is below, its ack (3) is not.
+        let report = try await store.compact(below: 3)
+        #expect(report.entriesRemoved == 1)
+        #expect(try store.log.entry(at: 1)?.kind == .intent)
+        try await store.rebuildProjections()
+        #expect(try store.get(type: "te", id: "a")?.serverVersion == 1)
+    }
+
+    @Test func aCursorWithoutEntitiesIsKept() async throws {
+        let fixture = try StoreFixture("compact-cursor")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "x", serverVersion: 1)], cursor: "c9")
+        try await store.resync(reason: "test")
+        try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "y", serverVersion: 0)], cursor: "c10")
+        try await store.create(type: "te", id: "a", fields: [:])
+        let report = try await store.compact(below: 4)
+        #expect(report.snapshotsWritten == 1)
+        try await store.rebuildProjections()
+        #expect(try store.pullCursor() == "c10")
+    }
+
+    @Test func dryRunsChangeNothingAndBadWatermarksAreRefused() async throws {
+        let fixture = try await storeWithHistory("compact-dry")
+        let store = fixture.store
+        let entries = try scanAll(store.log)
+        let last = try store.log.lastOffset()
+        let report = try await store.compact(below: last, dryRun: true)
+        #expect(report.dryRun && report.entriesRemoved == 7)
+        #expect(try scanAll(store.log) == entries)
+        for watermark in [0, last + 1] {
+            let error = await #expect(throws: LogStoreError.self) { try await store.compact(below: watermark) }
+            #expect(error?.code == .invalidArgument)
+        }
+    }
+
+    @Test func aGapAboveTheWatermarkIsStillAGap() async throws {
+        let fixture = try await storeWithHistory("compact-gap")
+        let store = fixture.store
+        _ = try await store.compact(below: 4)
+        // Remove an entry above the watermark behind the store's back.
+        _ = try store.log.environment.write { txn in try txn.delete(store.log.logDatabase, key: OffsetKey.encode(6)) }
+        let error = #expect(throws: LogStoreError.self) { try scanAll(store.log) }
+        #expect(error?.code == .gap && error?.offset == 6)
+    }
+}
+
+@Suite struct CrashShapedTests {
+    struct Crash: Error {}
+
+    /// A write that fails after it appended and projected leaves nothing:
+    /// no entry, no projection, no outbox row, and the next append takes
+    /// the offset the failed one would have had.
+    @Test func aFailedWriteLeavesNoTrace() async throws {
+        var fixture = try StoreFixture("crash-midway")
+        let store = fixture.store
+        try await store.create(type: "te", id: "kept", fields: [:])
+        let before = try store.derivedTables()
+        await #expect(throws: Crash.self) {
+            try await store.write { txn, context, store in
+                try store.append(.intent(Intent(.create, idempotencyKey: "k", entityType: "te", entityID: "lost", fields: [:])), txn, &context)
+                try store.append(.intent(Intent(.update, idempotencyKey: "k2", entityType: "te", entityID: "kept", fields: ["x": 1])), txn, &context)
+                throw Crash()
+            }
+        }
+        #expect(try store.get(type: "te", id: "lost") == nil)
+        #expect(try store.get(type: "te", id: "kept")?.fields == [:])
+        #expect(try store.derivedTables() == before)
+        #expect(try store.log.lastOffset() == 1)
+        try await store.create(type: "te", id: "next", fields: [:])
+        #expect(try store.log.lastOffset() == 2)
+        try fixture.reopen()
+        #expect(try scanAll(fixture.store.log).map(\.offset) == [1, 2])
+    }
+}

@@ -1,0 +1,255 @@
+import Foundation
+import LMDB
+import LogFormat
+import LogStore
+import LogTesting
+import Testing
+
+/// Opens a store in a new temporary directory; the directory lives as long
+/// as the returned value.
+struct StoreFixture {
+    let directory: TemporaryDirectory
+    var store: Store
+
+    init(_ name: String, durability: Durability = .process) throws {
+        directory = try TemporaryDirectory(name)
+        store = try Store(path: directory.path, options: .init(durability: durability))
+    }
+
+    /// Closes and opens the store again, as after an app restart.
+    mutating func reopen() throws {
+        store.close()
+        store = try Store(path: directory.path, options: .init(durability: .process))
+    }
+}
+
+@Suite struct StoreTests {
+    @Test func createReadUpdateDelete() async throws {
+        var fixture = try StoreFixture("store-crud")
+        let store = fixture.store
+        let id = try await store.create(type: "te", fields: ["description": "Spec", "minutes": 30])
+        #expect(id.hasPrefix("te_"))
+        #expect(try store.get(type: "te", id: id)?.fields == ["description": "Spec", "minutes": 30])
+        try await store.update(type: "te", id: id, changes: ["minutes": 45, "billable": true])
+        let entity = try #require(try store.get(type: "te", id: id))
+        #expect(entity.fields == ["description": "Spec", "minutes": 45, "billable": true])
+        #expect(entity.pendingIntentCount == 2)
+        #expect(entity.serverVersion == 0)
+        #expect(try store.count(type: "te") == 1)
+        try await store.delete(type: "te", id: id)
+        #expect(try store.get(type: "te", id: id) == nil)
+        #expect(try store.count(type: "te") == 0)
+        #expect(try store.outboxCount() == 3)
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "te", id: id) == nil)
+        #expect(try fixture.store.outbox().map(\.intent.operation) == [.create, .update, .delete])
+    }
+
+    @Test func argumentsAreChecked() async throws {
+        let fixture = try StoreFixture("store-arguments")
+        let store = fixture.store
+        for type in ["", "Te", "1te", "te/x", String(repeating: "a", count: 65)] {
+            await #expect(throws: LogStoreError.self, "type \(type)") { try await store.create(type: type, fields: [:]) }
+        }
+        await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: "", fields: [:]) }
+        await #expect(throws: LogStoreError.self) { try await store.create(type: "te", fields: ["$bytes": 1]) }
+        await #expect(throws: LogStoreError.self) { try await store.create(type: "te", fields: ["x": .double(.nan)]) }
+        let missing = await #expect(throws: LogStoreError.self) { try await store.update(type: "te", id: "te_x", changes: ["a": 1]) }
+        #expect(missing?.code == .notFound)
+        let id = try await store.create(type: "te", fields: [:])
+        let duplicate = await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: id, fields: [:]) }
+        #expect(duplicate?.code == .alreadyExists)
+        #expect(try store.log.lastOffset() == 1)
+    }
+
+    @Test func allPagesInIDOrderWithinItsType() async throws {
+        let fixture = try StoreFixture("store-all")
+        let store = fixture.store
+        var batch = WriteBatch()
+        for n in 0..<25 { try batch.create(type: "te", id: String(format: "id-%02d", n), fields: ["n": .int(Int64(n))]) }
+        try batch.create(type: "tf", id: "id-00", fields: [:])
+        try batch.create(type: "t", id: "zzz", fields: [:])
+        try await store.write(batch)
+        let first = try store.all(type: "te", limit: 10)
+        #expect(first.map(\.id) == (0..<10).map { String(format: "id-%02d", $0) })
+        let second = try store.all(type: "te", after: first.last?.id, limit: 100)
+        #expect(second.map(\.id) == (10..<25).map { String(format: "id-%02d", $0) })
+        #expect(try store.all(type: "te", limit: 0).isEmpty)
+        #expect(try store.all(type: "t").map(\.id) == ["zzz"])
+        #expect(try store.count(type: "te") == 25)
+    }
+
+    @Test func aBatchIsAllOrNothing() async throws {
+        let fixture = try StoreFixture("store-batch")
+        let store = fixture.store
+        var batch = WriteBatch()
+        try batch.create(type: "te", id: "a", fields: [:])
+        try batch.update(type: "te", id: "missing", changes: ["x": 1])
+        await #expect(throws: LogStoreError.self) { try await store.write(batch) }
+        #expect(try store.get(type: "te", id: "a") == nil)
+        #expect(try store.log.lastOffset() == 0)
+        #expect(try store.outboxCount() == 0)
+    }
+
+    // MARK: The projection rules (DESIGN.md, "Projections")
+
+    @Test func aPendingDeleteIsNotResurrectedByAPulledUpsert() async throws {
+        let fixture = try StoreFixture("rule-delete")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 1, fields: ["a": 1])], cursor: "c1")
+        try await store.delete(type: "te", id: "t1")
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 2, fields: ["a": 2])], cursor: "c2")
+        #expect(try store.get(type: "te", id: "t1") == nil)
+        #expect(try store.count(type: "te") == 0)
+        // Once the delete is acknowledged, the server's state agrees.
+        let pending = try store.outbox()
+        try await store.record([(pending[0].offset, .acknowledged(.applied, serverVersion: 3))])
+        #expect(try store.get(type: "te", id: "t1") == nil)
+        #expect(try store.outboxCount() == 0)
+    }
+
+    @Test func aPulledChangeDoesNotHideAPendingValue() async throws {
+        let fixture = try StoreFixture("rule-pending-value")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 1, fields: ["a": 1, "b": 1])], cursor: "c1")
+        try await store.update(type: "te", id: "t1", changes: ["a": 10])
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 2, fields: ["a": 2, "b": 2])], cursor: "c2")
+        // The pending value of a stays visible; the pulled b shows through.
+        #expect(try store.get(type: "te", id: "t1")?.fields == ["a": 10, "b": 2])
+        let intent = try #require(try store.outbox().first)
+        #expect(intent.intent.baseVersion == 1)
+        try await store.record([(intent.offset, .acknowledged(.applied, serverVersion: 3))])
+        let entity = try #require(try store.get(type: "te", id: "t1"))
+        #expect(entity.fields == ["a": 10, "b": 2])
+        #expect(entity.serverVersion == 3)
+        #expect(!entity.hasPendingChanges)
+    }
+
+    @Test func anAckAfterTheChangeWasPulledDoesNotApplyItTwice() async throws {
+        let fixture = try StoreFixture("rule-ack-after-pull")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 1, fields: ["n": 1])], cursor: "c1")
+        try await store.update(type: "te", id: "t1", changes: ["n": 2])
+        // The server applied it as v2, then someone else made v3; the pull
+        // arrives before the (duplicate) ack.
+        try await store.applyPulledPage([
+            PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 2, fields: ["n": 2]),
+            PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 3, fields: ["n": 3]),
+        ], cursor: "c3")
+        let intent = try #require(try store.outbox().first)
+        try await store.record([(intent.offset, .acknowledged(.duplicate, serverVersion: 2))])
+        let entity = try #require(try store.get(type: "te", id: "t1"))
+        #expect(entity.fields == ["n": 3])
+        #expect(entity.serverVersion == 3)
+    }
+
+    @Test func aRejectedIntentLeavesTheVisibleStateAndIsReported() async throws {
+        let fixture = try StoreFixture("rule-reject")
+        let store = fixture.store
+        let events = store.events()
+        let id = try await store.create(type: "te", fields: ["minutes": -5])
+        let intent = try #require(try store.outbox().first)
+        try await store.record([(intent.offset, .rejected(code: "VALIDATION_ERROR", message: "minutes must be positive"))])
+        #expect(try store.get(type: "te", id: id) == nil)
+        #expect(try store.outboxCount() == 0)
+        var iterator = events.makeAsyncIterator()
+        let event = await iterator.next()
+        #expect(event == .rejected(RejectedIntent(intentOffset: intent.offset, operation: .create, entityType: "te", entityID: id, code: "VALIDATION_ERROR", message: "minutes must be positive")))
+        // The rejection is in the log too, for an app that was not listening.
+        #expect(try store.log.entry(at: 2)?.kind == .reject)
+    }
+
+    @Test func aRejectedUpdateFallsBackToTheConfirmedState() async throws {
+        let fixture = try StoreFixture("rule-reject-update")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 4, fields: ["a": 1])], cursor: "c")
+        try await store.update(type: "te", id: "t1", changes: ["a": 2])
+        try await store.update(type: "te", id: "t1", changes: ["b": 3])
+        let first = try #require(try store.outbox().first)
+        try await store.record([(first.offset, .rejected(code: "PERMISSION_DENIED", message: "no"))])
+        #expect(try store.get(type: "te", id: "t1")?.fields == ["a": 1, "b": 3])
+    }
+
+    @Test func anOlderPulledChangeCannotUndoANewerState() async throws {
+        let fixture = try StoreFixture("rule-stale")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "t1", serverVersion: 6)], cursor: "c1")
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 4, fields: ["a": 1])], cursor: "c2")
+        #expect(try store.get(type: "te", id: "t1") == nil)
+        #expect(try store.pullCursor() == "c2")
+    }
+
+    @Test func resyncKeepsPendingIntentsAndForgetsTheRest() async throws {
+        var fixture = try StoreFixture("rule-resync")
+        let store = fixture.store
+        try await store.applyPulledPage([
+            PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 1, fields: ["a": 1]),
+            PulledChange(.upsert, entityType: "te", entityID: "t2", serverVersion: 1, fields: ["a": 1]),
+        ], cursor: "c1")
+        let mine = try await store.create(type: "te", fields: ["mine": true])
+        try await store.update(type: "te", id: "t2", changes: ["a": 2])
+        try await store.resync(reason: "CURSOR_INVALID")
+        #expect(try store.pullCursor() == nil)
+        #expect(try store.get(type: "te", id: "t1") == nil)
+        // An update over nothing shows nothing until the base is pulled again.
+        #expect(try store.get(type: "te", id: "t2") == nil)
+        #expect(try store.get(type: "te", id: mine)?.fields == ["mine": true])
+        #expect(try store.outboxCount() == 2)
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t2", serverVersion: 1, fields: ["a": 1, "b": 1])], cursor: "c1")
+        #expect(try store.get(type: "te", id: "t2")?.fields == ["a": 2, "b": 1])
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "te", id: "t2")?.fields == ["a": 2, "b": 1])
+        #expect(try fixture.store.count(type: "te") == 2)
+    }
+
+    // MARK: Outbox
+
+    @Test func outboxRetriesAndFailures() async throws {
+        let fixture = try StoreFixture("outbox-retry")
+        let store = fixture.store
+        let events = store.events()
+        let id = try await store.create(type: "te", fields: [:])
+        let offset = try #require(try store.outbox().first?.offset)
+        #expect(try store.outbox(dueAt: 1000).count == 1)
+        try await store.scheduleRetry(offset: offset, error: "HTTP 503", at: 5000, attemptsMax: 2)
+        #expect(try store.outbox(dueAt: 4999).isEmpty)
+        #expect(try store.outbox(dueAt: 5000).first?.state.attempts == 1)
+        try await store.scheduleRetry(offset: offset, error: "HTTP 503", at: 9000, attemptsMax: 2)
+        #expect(try store.outbox(dueAt: 100_000).isEmpty)
+        #expect(try store.outbox().first?.state.status == .failed)
+        var iterator = events.makeAsyncIterator()
+        #expect(await iterator.next() == .retriesExhausted(offset: offset, entityType: "te", entityID: id, lastError: "HTTP 503"))
+        try await store.retryFailed()
+        #expect(try store.outbox(dueAt: 0).first?.state == OutboxState())
+    }
+
+    @Test func repeatedAcksSettleOnce() async throws {
+        let fixture = try StoreFixture("outbox-repeat")
+        let store = fixture.store
+        _ = try await store.create(type: "te", fields: [:])
+        let offset = try #require(try store.outbox().first?.offset)
+        #expect(try await store.record([(offset, .acknowledged(.applied, serverVersion: 1))]) == [offset])
+        #expect(try await store.record([(offset, .acknowledged(.duplicate, serverVersion: 1))]) == [])
+        #expect(try store.log.lastOffset() == 2)
+    }
+
+    @Test func changesAreAnnouncedPerType() async throws {
+        let fixture = try StoreFixture("store-changes")
+        let store = fixture.store
+        let changes = store.changes(type: "te")
+        try await store.create(type: "other", fields: [:])
+        try await store.create(type: "te", fields: [:])
+        var iterator = changes.makeAsyncIterator()
+        let change = await iterator.next()
+        #expect(change == StoreChange(entityType: "te", offset: 2))
+    }
+
+    @Test func idempotencyKeysFindTheirIntent() async throws {
+        let fixture = try StoreFixture("store-idempotency")
+        let store = fixture.store
+        _ = try await store.create(type: "te", fields: [:])
+        let pending = try #require(try store.outbox().first)
+        #expect(try store.intentOffset(idempotencyKey: pending.intent.idempotencyKey) == pending.offset)
+        #expect(try store.intentOffset(idempotencyKey: "unknown") == nil)
+    }
+}
