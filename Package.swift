@@ -30,7 +30,7 @@ let package = Package(
         .executableTarget(
             name: "bench",
             dependencies: [
-                "LogStore", "LMDB", "CLMDB", "LogTesting",
+                "LogFormat", "LogStore", "CLMDB",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],

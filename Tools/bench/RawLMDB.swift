@@ -1,0 +1,147 @@
+import CLMDB
+import Foundation
+
+/// A failed LMDB call in the raw baseline, named like the wrapper's errors.
+struct RawLMDBError: Error, CustomStringConvertible {
+    let code: Int32
+    let operation: String
+
+    var description: String { "\(operation): \(String(cString: mdb_strerror(code))) [\(code)]" }
+}
+
+@inline(__always)
+private func rawCheck(_ result: Int32, _ operation: String) throws(RawLMDBError) {
+    if result != 0 { throw RawLMDBError(code: result, operation: operation) }
+}
+
+/// LMDB called directly, the floor our log is measured against: the flags
+/// `Environment` uses for `.full` (`MDB_NOTLS`, nothing that skips a sync),
+/// a 1 GiB map, and a `log` database with 8-byte big-endian keys written
+/// with `MDB_APPEND`. Used from one thread at a time.
+final class RawLMDBLog {
+    /// Large enough that no baseline run grows the map.
+    static let mapSizeBytes = 1 << 30
+    static let databaseCountMax: UInt32 = 8
+
+    private let environment: OpaquePointer
+    private let database: MDB_dbi
+    private(set) var lastOffset: UInt64 = 0
+    private var isOpen = true
+
+    /// Opens (or creates) the environment in the directory `path`.
+    /// - Parameters:
+    ///   - readOnly: open an existing store (ours or this baseline's) with
+    ///     `MDB_RDONLY`, as a reader would.
+    ///   - mapSize: the map in bytes; the baseline never grows it.
+    init(path: String, readOnly: Bool = false, mapSize: Int = RawLMDBLog.mapSizeBytes) throws {
+        if !readOnly { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        var handle: OpaquePointer?
+        try rawCheck(mdb_env_create(&handle), "mdb_env_create")
+        guard let handle else { preconditionFailure("mdb_env_create returned no environment") }
+        environment = handle
+        do {
+            try rawCheck(mdb_env_set_mapsize(handle, mapSize), "mdb_env_set_mapsize")
+            try rawCheck(mdb_env_set_maxdbs(handle, RawLMDBLog.databaseCountMax), "mdb_env_set_maxdbs")
+            let flags = UInt32(MDB_NOTLS) | (readOnly ? UInt32(MDB_RDONLY) : 0)
+            try rawCheck(mdb_env_open(handle, path, flags, 0o644), "mdb_env_open")
+            database = try RawLMDBLog.openLog(handle, create: !readOnly)
+        } catch {
+            mdb_env_close(handle)
+            throw error
+        }
+    }
+
+    deinit { close() }
+
+    func close() {
+        guard isOpen else { return }
+        isOpen = false
+        mdb_env_close(environment)
+    }
+
+    private static func openLog(_ environment: OpaquePointer, create: Bool) throws(RawLMDBError) -> MDB_dbi {
+        var txn: OpaquePointer?
+        try rawCheck(mdb_txn_begin(environment, nil, create ? 0 : UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
+        var dbi = MDB_dbi()
+        let result = mdb_dbi_open(txn, "log", create ? UInt32(MDB_CREATE) : 0, &dbi)
+        guard result == 0 else {
+            mdb_txn_abort(txn)
+            throw RawLMDBError(code: result, operation: "mdb_dbi_open")
+        }
+        try rawCheck(mdb_txn_commit(txn), "mdb_txn_commit")
+        return dbi
+    }
+
+    /// Appends one value at the next offset in a transaction of its own,
+    /// returning after the commit (and its syncs).
+    func append(_ value: [UInt8]) throws(RawLMDBError) {
+        try append(contentsOf: CollectionOfOne(value))
+    }
+
+    /// Appends the values at the next offsets in one transaction.
+    func append(contentsOf values: some Collection<[UInt8]>) throws(RawLMDBError) {
+        precondition(isOpen, "append after close")
+        var txn: OpaquePointer?
+        try rawCheck(mdb_txn_begin(environment, nil, 0, &txn), "mdb_txn_begin")
+        var offset = lastOffset
+        for value in values {
+            offset += 1
+            let result = put(txn, offset: offset, value)
+            guard result == 0 else {
+                mdb_txn_abort(txn)
+                throw RawLMDBError(code: result, operation: "mdb_put")
+            }
+        }
+        try rawCheck(mdb_txn_commit(txn), "mdb_txn_commit")
+        lastOffset = offset
+    }
+
+    private func put(_ txn: OpaquePointer?, offset: UInt64, _ value: [UInt8]) -> Int32 {
+        var keyBytes = offset.bigEndian
+        return withUnsafeMutableBytes(of: &keyBytes) { key in
+            value.withUnsafeBytes { data in
+                var keyValue = MDB_val(mv_size: key.count, mv_data: key.baseAddress)
+                var dataValue = MDB_val(mv_size: data.count, mv_data: UnsafeMutableRawPointer(mutating: data.baseAddress))
+                return mdb_put(txn, database, &keyValue, &dataValue, UInt32(MDB_APPEND))
+            }
+        }
+    }
+
+    /// Walks the whole `log` database with one cursor in one read
+    /// transaction, calling `visit` with each key and value (pointers into
+    /// the map, valid only during the call). Returns the number of entries.
+    func walk(_ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Void) throws -> Int {
+        precondition(isOpen, "walk after close")
+        var txn: OpaquePointer?
+        try rawCheck(mdb_txn_begin(environment, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
+        defer { mdb_txn_abort(txn) }
+        var cursor: OpaquePointer?
+        try rawCheck(mdb_cursor_open(txn, database, &cursor), "mdb_cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val()
+        var data = MDB_val()
+        var count = 0
+        var result = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
+        while result == 0 {
+            try visit(
+                UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size),
+                UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
+            count += 1
+            result = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
+        }
+        guard result == MDB_NOTFOUND else { throw RawLMDBError(code: result, operation: "mdb_cursor_get") }
+        return count
+    }
+
+    /// The id of the environment's last committed transaction: the
+    /// difference across a run is the number of commits it made.
+    func lastTransactionID() -> Int {
+        precondition(isOpen, "info after close")
+        var info = MDB_envinfo()
+        mdb_env_info(environment, &info)
+        return info.me_last_txnid
+    }
+
+    /// The version of liblmdb this process linked.
+    static var libraryVersion: String { String(cString: mdb_version(nil, nil, nil)) }
+}
