@@ -21,7 +21,8 @@ let package = Package(
             pkgConfig: "lmdb",
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
         ),
-        .target(name: "LogFormat"),
+        .target(name: "CCRC32C"),
+        .target(name: "LogFormat", dependencies: ["CCRC32C"]),
         .target(name: "LMDB", dependencies: ["CLMDB"]),
         .target(name: "LogStore", dependencies: ["LogFormat", "LMDB"]),
         .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore"]),

@@ -183,7 +183,10 @@ extension Environment {
                 try checkUsable("read")
                 guard let txn = try beginRead() else { return nil }
                 defer { endRead(txn) }
-                return try body(Transaction(handle: txn, isReadOnly: true, path: path))
+                // Bound to a local first: passing the initializer's result
+                // straight to `body` crashes Swift 6.3.1's optimizer.
+                let transaction = Transaction(handle: txn, isReadOnly: true, path: path)
+                return try body(transaction)
             }
             if let outcome { return outcome }
             try adoptResizedMap()
@@ -217,12 +220,19 @@ extension Environment {
         guard let txn else { preconditionFailure("mdb_txn_begin returned no transaction") }
         let value: R
         do {
-            value = try body(Transaction(handle: txn, isReadOnly: false, path: path))
+            let transaction = Transaction(handle: txn, isReadOnly: false, path: path)
+            value = try body(transaction)
         } catch {
             mdb_txn_abort(txn)
             throw error
         }
         let result = mdb_txn_commit(txn)
+        if result == MDB_MAP_FULL {
+            // The commit found no room for its pages before writing any of
+            // them (LMDB checks when it allocates): the map grows and the
+            // write runs again, as for a full map inside the transaction.
+            throw LMDBError(code: .mapFull, operation: "mdb_txn_commit", path: path)
+        }
         if result != 0 {
             let error = LMDBError(code: LMDBError.Code(rawValue: result), operation: "mdb_txn_commit", path: path)
             // The commit may have written part of its pages; LMDB's own state

@@ -149,7 +149,8 @@ public struct Transaction: ~Copyable {
         guard let child else { preconditionFailure("mdb_txn_begin returned no transaction") }
         let value: R
         do {
-            value = try body(Transaction(handle: child, isReadOnly: false, path: path))
+            let transaction = Transaction(handle: child, isReadOnly: false, path: path)
+            value = try body(transaction)
         } catch {
             mdb_txn_abort(child)
             throw error

@@ -106,10 +106,29 @@ public struct ByteReader {
     public mutating func readString(_ what: StaticString) throws(FormatError) -> String {
         let start = position
         let raw = try readLengthPrefixed(what)
-        guard let string = String(validating: raw, as: UTF8.self) else {
+        let bytes = raw.assumingMemoryBound(to: UInt8.self)
+        // Most names, ids and keys are ASCII, which is valid UTF-8 as it
+        // stands: skip the general validator (and its generic overhead).
+        if ByteReader.isASCII(raw) { return String(decoding: bytes, as: UTF8.self) }
+        guard let string = String(validating: bytes, as: UTF8.self) else {
             throw error(.invalidUTF8, "\(what) is not valid UTF-8", at: start)
         }
         return string
+    }
+
+    /// True when no byte has its high bit set, checked eight bytes at a time.
+    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var index = 0
+        var high: UInt64 = 0
+        while bytes.count - index >= 8 {
+            high |= bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            index += 8
+        }
+        while index < bytes.count {
+            high |= UInt64(bytes[index])
+            index += 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
     }
 
     public mutating func readBytes(_ what: StaticString) throws(FormatError) -> [UInt8] {

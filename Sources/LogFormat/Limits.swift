@@ -13,8 +13,8 @@ public enum Limits {
     /// recursive, so this bounds the stack a hostile entry can consume.
     public static let valueDepthMax = 32
 
-    /// The longest entity type name in UTF-8 bytes. Type names become part of
-    /// LMDB table names and keys, which LMDB caps at 511 bytes.
+    /// The longest entity type name in UTF-8 bytes. Type names are part of
+    /// LMDB keys (with the entity id), which LMDB caps at 511 bytes.
     public static let entityTypeBytesMax = 64
 
     /// The longest entity id in UTF-8 bytes (keys must stay under LMDB's 511).

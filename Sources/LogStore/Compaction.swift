@@ -94,11 +94,10 @@ extension Store {
             case .intent(let intent):
                 intents[entry.offset] = intent
             case .ack(let ack):
-                // Only the first answer settles an intent, as in the projections.
-                guard settled.insert(ack.intentOffset).inserted else { break }
-                guard let intent = intents[ack.intentOffset] else {
-                    throw LogStoreError(.corruptEntry, path: path, offset: entry.offset, "ack of offset \(ack.intentOffset), which is not an intent")
-                }
+                // Only the first answer to a pending intent settles it, as in
+                // the projections; an answer to an intent a previous
+                // compaction removed changes nothing.
+                guard let intent = intents[ack.intentOffset], settled.insert(ack.intentOffset).inserted else { break }
                 let key = EntityKey.encode(type: intent.entityType, id: intent.entityID)
                 confirmed[key] = (confirmed[key] ?? Confirmed()).applying(ack: intent, version: ack.serverVersion)
             case .reject(let reject):

@@ -1,7 +1,7 @@
 import LogFormat
 
 /// One entity's row in the `entities` database (`Format/storage.md`,
-/// "Projections"): the state the server confirmed (base), the state the app
+/// section 15, "Derived databases (projections)"): the state the server confirmed (base), the state the app
 /// sees (visible = base with the pending intents applied in log order), and
 /// the offsets of those pending intents.
 ///
@@ -71,9 +71,13 @@ struct Confirmed: Equatable {
 
     /// The server acknowledged `intent` at `version`. A base already at or
     /// past that version includes the intent (it was pulled before the ack
-    /// arrived), so it is applied only over older bases.
+    /// arrived), so it is applied only over older bases. An update over no
+    /// base (after a resync forgot it) says nothing about the whole entity:
+    /// the base stays unknown until the entity is pulled again, rather than
+    /// turning into a tombstone that would make that pull look stale.
     func applying(ack intent: Intent, version: UInt64) -> Confirmed {
-        version > self.version ? Confirmed(version: version, fields: Projector.applying(intent, to: fields)) : self
+        guard version > self.version, intent.operation != .update || fields != nil else { return self }
+        return Confirmed(version: version, fields: Projector.applying(intent, to: fields))
     }
 }
 

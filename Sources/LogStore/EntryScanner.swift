@@ -17,8 +17,9 @@ public struct EntryScanner {
     private let end: UInt64?
     /// The offset the next entry must have.
     public private(set) var nextOffset: UInt64
+    /// The current chunk in reverse order, so `next()` moves each entry out
+    /// with `popLast()` instead of copying it (and its references).
     private var buffer: [Entry] = []
-    private var index = 0
     private var exhausted = false
 
     init(log: EventLog, next: UInt64, end: UInt64?) {
@@ -32,17 +33,11 @@ public struct EntryScanner {
     /// - Throws: `LogStoreError` `.corruptEntry` or `.gap`; the scanner stays
     ///   at the failing offset.
     public mutating func next() throws -> Entry? {
-        if index == buffer.count {
-            try refill()
-            if buffer.isEmpty { return nil }
-        }
-        defer { index += 1 }
-        return buffer[index]
+        if buffer.isEmpty { try refill() }
+        return buffer.popLast()
     }
 
     private mutating func refill() throws {
-        buffer.removeAll(keepingCapacity: true)
-        index = 0
         guard !exhausted else { return }
         var chunk: [Entry] = []
         chunk.reserveCapacity(EventLog.scanChunkCountMax)
@@ -69,6 +64,7 @@ public struct EntryScanner {
                 if item == nil { reachedEnd = true }
             }
         }
+        chunk.reverse()
         buffer = chunk
         nextOffset = expected
         if reachedEnd || end.map({ expected > $0 }) == true { exhausted = true }

@@ -25,6 +25,11 @@ final class GroupCommitter: @unchecked Sendable {
     private var closing = false
     private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
+    /// Wakes the callers of a committed group. Waking 64 blocked threads
+    /// costs a few microseconds each; done here, it overlaps the next
+    /// group's commit instead of delaying it. Serial, so callers learn of
+    /// their commits in commit order.
+    private let completions = DispatchQueue(label: "SyncStore writer completions")
     /// Owned by the writer thread: the log's position between commits.
     private var committed: WriteContext.Position
     private let log: Database
@@ -71,6 +76,8 @@ final class GroupCommitter: @unchecked Sendable {
         while let group = nextGroup() {
             commit(group)
         }
+        // Every caller has been told before close() returns.
+        completions.sync {}
         finished.signal()
     }
 
@@ -111,7 +118,8 @@ final class GroupCommitter: @unchecked Sendable {
                 var published = effects
                 published.offset = position.lastOffset
                 onCommit(position, pending.count, published)
-                for job in pending { job.succeed() }
+                let committedJobs = pending
+                completions.async { for job in committedJobs { job.succeed() } }
                 return
             } catch {
                 guard let failed else {
@@ -187,7 +195,11 @@ struct WriteContext {
     }
 
     /// Appends one entry and returns it as written (offset and timestamp).
+    /// - Throws: `LogStoreError.invalidArgument` when the body breaks a rule
+    ///   of `Validation.entry` (every append is checked here, so the
+    ///   projections can apply whatever the log holds), `FormatError`, `LMDBError`.
     mutating func appendEntry(_ body: EntryBody, in txn: borrowing Transaction) throws -> Entry {
+        try Validation.entry(body)
         let offset = position.lastOffset + 1
         let timestamp = position.lastTimestamp.next(wallClockMilliseconds: wallClock)
         let entry = Entry(offset: offset, timestamp: timestamp, body: body)

@@ -45,18 +45,14 @@ struct Projector: Sendable {
             try confirm(
                 remote.entityType, remote.entityID, version: remote.serverVersion,
                 state: remote.operation == .upsert ? remote.fields : nil, txn, &effects)
-            try txn.put(meta, key: MetaKey.cursor, value: Array(remote.cursor.utf8))
+            try setCursor(remote.cursor, txn)
         case .snapshot(let snapshot):
             if !snapshot.entityType.isEmpty {
                 try confirm(
                     snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion,
                     state: snapshot.deleted ? nil : snapshot.fields, txn, &effects)
             }
-            if snapshot.cursor.isEmpty {
-                try txn.delete(meta, key: MetaKey.cursor)
-            } else {
-                try txn.put(meta, key: MetaKey.cursor, value: Array(snapshot.cursor.utf8))
-            }
+            try setCursor(snapshot.cursor, txn)
         case .resync:
             try resetBase(txn, &effects)
         case .conflict(let conflict):
@@ -75,14 +71,26 @@ struct Projector: Sendable {
         }
     }
 
+    /// An empty cursor means none (the protocol's cursors are never empty).
+    private func setCursor(_ cursor: String, _ txn: borrowing Transaction) throws {
+        if cursor.isEmpty {
+            try txn.delete(meta, key: MetaKey.cursor)
+        } else {
+            try txn.put(meta, key: MetaKey.cursor, value: Array(cursor.utf8))
+        }
+    }
+
     /// Takes the intent at `offset` out of the pending set (acked or
     /// rejected), lets `confirm` update the base, and recomputes the visible
-    /// state. An intent no longer pending (a repeated ack) changes nothing.
+    /// state. An intent no longer pending (a repeated answer, perhaps to an
+    /// intent compaction has since removed) changes nothing; the outbox
+    /// holds exactly the pending intents, so it is asked first.
     @discardableResult
     private func settle(
         _ offset: UInt64, _ txn: borrowing Transaction, _ effects: inout CommitEffects,
         confirm: (inout EntityRecord, Intent) -> Void
     ) throws -> Intent? {
+        guard try txn.get(outbox, key: OffsetKey.encode(offset)) != nil else { return nil }
         let intent = try readIntent(at: offset, txn)
         guard let before = try load(intent.entityType, intent.entityID, txn),
             let index = before.pending.firstIndex(of: offset)

@@ -27,10 +27,14 @@ extension Store {
     /// - Throws: `LogStoreError.invalidArgument` for a change whose type, id
     ///   or fields break the rules; nothing of the page is applied then.
     public func applyPulledPage(_ changes: [PulledChange], cursor: String) async throws {
+        guard !cursor.isEmpty else { throw Validation.invalid("a pulled page's cursor is empty") }
         for change in changes {
             try Validation.entityType(change.entityType)
             try Validation.entityID(change.entityID)
             try Validation.fields(change.fields)
+            guard change.serverVersion >= 1 else {
+                throw Validation.invalid("\(change.entityType)/\(change.entityID): server versions start at 1")
+            }
         }
         guard !changes.isEmpty else { return }
         try await write { txn, context, store in
@@ -102,14 +106,28 @@ extension Store {
         try markWatermark(0, txn)
     }
 
+    /// Projects what the log has past the watermark, up to `last` (normally
+    /// nothing: only entries appended without the store are missing).
+    func catchUp(through last: UInt64, _ txn: borrowing Transaction, _ effects: inout CommitEffects) throws {
+        // Bounded: each chunk applies entries or reports none remain.
+        while try watermark(txn) < last, try replayChunk(txn, &effects, live: true) {}
+    }
+
+    private func watermark(_ txn: borrowing Transaction) throws -> UInt64 {
+        try MetaKey.watermark.withUnsafeBytes { key in
+            try txn.withValue(log.metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
+        } ?? 0
+    }
+
     /// Applies up to `replayChunkCountMax` entries after the watermark.
     /// - Returns: whether entries remain.
     private func replayChunk(_ txn: borrowing Transaction) throws -> Bool {
-        let start = try MetaKey.watermark.withUnsafeBytes { key in
-            try txn.withValue(log.metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
-        } ?? 0
-        var expected = start + 1
         var effects = CommitEffects()
+        return try replayChunk(txn, &effects, live: false)
+    }
+
+    private func replayChunk(_ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool) throws -> Bool {
+        var expected = try watermark(txn) + 1
         var more = false
         let projector = self.projector
         let path = self.path
@@ -124,7 +142,7 @@ extension Store {
                 }
                 let entry = try EventLog.decode(key: key, value: value, path: path)
                 try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
-                try projector.apply(entry, txn, &effects, live: false)
+                try projector.apply(entry, txn, &effects, live: live)
                 expected = entry.offset + 1
                 applied += 1
                 item = try cursor.next()

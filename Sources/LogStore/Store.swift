@@ -127,11 +127,14 @@ extension Store {
     }
 
     /// Runs `body` as one job of the writer, then records the projection
-    /// watermark, all in the job's transaction.
+    /// watermark, all in the job's transaction. Entries appended to the log
+    /// directly (through `log`) since the last store write are projected
+    /// first, so the watermark never passes an entry the tables lack.
     func write<Value: Sendable>(
         _ body: @escaping @Sendable (borrowing Transaction, inout WriteContext, Store) throws -> Value
     ) async throws -> Value {
         try await log.perform { txn, context in
+            try self.catchUp(through: context.position.lastOffset, txn, &context.effects)
             let value = try body(txn, &context, self)
             try self.markWatermark(context.position.lastOffset, txn)
             return value

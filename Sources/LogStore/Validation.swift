@@ -53,6 +53,57 @@ enum Validation {
         }
     }
 
+    /// An idempotency key: 1 to `Limits.idempotencyKeyBytesMax` bytes.
+    static func idempotencyKey(_ key: String) throws {
+        guard (1...Limits.idempotencyKeyBytesMax).contains(key.utf8.count) else {
+            throw invalid("idempotency key must be 1 to \(Limits.idempotencyKeyBytesMax) bytes, is \(key.utf8.count)")
+        }
+    }
+
+    /// What every appended entry must satisfy, whoever appends it, so that
+    /// the projections can always apply it: valid names and keys (they
+    /// become LMDB keys), values JSON can carry, offsets and versions that
+    /// can exist.
+    static func entry(_ body: EntryBody) throws {
+        switch body {
+        case .intent(let intent):
+            try entityType(intent.entityType)
+            try entityID(intent.entityID)
+            try idempotencyKey(intent.idempotencyKey)
+            try fields(intent.fields)
+        case .ack(let ack):
+            try offset(ack.intentOffset)
+        case .reject(let reject):
+            try offset(reject.intentOffset)
+        case .remote(let remote):
+            try entityType(remote.entityType)
+            try entityID(remote.entityID)
+            try fields(remote.fields)
+            guard !remote.cursor.isEmpty, remote.serverVersion >= 1 else {
+                throw invalid("a remote change needs a cursor and a server version of at least 1")
+            }
+        case .conflict(let conflict):
+            try offset(conflict.intentOffset)
+            try entityType(conflict.entityType)
+            try entityID(conflict.entityID)
+            try fields(conflict.serverFields)
+            try fields(conflict.resolvedFields)
+        case .snapshot(let snapshot):
+            // An empty type is the cursor-only form (Format/storage.md, section 7).
+            if !snapshot.entityType.isEmpty || !snapshot.entityID.isEmpty {
+                try entityType(snapshot.entityType)
+                try entityID(snapshot.entityID)
+            }
+            try fields(snapshot.fields)
+        case .resync:
+            break
+        }
+    }
+
+    private static func offset(_ offset: UInt64) throws {
+        guard offset >= 1 else { throw invalid("offset 0 names no entry; offsets start at 1") }
+    }
+
     static func invalid(_ detail: String) -> LogStoreError {
         LogStoreError(.invalidArgument, path: "", detail)
     }

@@ -95,3 +95,42 @@ extension RandomEntries {
         }
     }
 }
+
+extension RandomEntries {
+    /// A body of any kind that a store accepts for appending: valid names
+    /// and keys, store fields, cursors and versions (`Validation.entry`).
+    public mutating func storeBody() -> EntryBody {
+        let type = ["te", "prj", "ct"][int(0...2)]
+        let id = "\(type)_\(int(0...50))"
+        let version = UInt64(int(1...1_000_000))
+        let offset = UInt64(int(1...1_000_000))
+        let key = "key-\(random.next())"
+        switch body() {
+        case .intent(let intent):
+            return .intent(
+                Intent(
+                    intent.operation, idempotencyKey: key, entityType: type, entityID: id, baseVersion: intent.baseVersion,
+                    fields: intent.operation == .delete ? [:] : storeFields()))
+        case .ack(let ack):
+            return .ack(ack)
+        case .reject(let reject):
+            return .reject(reject)
+        case .remote(let remote):
+            return .remote(
+                Remote(cursor: "c\(offset)", remote.operation, entityType: type, entityID: id, serverVersion: version, fields: storeFields()))
+        case .conflict(let conflict):
+            return .conflict(
+                Conflict(
+                    intentOffset: offset, entityType: type, entityID: id, serverVersion: version,
+                    serverDeleted: conflict.serverDeleted, serverFields: storeFields(), resolution: conflict.resolution,
+                    resolvedFields: storeFields()))
+        case .resync(let reason):
+            return .resync(reason: reason)
+        case .snapshot(let snapshot):
+            return .snapshot(
+                Snapshot(
+                    watermark: snapshot.watermark, cursor: snapshot.cursor, entityType: type, entityID: id,
+                    serverVersion: version, deleted: false, fields: storeFields()))
+        }
+    }
+}

@@ -1,4 +1,5 @@
 import LogFormat
+import LogTesting
 import Testing
 
 @Suite struct FieldsTests {
@@ -46,5 +47,19 @@ import Testing
             body: .intent(Intent(.update, idempotencyKey: "k", entityType: "te", entityID: "te_1", baseVersion: 2, fields: ["minutes": 30])))
         #expect(entry.description == "#3 intent update te/te_1 base v2 [minutes: 30]")
         #expect(Entry(offset: 4, timestamp: .init(rawValue: 1), body: .ack(Ack(intentOffset: 3, outcome: .applied, serverVersion: 3))).description == "#4 ack #3 applied v3")
+    }
+}
+
+@Suite struct ChecksumTests {
+    @Test func hardwareAndSoftwareAgree() {
+        var random = SeededRandom(seed: 5)
+        for length in 0..<300 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &random) }
+            let start = UInt32.random(in: 0...UInt32.max, using: &random)
+            bytes.withUnsafeBytes { raw in
+                #expect(CRC32C.checksum(raw, continuing: start) == CRC32C.software(raw, continuing: start), "length \(length)")
+            }
+        }
+        Array("123456789".utf8).withUnsafeBytes { #expect(CRC32C.software($0) == 0xE306_9283) }
     }
 }

@@ -74,12 +74,12 @@ import Testing
         #expect(try store.get(type: "te", id: "a")?.serverVersion == 1)
     }
 
-    @Test func aCursorWithoutEntitiesIsKept() async throws {
+    @Test func aTombstoneCarriesTheCursorThroughCompaction() async throws {
         let fixture = try StoreFixture("compact-cursor")
         let store = fixture.store
         try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "x", serverVersion: 1)], cursor: "c9")
         try await store.resync(reason: "test")
-        try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "y", serverVersion: 0)], cursor: "c10")
+        try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "y", serverVersion: 1)], cursor: "c10")
         try await store.create(type: "te", id: "a", fields: [:])
         let report = try await store.compact(below: 4)
         #expect(report.snapshotsWritten == 1)
@@ -138,5 +138,57 @@ import Testing
         #expect(try store.log.lastOffset() == 2)
         try fixture.reopen()
         #expect(try scanAll(fixture.store.log).map(\.offset) == [1, 2])
+    }
+}
+
+@Suite struct RawAppendTests {
+    /// Entries appended to a store's log directly are projected before the
+    /// next store write, never skipped.
+    @Test func rawAppendsAreProjected() async throws {
+        var fixture = try StoreFixture("raw-append")
+        let store = fixture.store
+        _ = try await store.log.append(.remote(Remote(cursor: "c1", .upsert, entityType: "te", entityID: "r", serverVersion: 1, fields: ["n": 1])))
+        try await store.create(type: "te", id: "s", fields: [:])
+        #expect(try store.get(type: "te", id: "r")?.fields == ["n": 1])
+        let incremental = try store.derivedTables()
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == incremental)
+        // Appended with no store write after it: the next open catches up.
+        _ = try await store.log.append(.remote(Remote(cursor: "c2", .upsert, entityType: "te", entityID: "q", serverVersion: 1)))
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "te", id: "q") != nil)
+    }
+
+    @Test func appendsTheProjectionsCouldNotApplyAreRefused() async throws {
+        let fixture = try StoreFixture("raw-invalid")
+        let log = fixture.store.log
+        let bad: [EntryBody] = [
+            .intent(Intent(.create, idempotencyKey: "", entityType: "te", entityID: "a")),
+            .intent(Intent(.create, idempotencyKey: "k", entityType: "", entityID: "a")),
+            .intent(Intent(.create, idempotencyKey: "k", entityType: "te", entityID: "")),
+            .intent(Intent(.create, idempotencyKey: "k", entityType: "te", entityID: "a", fields: ["x": .double(.infinity)])),
+            .remote(Remote(cursor: "c", .upsert, entityType: "te", entityID: "a", serverVersion: 0)),
+            .remote(Remote(cursor: "", .upsert, entityType: "te", entityID: "a", serverVersion: 1)),
+            .ack(Ack(intentOffset: 0, outcome: .applied, serverVersion: 1)),
+        ]
+        for body in bad {
+            let error = await #expect(throws: LogStoreError.self, "\(body)") { try await log.append(body) }
+            #expect(error?.code == .invalidArgument)
+        }
+        #expect(try log.lastOffset() == 0)
+    }
+
+    /// A log written by other software may hold a snapshot with only a
+    /// cursor; replay and compaction keep the cursor.
+    @Test func aCursorOnlySnapshotKeepsTheCursor() async throws {
+        var fixture = try StoreFixture("cursor-only")
+        _ = try await fixture.store.log.append(.snapshot(Snapshot(watermark: 1, cursor: "c7", entityType: "", entityID: "", serverVersion: 0, fields: [:])))
+        try await fixture.store.create(type: "te", id: "a", fields: [:])
+        #expect(try fixture.store.pullCursor() == "c7")
+        let report = try await fixture.store.compact(below: 2)
+        #expect(report.snapshotsWritten == 1 && report.entriesRemoved == 1)
+        try fixture.reopen()
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.pullCursor() == "c7")
     }
 }

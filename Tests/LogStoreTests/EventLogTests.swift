@@ -100,7 +100,7 @@ func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil
     @Test func reopeningKeepsEveryEntry() async throws {
         let directory = try TemporaryDirectory("log-reopen")
         var random = RandomEntries(seed: 31)
-        let bodies = (0..<3000).map { _ in random.body() }
+        let bodies = (0..<3000).map { _ in random.storeBody() }
         let before: [Entry]
         do {
             let log = try EventLog(path: directory.path)

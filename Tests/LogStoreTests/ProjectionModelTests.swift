@@ -56,7 +56,10 @@ struct ReferenceModel {
     mutating func settle(_ offset: UInt64, ackVersion: UInt64?) {
         guard let index = pending.firstIndex(where: { $0.offset == offset }) else { return }
         let item = pending.remove(at: index)
-        if let version = ackVersion, version > (confirmed[item.key]?.version ?? 0) {
+        // An update acknowledged over no confirmed state (after a resync)
+        // leaves the state unknown until it is pulled again.
+        let base = confirmed[item.key]
+        if let version = ackVersion, version > (base?.version ?? 0), item.intent.operation != .update || base?.fields != nil {
             confirmed[item.key] = Confirmed(version: version, fields: ReferenceModel.apply(item.intent, to: confirmed[item.key]?.fields))
         }
     }

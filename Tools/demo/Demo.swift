@@ -3,18 +3,20 @@ import Foundation
 import SyncStore
 
 /// The demo the README's first command runs. At this stage of the project
-/// it shows the log: several writers record time entries concurrently while
-/// offline, every write is a durable intent, and the log is read back and
-/// checked. Later stages add the sync server and a second replica.
+/// it shows the store offline: several writers (devices, tabs, background
+/// tasks) record time entries concurrently, every write is a durable intent
+/// in the log with its projection updated in the same commit, and the store
+/// is reopened and read back. Later stages add the sync server and a second
+/// replica.
 @main
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Write intents concurrently to a store and print a summary of its log.")
+        abstract: "Write entities concurrently to a store and show its tables, outbox and log.")
 
     @Option(help: "The store directory (default: a new temporary directory, removed afterwards).")
     var path: String?
 
-    @Option(help: "How many concurrent writers (devices, tabs, background tasks).")
+    @Option(help: "How many concurrent writers.")
     var writers = 8
 
     @Option(help: "How many time entries each writer creates.")
@@ -35,89 +37,81 @@ struct Demo: AsyncParsableCommand {
         defer { if path == nil { try? FileManager.default.removeItem(atPath: directory) } }
         print("Store: \(directory) (durability \(durability))")
 
-        let log = try EventLog(path: directory, options: .init(durability: durability))
+        let store = try Store(path: directory, options: .init(durability: durability))
         let started = ContinuousClock.now
-        let counts = try await withThrowingTaskGroup(of: Int.self) { group in
+        let writes = try await withThrowingTaskGroup(of: Int.self) { group in
             for writer in 0..<writers {
-                group.addTask { try await Self.work(writer: writer, entries: entriesPerWriter, log: log) }
+                group.addTask { try await Self.work(writer: writer, entries: entriesPerWriter, store: store) }
             }
             return try await group.reduce(0, +)
         }
         let elapsed = ContinuousClock.now - started
-        let statistics = log.statistics
+        let statistics = store.log.statistics
         print(
-            "\(writers) writers appended \(counts) intents in \(statistics.commits) commits "
-                + "(\(format(Double(statistics.writes) / Double(max(statistics.commits, 1)))) appends per commit) "
+            "\(writers) writers made \(writes) writes in \(statistics.commits) commits "
+                + "(\(String(format: "%.1f", Double(statistics.writes) / Double(max(statistics.commits, 1)))) per commit) "
                 + "in \(elapsed.formatted(.units(allowed: [.milliseconds])))")
-        log.close()
+        store.close()
 
         // Reopen, as an app would after a restart, and read everything back.
-        let reopened = try EventLog(path: directory, options: .init(durability: durability, readOnly: true))
-        try summarize(reopened)
+        let reopened = try Store(path: directory, options: .init(durability: durability))
+        defer { reopened.close() }
+        try show(reopened)
     }
 
     /// One writer: creates time entries, edits some, deletes a few, each a
-    /// separate durable append, as an app's UI would issue them.
-    static func work(writer: Int, entries: Int, log: EventLog) async throws -> Int {
-        var appended = 0
+    /// separate durable write, as an app's UI would issue them.
+    static func work(writer: Int, entries: Int, store: Store) async throws -> Int {
+        var writes = 0
         var ids: [String] = []
         for n in 0..<entries {
-            let id = PrefixedID(prefix: "te", id: UUIDv7.Generator.shared.next())!.description
-            ids.append(id)
             let fields: Fields = [
                 "description": .string("Task \(n) from writer \(writer)"),
                 "minutes": .int(Int64(15 * (n % 8 + 1))),
                 "billable": .bool(n % 3 != 0),
                 "started_at": .timestamp(Int64(Date().timeIntervalSince1970 * 1_000_000)),
             ]
-            _ = try await log.append(.intent(Intent(.create, idempotencyKey: key(), entityType: "te", entityID: id, fields: fields)))
-            appended += 1
+            ids.append(try await store.create(type: "te", fields: fields))
+            writes += 1
             if n % 4 == 3 {
-                let changes: Fields = ["minutes": .int(Int64(20 * n))]
-                _ = try await log.append(.intent(Intent(.update, idempotencyKey: key(), entityType: "te", entityID: ids[n - 1], fields: changes)))
-                appended += 1
+                try await store.update(type: "te", id: ids[n - 1], changes: ["minutes": .int(Int64(20 * n))])
+                writes += 1
             }
             if n % 10 == 9 {
-                _ = try await log.append(.intent(Intent(.delete, idempotencyKey: key(), entityType: "te", entityID: ids[n - 2])))
-                appended += 1
+                try await store.delete(type: "te", id: ids[n - 2])
+                writes += 1
             }
         }
-        return appended
+        return writes
     }
 
-    static func key() -> String { UUIDv7.Generator.shared.next().uuidString }
+    func show(_ store: Store) throws {
+        let count = try store.count(type: "te")
+        print("\nTime entries visible: \(count) (each pending until a server acknowledges it)")
+        for entity in try store.all(type: "te", limit: 3) {
+            print("  \(entity.id) \(entity.fields)")
+        }
+        let outbox = try store.outbox()
+        print("\nOutbox: \(outbox.count) intents waiting to be pushed, oldest first")
+        for pending in outbox.prefix(3) {
+            print("  #\(pending.offset) \(pending.intent.operation) \(pending.intent.entityID)")
+        }
 
-    func summarize(_ log: EventLog) throws {
-        var scanner = log.entries()
+        var scanner = store.log.entries()
         var byOperation: [String: Int] = [:]
-        var entities = Set<String>()
-        var first: Entry?
-        var last: Entry?
-        var samples: [Entry] = []
+        var checked = 0
         while let entry = try scanner.next() {
-            if first == nil { first = entry }
-            last = entry
-            if case .intent(let intent) = entry.body {
-                byOperation[String(describing: intent.operation), default: 0] += 1
-                entities.insert(intent.entityID)
-            }
-            if samples.count < 5 || entry.offset % 97 == 0 { samples.append(entry) }
+            checked += 1
+            if case .intent(let intent) = entry.body { byOperation["\(intent.operation)", default: 0] += 1 }
         }
-        guard let first, let last else {
-            print("The log is empty.")
-            return
-        }
-        print("\nLog: offsets \(first.offset)...\(last.offset), every checksum verified, no gaps")
-        print("  intents by operation: " + byOperation.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
-        print("  entities touched: \(entities.count)")
-        print("  time span: \(last.timestamp.milliseconds - first.timestamp.milliseconds) ms (hybrid clock, strictly increasing)")
-        print("\nSome entries:")
-        for entry in samples.prefix(10) {
-            print("  \(entry)")
+        print("\nLog: \(checked) entries, every checksum verified, offsets dense")
+        print("  intents: " + byOperation.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+        let last = try store.log.lastOffset()
+        print("  last entries:")
+        for offset in (last > 2 ? last - 2 : 1)...max(last, 1) {
+            if let entry = try store.log.entry(at: offset) { print("    \(entry)") }
         }
     }
-
-    private func format(_ value: Double) -> String { String(format: "%.1f", value) }
 }
 
 extension Durability: ExpressibleByArgument {}
