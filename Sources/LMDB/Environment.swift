@@ -315,13 +315,13 @@ extension Environment {
                     if result != 0 { mdb_txn_abort(txn) }
                     try check(result, "mdb_dbi_open", path: path)
                     try check(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
-                    return Database(dbi: dbi, name: name)
+                    return Database(dbi: dbi)
                 }
             }
             return try write { txn in
                 var dbi = MDB_dbi()
                 try check(mdb_dbi_open(txn.handle, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open", path: path)
-                return Database(dbi: dbi, name: name)
+                return Database(dbi: dbi)
             }
         }
     }

@@ -1,11 +1,10 @@
 import CLMDB
 
 /// A named database (an LMDB "DBI") inside an environment. Values of this
-/// type are only handles; all access goes through a `Transaction`.
-public struct Database: Hashable, Sendable, CustomStringConvertible {
+/// type are only handles, trivially copied; all access goes through a
+/// `Transaction`.
+public struct Database: Hashable, Sendable {
     let dbi: MDB_dbi
-    public let name: String
-    public var description: String { name }
 }
 
 /// Flags for `Transaction.put`.
@@ -136,7 +135,7 @@ public struct Transaction: ~Copyable {
         let result = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &dbi)
         if result == MDB_NOTFOUND { return nil }
         try check(result, "mdb_dbi_open", path: path)
-        return Database(dbi: dbi, name: name ?? "")
+        return Database(dbi: dbi)
     }
 
     /// Runs `body` in a child transaction: its writes join this transaction

@@ -85,6 +85,12 @@ public struct ByteReader {
         return T(bigEndian: buffer.loadUnaligned(fromByteOffset: position, as: T.self))
     }
 
+    /// Moves past `count` bytes.
+    public mutating func skip(_ count: Int, _ what: StaticString) throws(FormatError) {
+        try need(count, for: what)
+        position += count
+    }
+
     /// Reads a u32 count and checks that at least `count * minimumElementBytes`
     /// bytes remain, so a corrupt count cannot drive a huge allocation.
     public mutating func readCount(_ what: StaticString, minimumElementBytes: Int) throws(FormatError) -> Int {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Named values, kept sorted by the UTF-8 bytes of their names with no
 /// repeats. The order is the canonical binary order, so encoding needs no
 /// sort and decoding needs no hashing; lookups are binary searches.
@@ -35,13 +37,29 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
 
     /// The canonical order: byte-wise on UTF-8, not Unicode collation.
     public static func precedes(_ lhs: String, _ rhs: String) -> Bool {
-        lhs.utf8.lexicographicallyPrecedes(rhs.utf8)
+        compareUTF8(lhs, rhs) < 0
     }
 
     /// Names are the same when their UTF-8 bytes are (Swift's `==` would
     /// also equate canonically equivalent spellings, which the format keeps apart).
     public static func same(_ lhs: String, _ rhs: String) -> Bool {
-        lhs.utf8.elementsEqual(rhs.utf8)
+        lhs.utf8.count == rhs.utf8.count && compareUTF8(lhs, rhs) == 0
+    }
+
+    /// memcmp order of the UTF-8 bytes, the shorter first on a common prefix.
+    static func compareUTF8(_ lhs: String, _ rhs: String) -> Int {
+        var lhs = lhs
+        var rhs = rhs
+        return lhs.withUTF8 { a in
+            rhs.withUTF8 { b in
+                let common = Swift.min(a.count, b.count)
+                if common > 0, let x = a.baseAddress, let y = b.baseAddress {
+                    let order = Int(memcmp(x, y, common))
+                    if order != 0 { return order }
+                }
+                return a.count - b.count
+            }
+        }
     }
 
     public var startIndex: Int { elements.startIndex }

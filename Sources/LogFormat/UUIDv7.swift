@@ -1,6 +1,12 @@
 import Foundation
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// A time-ordered 128-bit identifier (RFC 9562, version 7): 48 bits of Unix
 /// milliseconds, the version and variant bits, and 74 bits that are a
 /// counter and randomness. IDs made by one process strictly increase.
@@ -43,12 +49,20 @@ public struct UUIDv7: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     /// The canonical 8-4-4-4-12 lowercase hex form.
     public var uuidString: String {
-        let hex = bytes.map { byte in
-            let digits = String(byte, radix: 16)
-            return digits.count == 1 ? "0" + digits : digits
-        }.joined()
-        let characters = Array(hex)
-        return [0..<8, 8..<12, 12..<16, 16..<20, 20..<32].map { String(characters[$0]) }.joined(separator: "-")
+        let digits = Array("0123456789abcdef".utf8)
+        return String(unsafeUninitializedCapacity: 36) { buffer in
+            var position = 0
+            for nibble in 0..<32 {
+                if nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20 {
+                    buffer[position] = UInt8(ascii: "-")
+                    position += 1
+                }
+                let word = nibble < 16 ? high : low
+                buffer[position] = digits[Int((word >> (60 - 4 * UInt64(nibble % 16))) & 0xF)]
+                position += 1
+            }
+            return position
+        }
     }
 
     /// Parses exactly the 8-4-4-4-12 form (hex digits of either case).
@@ -95,14 +109,22 @@ extension UUIDv7 {
 
         private let state = Mutex(State())
         private let clock: @Sendable () -> UInt64
-        private let random: @Sendable () -> UInt64
+        private let random: (@Sendable () -> UInt64)?
+        /// Random words drawn ahead, so an ID does not cost a system call.
+        private let pool = Mutex(RandomPool())
+
+        private struct RandomPool {
+            static let countMax = 64
+            var words: [UInt64] = []
+        }
 
         /// - Parameters:
         ///   - clock: Unix milliseconds (injected for tests).
-        ///   - random: 64 random bits per call (injected for tests).
+        ///   - random: 64 random bits per call (injected for tests); by default
+        ///     the operating system's randomness, drawn 64 words at a time.
         public init(
             clock: @escaping @Sendable () -> UInt64 = wallClockMilliseconds,
-            random: @escaping @Sendable () -> UInt64 = { UInt64.random(in: .min ... .max) }
+            random: (@Sendable () -> UInt64)? = nil
         ) {
             self.clock = clock
             self.random = random
@@ -111,11 +133,21 @@ extension UUIDv7 {
         /// The process-wide generator.
         public static let shared = Generator()
 
+        private func nextRandom() -> UInt64 {
+            pool.withLock { pool in
+                if pool.words.isEmpty {
+                    pool.words = random.map { random in (0..<RandomPool.countMax).map { _ in random() } }
+                        ?? systemRandomWords(RandomPool.countMax)
+                }
+                return pool.words.removeLast()
+            }
+        }
+
         public func next() -> UUIDv7 {
             let now = clock()
-            let randomBits = random()
+            let randomBits = nextRandom()
             // A separate draw seeds the counter, so it shares no bits with rand_b.
-            let counterStart = random() >> 53  // 11 bits: room to count up
+            let counterStart = nextRandom() >> 53  // 11 bits: room to count up
             let (milliseconds, counter) = state.withLock { state -> (UInt64, UInt64) in
                 if now > state.milliseconds {
                     state.milliseconds = now
@@ -138,4 +170,24 @@ extension UUIDv7 {
 /// The current wall clock in Unix milliseconds.
 @Sendable public func wallClockMilliseconds() -> UInt64 {
     UInt64(max(0, (Date().timeIntervalSince1970 * 1000).rounded(.down)))
+}
+
+/// `count` words of the operating system's randomness in one call where the
+/// system offers one (getentropy, arc4random_buf).
+func systemRandomWords(_ count: Int) -> [UInt64] {
+    var words = [UInt64](repeating: 0, count: count)
+    #if canImport(Glibc)
+        // getentropy takes at most 256 bytes a call.
+        let filled = words.withUnsafeMutableBytes { buffer -> Bool in
+            stride(from: 0, to: buffer.count, by: 256).allSatisfy { offset in
+                getentropy(buffer.baseAddress! + offset, min(256, buffer.count - offset)) == 0
+            }
+        }
+        if filled { return words }
+    #elseif canImport(Darwin)
+        words.withUnsafeMutableBytes { arc4random_buf($0.baseAddress!, $0.count) }
+        return words
+    #endif
+    var generator = SystemRandomNumberGenerator()
+    return (0..<count).map { _ in generator.next() }
 }

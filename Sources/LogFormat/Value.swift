@@ -25,7 +25,7 @@ public enum Value: Hashable, Sendable {
         case (.bool(let a), .bool(let b)): a == b
         case (.int(let a), .int(let b)): a == b
         case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
-        case (.string(let a), .string(let b)): a.utf8.elementsEqual(b.utf8)
+        case (.string(let a), .string(let b)): Fields.same(a, b)
         case (.bytes(let a), .bytes(let b)): a == b
         case (.timestamp(let a), .timestamp(let b)): a == b
         case (.array(let a), .array(let b)): a == b

@@ -22,15 +22,29 @@ struct EntityRecord: Equatable {
     /// Nothing worth keeping: no state, no pending intent, no tombstone.
     var isEmpty: Bool { baseVersion == 0 && base == nil && visible == nil && pending.isEmpty }
 
+    /// Flag bits of the record's second byte.
+    enum Flag {
+        static let base: UInt8 = 0x01
+        static let visible: UInt8 = 0x02
+        /// Visible equals base and is stored once (the common case: nothing pending).
+        static let shared: UInt8 = 0x04
+    }
+
+    /// Layout (`Format/storage.md`, section 15): version, flags, base
+    /// version, the pending offsets, then the visible fields and the base
+    /// fields (one copy when they are equal), so a read of the visible state
+    /// decodes one set of fields and stops.
     func encoded() -> [UInt8] {
         var writer = ByteWriter(capacity: 64)
+        let shared = base != nil && base == visible
         writer.write(EntityRecord.layoutVersion)
-        writer.write((base != nil ? 1 : 0) | (visible != nil ? 2 : 0))
+        writer.write(
+            (base != nil ? Flag.base : 0) | (visible != nil ? Flag.visible : 0) | (shared ? Flag.shared : 0))
         writer.write(bigEndian: baseVersion)
-        base?.encode(into: &writer)
-        visible?.encode(into: &writer)
         writer.write(bigEndian: UInt32(pending.count))
         for offset in pending { writer.write(bigEndian: offset) }
+        visible?.encode(into: &writer)
+        if !shared { base?.encode(into: &writer) }
         return writer.bytes
     }
 
@@ -38,20 +52,49 @@ struct EntityRecord: Equatable {
 
     init(decoding bytes: UnsafeRawBufferPointer) throws(FormatError) {
         var reader = ByteReader(bytes)
+        let head = try EntityRecord.readHead(&reader)
+        baseVersion = head.baseVersion
+        pending = []
+        pending.reserveCapacity(head.pendingCount)
+        for _ in 0..<head.pendingCount { pending.append(try reader.read(UInt64.self, "pending offset")) }
+        if head.flags & Flag.visible != 0 { visible = try Fields.decode(from: &reader) }
+        if head.flags & Flag.shared != 0 {
+            base = visible
+        } else if head.flags & Flag.base != 0 {
+            base = try Fields.decode(from: &reader)
+        }
+        guard reader.remaining == 0 else { throw reader.error(.trailingBytes, "\(reader.remaining) bytes after the record") }
+    }
+
+    /// What a read of the entity needs, without decoding the base: the
+    /// visible fields (nil when absent), the base version and how many
+    /// intents are pending.
+    static func visibleState(decoding bytes: UnsafeRawBufferPointer) throws(FormatError)
+        -> (visible: Fields?, baseVersion: UInt64, pendingCount: Int)
+    {
+        var reader = ByteReader(bytes)
+        let head = try readHead(&reader)
+        try reader.skip(head.pendingCount * 8, "pending offsets")
+        let visible = head.flags & Flag.visible != 0 ? try Fields.decode(from: &reader) : nil
+        return (visible, head.baseVersion, head.pendingCount)
+    }
+
+    private static func readHead(_ reader: inout ByteReader) throws(FormatError)
+        -> (flags: UInt8, baseVersion: UInt64, pendingCount: Int)
+    {
         let version = try reader.readByte("record version")
         guard version == EntityRecord.layoutVersion else {
             throw reader.error(.unsupportedVersion, "entity record version \(version)", at: 0)
         }
         let flags = try reader.readByte("record flags")
-        guard flags & ~3 == 0 else { throw reader.error(.invalidFlags, "record flags \(flags)", at: 1) }
-        baseVersion = try reader.read(UInt64.self, "base version")
-        if flags & 1 != 0 { base = try Fields.decode(from: &reader) }
-        if flags & 2 != 0 { visible = try Fields.decode(from: &reader) }
+        let known = Flag.base | Flag.visible | Flag.shared
+        let sharedNeedsBoth = flags & Flag.shared == 0 || flags & (Flag.base | Flag.visible) == Flag.base | Flag.visible
+        guard flags & ~known == 0, sharedNeedsBoth else {
+            throw reader.error(.invalidFlags, "record flags \(flags)", at: 1)
+        }
+        let baseVersion = try reader.read(UInt64.self, "base version")
         let count = try reader.readCount("pending count", minimumElementBytes: 8)
-        pending = []
-        pending.reserveCapacity(count)
-        for _ in 0..<count { pending.append(try reader.read(UInt64.self, "pending offset")) }
-        guard reader.remaining == 0 else { throw reader.error(.trailingBytes, "\(reader.remaining) bytes after the record") }
+        return (flags, baseVersion, count)
     }
 }
 

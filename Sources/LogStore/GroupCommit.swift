@@ -81,14 +81,28 @@ final class GroupCommitter: @unchecked Sendable {
         finished.signal()
     }
 
+    /// How long the writer may wait for callers still on their way back
+    /// (woken by the previous commit, about to submit again): a fraction of
+    /// one durable commit, so a lone writer never waits at all.
+    static let lingerMax: TimeInterval = 0.000_1
+    /// The size of the last group; only the writer thread touches it.
+    private var lastGroupCount = 0
+
     private func nextGroup() -> [any WriteJob]? {
         condition.lock()
         defer { condition.unlock() }
         while queue.isEmpty && !closing { condition.wait() }
         if queue.isEmpty { return nil }
+        // Fewer jobs than half the last group means the rest of its callers
+        // are still being woken; a moment's wait lets them share this commit.
+        if queue.count * 2 < lastGroupCount, !closing {
+            let deadline = Date(timeIntervalSinceNow: GroupCommitter.lingerMax)
+            while queue.count * 2 < lastGroupCount, !closing, condition.wait(until: deadline) {}
+        }
         let count = min(queue.count, GroupCommitter.groupCountMax)
         let group = Array(queue.prefix(count))
         queue.removeFirst(count)
+        lastGroupCount = count
         return group
     }
 

@@ -1,3 +1,4 @@
+import Foundation
 import LMDB
 import LogFormat
 
@@ -12,6 +13,8 @@ struct Projector: Sendable {
     let idempotency: Database
     let counts: Database
     let path: String
+    /// Set only on the copy a replay chunk uses (see `ProjectionCache`).
+    var cache: ProjectionCache?
 
     /// Applies one entry. With `live` set (a write happening now), events for
     /// the app are collected in `effects`; replay leaves them out because
@@ -23,6 +26,7 @@ struct Projector: Sendable {
             var record = before ?? EntityRecord()
             record.visible = Projector.applying(intent, to: record.visible)
             record.pending.append(entry.offset)
+            cache?.intents[entry.offset] = intent
             try save(record, replacing: before, intent.entityType, intent.entityID, txn)
             try txn.put(outbox, key: OffsetKey.encode(entry.offset), value: OutboxState().encoded())
             try txn.put(idempotency, key: Array(intent.idempotencyKey.utf8), value: OffsetKey.encode(entry.offset))
@@ -54,6 +58,8 @@ struct Projector: Sendable {
             }
             try setCursor(snapshot.cursor, txn)
         case .resync:
+            // The reset walks the database itself, so it must see everything.
+            try cache?.flush(self, txn)
             try resetBase(txn, &effects)
         case .conflict(let conflict):
             if live { effects.events.append(.conflict(offset: entry.offset, conflict)) }
@@ -151,6 +157,7 @@ struct Projector: Sendable {
     }
 
     func readIntent(at offset: UInt64, _ txn: borrowing Transaction) throws -> Intent {
+        if let intent = cache?.intents[offset] { return intent }
         let entry = try OffsetKey.encode(offset).withUnsafeBytes { key in
             try txn.withValue(log, key: key) { value in try EventLog.decode(key: key, value: value, path: path) }
         }
@@ -163,14 +170,30 @@ struct Projector: Sendable {
 
     func load(_ type: String, _ id: String, _ txn: borrowing Transaction) throws -> EntityRecord? {
         let key = EntityKey.encode(type: type, id: id)
-        return try key.withUnsafeBytes { raw in
+        if let cached = cache?.records[RecordKey(key)] { return cached }
+        return try loadStored(key, txn)
+    }
+
+    private func loadStored(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityRecord? {
+        try key.withUnsafeBytes { raw in
             try txn.withValue(entities, key: raw) { value in try decodeRecord(value, key: key) }
         }
     }
 
     func decodeRecord(_ value: UnsafeRawBufferPointer, key: [UInt8]) throws -> EntityRecord {
+        try reportingDamage(key) { () throws(FormatError) in try EntityRecord(decoding: value) }
+    }
+
+    func decodeVisible(_ value: UnsafeRawBufferPointer, key: [UInt8]) throws
+        -> (visible: Fields?, baseVersion: UInt64, pendingCount: Int)
+    {
+        try reportingDamage(key) { () throws(FormatError) in try EntityRecord.visibleState(decoding: value) }
+    }
+
+    /// A record that does not decode is damage, named by its entity.
+    private func reportingDamage<R>(_ key: [UInt8], _ decode: () throws(FormatError) -> R) throws -> R {
         do {
-            return try EntityRecord(decoding: value)
+            return try decode()
         } catch {
             let (type, id) = EntityKey.split(key)
             throw LogStoreError(.corruptEntry, path: path, "entity \(type)/\(id): \(error)", formatError: error)
@@ -185,24 +208,40 @@ struct Projector: Sendable {
     ) throws {
         let key = EntityKey.encode(type: type, id: id)
         let wasVisible = before?.visible != nil
-        if record.isEmpty {
-            try txn.delete(entities, key: key)
-        } else {
-            try txn.put(entities, key: key, value: record.encoded())
-        }
         let isVisible = record.visible != nil
-        if wasVisible != isVisible {
-            let count = try visibleCount(type, txn) + (isVisible ? 1 : -1)
-            precondition(count >= 0, "visible count of \(type) below zero")
-            if count == 0 {
-                try txn.delete(counts, key: Array(type.utf8))
-            } else {
-                try txn.put(counts, key: Array(type.utf8), value: UInt64(count).bigEndianBytes)
+        if let cache {
+            cache.records[RecordKey(key)] = .some(record.isEmpty ? nil : record)
+            if wasVisible != isVisible {
+                let count = try cache.counts[type] ?? visibleCount(type, txn)
+                cache.counts[type] = count + (isVisible ? 1 : -1)
             }
+            return
+        }
+        try storeRecord(record, key: key, txn)
+        if wasVisible != isVisible { try storeCount(try visibleCount(type, txn) + (isVisible ? 1 : -1), type, txn) }
+    }
+
+    func storeRecord(_ record: EntityRecord?, key: [UInt8], _ txn: borrowing Transaction) throws {
+        if let record, !record.isEmpty {
+            try txn.put(entities, key: key, value: record.encoded())
+        } else {
+            try txn.delete(entities, key: key)
+        }
+    }
+
+    func storeCount(_ count: Int, _ type: String, _ txn: borrowing Transaction) throws {
+        guard count >= 0 else {
+            throw LogStoreError(.corruptEntry, path: path, "the visible count of \(type) would fall below zero")
+        }
+        if count == 0 {
+            try txn.delete(counts, key: Array(type.utf8))
+        } else {
+            try txn.put(counts, key: Array(type.utf8), value: UInt64(count).bigEndianBytes)
         }
     }
 
     func visibleCount(_ type: String, _ txn: borrowing Transaction) throws -> Int {
+        if let count = cache?.counts[type] { return count }
         let key = Array(type.utf8)
         return try key.withUnsafeBytes { key in
             try txn.withValue(counts, key: key) { value in UInt64(bigEndianBytes: value).map(Int.init) ?? 0 }
@@ -224,5 +263,52 @@ extension EntityKey {
     static func split(_ key: [UInt8]) -> (type: String, id: String) {
         guard let zero = key.firstIndex(of: 0) else { return (String(decoding: key, as: UTF8.self), "") }
         return (String(decoding: key[..<zero], as: UTF8.self), String(decoding: key[(zero + 1)...], as: UTF8.self))
+    }
+}
+
+/// Replay's working set for one chunk: the records it touched (each loaded
+/// once and written once, in key order, at the end), the per-type counts,
+/// and the intents it decoded (so settling one does not read it back from
+/// the log). It belongs to the one writer job that made it.
+final class ProjectionCache: @unchecked Sendable {
+    /// nil (the inner optional) for a record to delete.
+    var records: [RecordKey: EntityRecord?] = [:]
+    var counts: [String: Int] = [:]
+    var intents: [UInt64: Intent] = [:]
+
+    /// Writes what the chunk changed and empties the record and count sets.
+    func flush(_ projector: Projector, _ txn: borrowing Transaction) throws {
+        // Key order makes LMDB's inserts sequential.
+        for (key, record) in records.sorted(by: { $0.key < $1.key }) {
+            try projector.storeRecord(record, key: key.bytes, txn)
+        }
+        for (type, count) in counts { try projector.storeCount(count, type, txn) }
+        records = [:]
+        counts = [:]
+    }
+}
+
+/// An `entities` key as a dictionary key: hashed and compared as whole
+/// byte buffers (an array of bytes would hash one byte at a time).
+struct RecordKey: Hashable, Comparable {
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    static func == (lhs: RecordKey, rhs: RecordKey) -> Bool { lhs.bytes == rhs.bytes }
+
+    /// LMDB's order: memcmp over the common length, then the shorter first.
+    static func < (lhs: RecordKey, rhs: RecordKey) -> Bool {
+        lhs.bytes.withUnsafeBytes { a in
+            rhs.bytes.withUnsafeBytes { b in
+                let common = min(a.count, b.count)
+                let order = common == 0 ? 0 : memcmp(a.baseAddress!, b.baseAddress!, common)
+                return order != 0 ? order < 0 : a.count < b.count
+            }
+        }
     }
 }

@@ -129,7 +129,9 @@ extension Store {
     private func replayChunk(_ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool) throws -> Bool {
         var expected = try watermark(txn) + 1
         var more = false
-        let projector = self.projector
+        var projector = self.projector
+        let cache = ProjectionCache()
+        projector.cache = cache
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
         try txn.withCursor(log.logDatabase) { cursor in
@@ -148,6 +150,7 @@ extension Store {
                 item = try cursor.next()
             }
         }
+        try cache.flush(projector, txn)
         try markWatermark(expected - 1, txn)
         return more
     }

@@ -243,9 +243,16 @@ public struct Entity: Sendable, Equatable {
 extension Store {
     /// The entity, or nil if it does not exist (or is deleted) for the app.
     public func get(type: String, id: String) throws -> Entity? {
-        try log.environment.read { txn in
-            guard let record = try projector.load(type, id, txn), let fields = record.visible else { return nil }
-            return Entity(type: type, id: id, fields: fields, serverVersion: record.baseVersion, pendingIntentCount: record.pending.count)
+        let key = EntityKey.encode(type: type, id: id)
+        return try log.environment.read { txn in
+            try key.withUnsafeBytes { raw in
+                try txn.withValue(projector.entities, key: raw) { value in
+                    let state = try projector.decodeVisible(value, key: key)
+                    return state.visible.map {
+                        Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
+                    }
+                } ?? nil
+            }
         }
     }
 
@@ -262,9 +269,9 @@ extension Store {
                 guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
                 let id = EntityKey.id(from: key, prefixCount: prefix.count)
                 if let after, id == after { return true }
-                let record = try projector.decodeRecord(value, key: [UInt8](key))
-                if let fields = record.visible {
-                    page.append(Entity(type: type, id: id, fields: fields, serverVersion: record.baseVersion, pendingIntentCount: record.pending.count))
+                let state = try projector.decodeVisible(value, key: [UInt8](key))
+                if let fields = state.visible {
+                    page.append(Entity(type: type, id: id, fields: fields, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount))
                 }
                 return page.count < limit
             }

@@ -14,20 +14,28 @@ struct Settings: Codable, Sendable {
     var payloadBytes: Int
     var measureProcess: Bool
     var scanPasses: Int
+    /// Sections 5-7 (`StoreBenchmarks.swift`).
+    var store: StoreBenchSettings
 }
 
 /// The store's benchmark, one run measuring side by side:
 /// 1. durable single-entry appends: ours, raw LMDB, SQLite (`SingleAppend.swift`);
 /// 2. group commit with concurrent appenders (`GroupCommitThroughput.swift`);
 /// 3. batched appends (`BatchedAppend.swift`);
-/// 4. a full scan of the log from 3 (`ScanRate.swift`).
+/// 4. a full scan of the log from 3 (`ScanRate.swift`);
+/// 5-7. the app's store API (`StoreBenchmarks.swift`): creates with their
+///    projection updates, batched and durable (beside SQLite), replay of
+///    the projections from the log, and reads.
 /// It prints a table (targets beside the numbers they apply to) and writes
 /// the same results as JSON.
 @main
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measures the log's durable appends, group commit, batched appends and scans beside raw LMDB and SQLite.",
+        abstract: """
+            Measures the log's durable appends, group commit, batched appends and scans beside raw LMDB and SQLite, \
+            and the store's writes, replay and reads.
+            """,
         discussion: """
             Everything runs in one process, in a scratch directory that is removed at the end. Build it in \
             release mode; a debug build measures the compiler, not the store.
@@ -65,14 +73,33 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Passes over the log for each scan measurement (the best counts).")
     var scanPasses = 2
 
+    @Option(help: "Section store-write: creates committed through Store.write(WriteBatch), .process durability.")
+    var storeCreates = 100_000
+
+    @Option(help: "Section store-write: creates per WriteBatch.")
+    var storeBatchSize = 1000
+
+    @Option(help: "Section store-write: durable single creates (ours and SQLite, each).")
+    var storeSingleCount = 2000
+
+    @Option(help: "Section replay: log sizes to build and replay, comma-separated.")
+    var replayEntries = "100000,1000000"
+
+    @Option(help: "Section read: entities to create and read back.")
+    var readEntities = 100_000
+
     @Flag(inversion: .prefixedNo, help: "Also measure batched appends with .process durability.")
     var process = true
 
     @Flag(help: "Small counts for a CI smoke run (a few seconds); overrides the count options.")
     var quick = false
 
-    @Option(help: "Sections to run, comma-separated: single, group, batched, scan (scan runs batched too).")
-    var only = "single,group,batched,scan"
+    @Option(
+        help: """
+            Sections to run, comma-separated: single, group, batched, scan (scan runs batched too), store-write, \
+            replay, read.
+            """)
+    var only = "single,group,batched,scan,store-write,replay,read"
 
     @Option(help: "Where to write the results as JSON.")
     var json = "bench-results.json"
@@ -100,9 +127,20 @@ struct Bench: AsyncParsableCommand {
         guard payloadBytes >= 0, payloadBytes <= Limits.entryBodyBytesMax / 2 else {
             throw ValidationError("--payload-bytes must be in 0...\(Limits.entryBodyBytesMax / 2)")
         }
+        guard storeCreates > 0, storeBatchSize > 0, storeBatchSize <= storeCreates, storeSingleCount >= rounds,
+            readEntities > 0
+        else {
+            throw ValidationError(
+                "--store-creates, --store-batch-size and --read-entities must be positive, batch <= creates, "
+                    + "and --store-single-count at least --rounds")
+        }
+        let sizes = try replayEntryCounts()
+        guard !sizes.isEmpty, sizes.allSatisfy({ $0 > 0 }) else {
+            throw ValidationError("--replay-entries takes positive counts")
+        }
     }
 
-    static let sectionNamesKnown: Set<String> = ["single", "group", "batched", "scan"]
+    static let sectionNamesKnown: Set<String> = ["single", "group", "batched", "scan", "store-write", "replay", "read"]
 
     private func sectionNames() -> [String] {
         only.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
@@ -117,16 +155,31 @@ struct Bench: AsyncParsableCommand {
         }
     }
 
+    private func replayEntryCounts() throws -> [Int] {
+        try replayEntries.split(separator: ",").map { text in
+            guard let count = Int(text.trimmingCharacters(in: .whitespaces)) else {
+                throw ValidationError("--replay-entries: \"\(text)\" is not a number")
+            }
+            return count
+        }
+    }
+
     private func settings() throws -> Settings {
         if quick {
             return Settings(
                 singleCount: 200, warmupCount: 20, rounds: 2, writerCounts: [1, 4, 16, 64], groupSeconds: 0.25,
-                entries: 50_000, batchSize: 5_000, payloadBytes: payloadBytes, measureProcess: process, scanPasses: 1)
+                entries: 50_000, batchSize: 5_000, payloadBytes: payloadBytes, measureProcess: process, scanPasses: 1,
+                store: StoreBenchSettings(
+                    batchedCreates: 10_000, createsPerBatch: 1_000, singleCreates: 100, replayEntries: [20_000, 100_000],
+                    readEntities: 20_000))
         }
         return Settings(
             singleCount: singleCount, warmupCount: warmupCount, rounds: rounds, writerCounts: try writerCounts(),
             groupSeconds: groupSeconds, entries: entries, batchSize: batchSize, payloadBytes: payloadBytes,
-            measureProcess: process, scanPasses: scanPasses)
+            measureProcess: process, scanPasses: scanPasses,
+            store: StoreBenchSettings(
+                batchedCreates: storeCreates, createsPerBatch: storeBatchSize, singleCreates: storeSingleCount,
+                replayEntries: try replayEntryCounts().sorted(), readEntities: readEntities))
     }
 
     func run() async throws {
@@ -165,6 +218,17 @@ struct Bench: AsyncParsableCommand {
         if sections.contains("scan") {
             report.add(try await ScanBenchmark.run(settings, workspace, storeName: BatchedAppendBenchmark.fullStoreName))
         }
+        if sections.contains("store-write") {
+            let storeWrite = try await StoreWriteBenchmark.run(settings, workspace)
+            if report.machine.sqliteVersion == "-" { report.machine.sqliteVersion = storeWrite.sqliteVersion }
+            report.add(storeWrite.section)
+        }
+        if sections.contains("replay") {
+            report.add(try await ReplayBenchmark.run(settings, workspace))
+        }
+        if sections.contains("read") {
+            report.add(try await ReadBenchmark.run(settings, workspace))
+        }
 
         report.machine.loadAverageAtEnd = loadAverage()
         print(header(report))
@@ -177,8 +241,8 @@ struct Bench: AsyncParsableCommand {
         """
         SyncStore bench\(quick ? " (quick)" : ""): \(report.machine.cores) cores, scratch on \
         \(report.machine.scratchFileSystem), \(report.machine.lmdbVersion), SQLite \(report.machine.sqliteVersion)
-        entry: update intent, one .bytes field of \(report.settings.payloadBytes) bytes = \(report.entryBodyBytes)-byte \
-        body, \(report.entryBytes) bytes encoded
+        entry (sections 1-4): update intent, one .bytes field of \(report.settings.payloadBytes) bytes = \
+        \(report.entryBodyBytes)-byte body, \(report.entryBytes) bytes encoded
         load average (1/5/15 min) at start \(report.machine.loadAverageAtStart), at end \(report.machine.loadAverageAtEnd)
         """
     }

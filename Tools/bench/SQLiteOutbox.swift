@@ -20,26 +20,38 @@ final class SQLiteOutbox {
     let settings: Settings
 
     init(path: String) throws {
+        let opened = try SQLiteOutbox.openDurable(
+            path: path,
+            schema: [
+                """
+                CREATE TABLE outbox (
+                    id INTEGER PRIMARY KEY,
+                    idempotency_key TEXT NOT NULL,
+                    entity_type TEXT NOT NULL,
+                    entity_id TEXT NOT NULL,
+                    payload BLOB NOT NULL,
+                    created_at INTEGER NOT NULL)
+                """
+            ])
+        queue = opened.queue
+        settings = opened.settings
+    }
+
+    /// Opens `path` with a `DatabaseQueue` in WAL mode with
+    /// `synchronous=FULL`, creates the tables of `schema`, and checks that
+    /// SQLite reports both settings. Every SQLite baseline opens this way.
+    static func openDurable(path: String, schema: [String]) throws -> (queue: DatabaseQueue, settings: Settings) {
         var configuration = Configuration()
         configuration.journalMode = .wal
-        queue = try DatabaseQueue(path: path, configuration: configuration)
+        let queue = try DatabaseQueue(path: path, configuration: configuration)
         // GRDB sets synchronous=NORMAL when it enables WAL, after any
         // prepareDatabase hook, so FULL is set on the open connection (a
         // DatabaseQueue has only the one).
         try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try queue.write { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE outbox (
-                        id INTEGER PRIMARY KEY,
-                        idempotency_key TEXT NOT NULL,
-                        entity_type TEXT NOT NULL,
-                        entity_id TEXT NOT NULL,
-                        payload BLOB NOT NULL,
-                        created_at INTEGER NOT NULL)
-                    """)
+            for statement in schema { try db.execute(sql: statement) }
         }
-        settings = try queue.read { db in
+        let settings = try queue.read { db in
             Settings(
                 journalMode: try String.fetchOne(db, sql: "PRAGMA journal_mode") ?? "?",
                 synchronous: try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1,
@@ -49,6 +61,7 @@ final class SQLiteOutbox {
         guard settings.journalMode == "wal", settings.synchronous == 2 else {
             throw BenchError("SQLite runs with journal_mode=\(settings.journalMode), synchronous=\(settings.synchronous)")
         }
+        return (queue, settings)
     }
 
     /// Inserts one outbox row in a transaction of its own; returns after

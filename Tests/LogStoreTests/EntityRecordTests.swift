@@ -1,0 +1,63 @@
+import LogFormat
+@testable import LogStore
+import Testing
+
+@Suite struct EntityRecordTests {
+    private func roundTrip(_ record: EntityRecord) throws -> EntityRecord {
+        try record.encoded().withUnsafeBytes { try EntityRecord(decoding: $0) }
+    }
+
+    @Test func recordsRoundTripWithTheBaseStoredOnceWhenShared() throws {
+        var record = EntityRecord()
+        record.baseVersion = 3
+        record.base = ["done": false]
+        record.visible = ["done": false]
+        let shared = record.encoded()
+        #expect(shared[1] == 0x07)
+        #expect(try roundTrip(record) == record)
+        record.visible = ["done": true]
+        record.pending = [9]
+        let separate = record.encoded()
+        #expect(separate[1] == 0x03)
+        #expect(separate.count > shared.count)
+        #expect(try roundTrip(record) == record)
+        // The worked example of Format/storage.md, section 15.
+        #expect(separate == [
+            0x01, 0x03, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9,
+            0, 0, 0, 1, 0, 0, 0, 4, 0x64, 0x6f, 0x6e, 0x65, 0x02,
+            0, 0, 0, 1, 0, 0, 0, 4, 0x64, 0x6f, 0x6e, 0x65, 0x01,
+        ])
+        let state = try separate.withUnsafeBytes { try EntityRecord.visibleState(decoding: $0) }
+        #expect(state.visible == ["done": true] && state.baseVersion == 3 && state.pendingCount == 1)
+    }
+
+    @Test func tombstonesAndPendingOnlyRecordsRoundTrip() throws {
+        var tombstone = EntityRecord()
+        tombstone.baseVersion = 6
+        #expect(try roundTrip(tombstone) == tombstone)
+        var pendingOnly = EntityRecord()
+        pendingOnly.visible = ["a": 1]
+        pendingOnly.pending = [1, 4]
+        #expect(try roundTrip(pendingOnly) == pendingOnly)
+    }
+
+    @Test func damagedRecordsAreRefused() {
+        for (bytes, code) in [
+            ([2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] as [UInt8], FormatError.Code.unsupportedVersion),
+            ([1, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),  // shared without base and visible
+            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),
+            ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9], .lengthOutOfRange),
+            ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], .trailingBytes),
+            ([1, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .truncated),
+        ] {
+            do {
+                _ = try bytes.withUnsafeBytes { try EntityRecord(decoding: $0) }
+                Issue.record("decoded \(bytes)")
+            } catch let error as FormatError {
+                #expect(error.code == code, "\(bytes)")
+            } catch {
+                Issue.record("unexpected \(error)")
+            }
+        }
+    }
+}
