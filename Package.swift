@@ -10,10 +10,13 @@ let package = Package(
         .library(name: "SyncStore", targets: ["SyncStore"]),
         .executable(name: "bench", targets: ["bench"]),
         .executable(name: "demo", targets: ["demo"]),
+        .executable(name: "syncserver", targets: ["syncserver"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         .systemLibrary(
@@ -25,6 +28,14 @@ let package = Package(
         .target(name: "LogFormat", dependencies: ["CCRC32C"]),
         .target(name: "LMDB", dependencies: ["CLMDB"]),
         .target(name: "LogStore", dependencies: ["LogFormat", "LMDB"]),
+        .target(
+            name: "LogServer",
+            dependencies: [
+                "LogFormat", "LMDB",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ]
+        ),
         .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore"]),
         .target(name: "LogTesting", dependencies: ["LogFormat", "LogStore"]),
 
@@ -38,6 +49,15 @@ let package = Package(
             path: "Tools/bench"
         ),
         .executableTarget(
+            name: "syncserver",
+            dependencies: [
+                "LogServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            path: "Tools/syncserver"
+        ),
+        .executableTarget(
             name: "demo",
             dependencies: [
                 "SyncStore",
@@ -49,6 +69,7 @@ let package = Package(
         .testTarget(name: "LogFormatTests", dependencies: ["LogFormat", "LogTesting"]),
         .testTarget(name: "LMDBTests", dependencies: ["LMDB", "LogTesting"]),
         .testTarget(name: "LogStoreTests", dependencies: ["LogStore", "LMDB", "LogTesting"]),
+        .testTarget(name: "LogServerTests", dependencies: ["LogServer", "LogFormat", "LogTesting"]),
     ],
     swiftLanguageModes: [.v6]
 )

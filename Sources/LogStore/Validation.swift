@@ -3,61 +3,21 @@ import LogFormat
 /// Checks on what the app passes in, so nothing enters the log that the
 /// format, LMDB's key limit or JSON could not carry.
 enum Validation {
-    /// 1 to `Limits.entityTypeBytesMax` bytes: a lowercase letter, then
-    /// lowercase letters, digits, `_`, `-` or `.`.
     static func entityType(_ type: String) throws {
-        let bytes = Array(type.utf8)
-        let allowed = { (byte: UInt8) -> Bool in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                || [UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: ".")].contains(byte)
-        }
-        guard (1...Limits.entityTypeBytesMax).contains(bytes.count),
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(bytes[0]), bytes.allSatisfy(allowed)
-        else {
-            throw invalid(
-                "entity type \"\(type)\": use 1 to \(Limits.entityTypeBytesMax) of a-z, 0-9, _ - . starting with a letter")
-        }
+        if let problem = NameRules.entityTypeProblem(type) { throw invalid(problem) }
     }
 
-    /// 1 to `Limits.entityIDBytesMax` bytes of UTF-8.
     static func entityID(_ id: String) throws {
-        guard (1...Limits.entityIDBytesMax).contains(id.utf8.count) else {
-            throw invalid("entity id must be 1 to \(Limits.entityIDBytesMax) bytes, \"\(id.prefix(40))\" is \(id.utf8.count)")
-        }
+        if let problem = NameRules.entityIDProblem(id) { throw invalid(problem) }
     }
 
-    /// Field names are non-empty and do not start with `$` (reserved for the
-    /// JSON form of bytes, timestamps and doubles); doubles are finite; values
-    /// nest at most `Limits.valueDepthMax` deep.
-    static func fields(_ fields: Fields, depth: Int = 0) throws {
-        for (name, value) in fields {
-            guard !name.isEmpty, !name.hasPrefix("$") else {
-                throw invalid("field name \"\(name)\": names are non-empty and do not start with $")
-            }
-            try self.value(value, name: name, depth: depth)
-        }
-    }
-
-    private static func value(_ value: Value, name: String, depth: Int) throws {
-        switch value {
-        case .double(let number) where !number.isFinite:
-            throw invalid("field \"\(name)\" is \(number); only finite doubles are stored")
-        case .array(let elements):
-            guard depth < Limits.valueDepthMax else { throw invalid("field \"\(name)\" nests deeper than \(Limits.valueDepthMax)") }
-            for element in elements { try self.value(element, name: name, depth: depth + 1) }
-        case .object(let nested):
-            guard depth < Limits.valueDepthMax else { throw invalid("field \"\(name)\" nests deeper than \(Limits.valueDepthMax)") }
-            try fields(nested, depth: depth + 1)
-        default:
-            break
-        }
+    static func fields(_ fields: Fields) throws {
+        if let problem = NameRules.fieldsProblem(fields) { throw invalid(problem) }
     }
 
     /// An idempotency key: 1 to `Limits.idempotencyKeyBytesMax` bytes.
     static func idempotencyKey(_ key: String) throws {
-        guard (1...Limits.idempotencyKeyBytesMax).contains(key.utf8.count) else {
-            throw invalid("idempotency key must be 1 to \(Limits.idempotencyKeyBytesMax) bytes, is \(key.utf8.count)")
-        }
+        if let problem = NameRules.idempotencyKeyProblem(key) { throw invalid(problem) }
     }
 
     /// What every appended entry must satisfy, whoever appends it, so that

@@ -1,0 +1,61 @@
+/// The rules on names and values that every writer applies before anything
+/// enters a log (`Format/storage.md`, "What a writer never appends"): names
+/// become LMDB keys, values must have a JSON form. Each check returns a
+/// sentence describing the problem, or nil; the store and the server wrap
+/// it in their own error.
+public enum NameRules {
+    /// 1 to `Limits.entityTypeBytesMax` bytes: a lowercase ASCII letter, then
+    /// lowercase letters, digits, `_`, `-` or `.`.
+    public static func entityTypeProblem(_ type: String) -> String? {
+        let bytes = Array(type.utf8)
+        let isLower = { (byte: UInt8) in (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) }
+        let allowed = { (byte: UInt8) -> Bool in
+            isLower(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+        }
+        guard (1...Limits.entityTypeBytesMax).contains(bytes.count), isLower(bytes[0]), bytes.allSatisfy(allowed) else {
+            return "entity type \"\(type.prefix(80))\": use 1 to \(Limits.entityTypeBytesMax) of a-z, 0-9, _ - . starting with a letter"
+        }
+        return nil
+    }
+
+    /// 1 to `Limits.entityIDBytesMax` bytes of UTF-8.
+    public static func entityIDProblem(_ id: String) -> String? {
+        (1...Limits.entityIDBytesMax).contains(id.utf8.count)
+            ? nil : "entity id must be 1 to \(Limits.entityIDBytesMax) bytes, \"\(id.prefix(40))\" is \(id.utf8.count)"
+    }
+
+    /// 1 to `Limits.idempotencyKeyBytesMax` bytes of UTF-8.
+    public static func idempotencyKeyProblem(_ key: String) -> String? {
+        (1...Limits.idempotencyKeyBytesMax).contains(key.utf8.count)
+            ? nil : "idempotency key must be 1 to \(Limits.idempotencyKeyBytesMax) bytes, is \(key.utf8.count)"
+    }
+
+    /// Field names are non-empty and do not start with `$` (reserved for the
+    /// JSON forms of bytes, timestamps and doubles); doubles are finite;
+    /// values nest at most `Limits.valueDepthMax` deep.
+    public static func fieldsProblem(_ fields: Fields, depth: Int = 0) -> String? {
+        for (name, value) in fields {
+            guard !name.isEmpty, !name.hasPrefix("$") else {
+                return "field name \"\(name)\": names are non-empty and do not start with $"
+            }
+            if let problem = valueProblem(value, name: name, depth: depth) { return problem }
+        }
+        return nil
+    }
+
+    private static func valueProblem(_ value: Value, name: String, depth: Int) -> String? {
+        switch value {
+        case .double(let number) where !number.isFinite:
+            return "field \"\(name)\" is \(number); only finite doubles are stored"
+        case .array(let elements):
+            guard depth < Limits.valueDepthMax else { return "field \"\(name)\" nests deeper than \(Limits.valueDepthMax)" }
+            return elements.lazy.compactMap { valueProblem($0, name: name, depth: depth + 1) }.first
+        case .object(let nested):
+            guard depth < Limits.valueDepthMax else { return "field \"\(name)\" nests deeper than \(Limits.valueDepthMax)" }
+            return fieldsProblem(nested, depth: depth + 1)
+        default:
+            return nil
+        }
+    }
+}

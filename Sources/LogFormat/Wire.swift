@@ -1,0 +1,305 @@
+import Foundation
+
+/// The messages of the sync protocol, version 1 (`Format/sync-protocol.md`),
+/// as plain Codable values shared by the client and the server. JSON keys are
+/// snake_case, as on the wire.
+public enum Wire {
+    public static let protocolVersion = 1
+    /// Header every response carries.
+    public static let versionHeader = "Sync-Protocol-Version"
+
+    /// The most operations in one push.
+    public static let pushOperationCountMax = 500
+    /// The largest request body; a larger one is refused before parsing.
+    public static let requestBodyBytesMax = 4 * 1024 * 1024
+    /// The most changes one pull page may ask for, and the default.
+    public static let pullPageCountMax = 1000
+    public static let pullPageCountDefault = 100
+
+    public static func makeEncoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}
+
+/// The error codes of the protocol and what a client does with each.
+public struct WireErrorCode: RawRepresentable, Hashable, Codable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    public static let validationError = WireErrorCode(rawValue: "VALIDATION_ERROR")
+    public static let unauthorized = WireErrorCode(rawValue: "UNAUTHORIZED")
+    public static let permissionDenied = WireErrorCode(rawValue: "PERMISSION_DENIED")
+    public static let entityNotFound = WireErrorCode(rawValue: "ENTITY_NOT_FOUND")
+    public static let conflict = WireErrorCode(rawValue: "CONFLICT")
+    public static let notFound = WireErrorCode(rawValue: "NOT_FOUND")
+    public static let methodNotAllowed = WireErrorCode(rawValue: "METHOD_NOT_ALLOWED")
+    public static let cursorInvalid = WireErrorCode(rawValue: "CURSOR_INVALID")
+    public static let payloadTooLarge = WireErrorCode(rawValue: "PAYLOAD_TOO_LARGE")
+    public static let rateLimited = WireErrorCode(rawValue: "RATE_LIMITED")
+    public static let internalError = WireErrorCode(rawValue: "INTERNAL_ERROR")
+    public static let serviceUnavailable = WireErrorCode(rawValue: "SERVICE_UNAVAILABLE")
+
+    /// Worth trying again later (with backoff); everything else is permanent.
+    public var isRetryable: Bool {
+        [.rateLimited, .internalError, .serviceUnavailable].contains(self)
+    }
+
+    /// The HTTP status a request-level error of this code answers with.
+    public var httpStatus: Int {
+        switch self {
+        case .validationError: 400
+        case .unauthorized: 401
+        case .permissionDenied: 403
+        case .notFound, .entityNotFound: 404
+        case .methodNotAllowed: 405
+        case .conflict: 409
+        case .cursorInvalid: 410
+        case .payloadTooLarge: 413
+        case .rateLimited: 429
+        case .serviceUnavailable: 503
+        default: 500
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    public var description: String { rawValue }
+}
+
+/// The body of every non-2xx answer.
+public struct ErrorEnvelope: Codable, Sendable, Equatable {
+    public struct Detail: Codable, Sendable, Equatable {
+        public var code: WireErrorCode
+        public var message: String
+        public var retryable: Bool
+    }
+
+    public var error: Detail
+
+    public init(_ code: WireErrorCode, _ message: String) {
+        error = Detail(code: code, message: message, retryable: code.isRetryable)
+    }
+}
+
+public struct HealthResponse: Codable, Sendable, Equatable {
+    public var status: String
+    public var protocolVersion: Int
+    public var serverID: String
+
+    public init(serverID: String) {
+        status = "ok"
+        protocolVersion = Wire.protocolVersion
+        self.serverID = serverID
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case status
+        case protocolVersion = "protocol_version"
+        case serverID = "server_id"
+    }
+}
+
+/// One intent pushed to the server.
+public struct PushOperation: Codable, Sendable, Equatable {
+    public enum Intent: String, Codable, Sendable {
+        case create, update, delete
+    }
+
+    public var idempotencyKey: String
+    public var entityType: String
+    public var entityID: String
+    public var intent: Intent
+    public var data: Fields?
+    /// RFC 3339 with microseconds.
+    public var clientTimestamp: String
+    /// The server version the change was made against (0: none).
+    public var baseVersion: UInt64
+
+    public init(
+        idempotencyKey: String, entityType: String, entityID: String, intent: Intent, data: Fields?,
+        clientTimestamp: String, baseVersion: UInt64
+    ) {
+        self.idempotencyKey = idempotencyKey
+        self.entityType = entityType
+        self.entityID = entityID
+        self.intent = intent
+        self.data = data
+        self.clientTimestamp = clientTimestamp
+        self.baseVersion = baseVersion
+    }
+
+    public enum CodingKeys: String, CodingKey {
+        case idempotencyKey = "idempotency_key"
+        case entityType = "entity_type"
+        case entityID = "entity_id"
+        case intent, data
+        case clientTimestamp = "client_timestamp"
+        case baseVersion = "base_version"
+    }
+}
+
+public struct PushRequest: Codable, Sendable, Equatable {
+    /// The pushing replica's stable ID (1-128 bytes), so the server can tell
+    /// a replica's own earlier changes from other replicas' (conflicts are
+    /// only with the latter). Optional: without it every change counts as
+    /// another replica's.
+    public var clientID: String?
+    public var operations: [PushOperation]
+
+    public init(clientID: String? = nil, operations: [PushOperation]) {
+        self.clientID = clientID
+        self.operations = operations
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case clientID = "client_id"
+        case operations
+    }
+}
+
+/// The server's state of an entity, sent with a CONFLICT.
+public struct ServerState: Codable, Sendable, Equatable {
+    public var serverVersion: UInt64
+    public var deleted: Bool
+    public var data: Fields
+
+    public init(serverVersion: UInt64, deleted: Bool, data: Fields) {
+        self.serverVersion = serverVersion
+        self.deleted = deleted
+        self.data = data
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case serverVersion = "server_version"
+        case deleted, data
+    }
+}
+
+public struct PushResult: Codable, Sendable, Equatable {
+    public enum Status: String, Codable, Sendable {
+        case applied, duplicate, rejected
+    }
+
+    public var idempotencyKey: String
+    public var status: Status
+    public var serverVersion: UInt64?
+    public var errorCode: WireErrorCode?
+    public var errorMessage: String?
+    public var serverState: ServerState?
+
+    public static func applied(_ key: String, version: UInt64, duplicate: Bool = false) -> PushResult {
+        PushResult(idempotencyKey: key, status: duplicate ? .duplicate : .applied, serverVersion: version)
+    }
+
+    public static func rejected(_ key: String, _ code: WireErrorCode, _ message: String, state: ServerState? = nil)
+        -> PushResult
+    {
+        PushResult(idempotencyKey: key, status: .rejected, errorCode: code, errorMessage: message, serverState: state)
+    }
+
+    public init(
+        idempotencyKey: String, status: Status, serverVersion: UInt64? = nil, errorCode: WireErrorCode? = nil,
+        errorMessage: String? = nil, serverState: ServerState? = nil
+    ) {
+        self.idempotencyKey = idempotencyKey
+        self.status = status
+        self.serverVersion = serverVersion
+        self.errorCode = errorCode
+        self.errorMessage = errorMessage
+        self.serverState = serverState
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case idempotencyKey = "idempotency_key"
+        case status
+        case serverVersion = "server_version"
+        case errorCode = "error_code"
+        case errorMessage = "error_message"
+        case serverState = "server_state"
+    }
+}
+
+public struct PushResponse: Codable, Sendable, Equatable {
+    public var results: [PushResult]
+    public init(results: [PushResult]) { self.results = results }
+}
+
+/// One change in a pull page: the entity's full state after it.
+public struct PullChange: Codable, Sendable, Equatable {
+    public enum Operation: String, Codable, Sendable {
+        case upsert, delete
+    }
+
+    public var entityType: String
+    public var entityID: String
+    public var operation: Operation
+    /// nil for a delete.
+    public var data: Fields?
+    public var serverVersion: UInt64
+    public var updatedAt: String
+
+    public init(
+        entityType: String, entityID: String, operation: Operation, data: Fields?, serverVersion: UInt64,
+        updatedAt: String
+    ) {
+        self.entityType = entityType
+        self.entityID = entityID
+        self.operation = operation
+        self.data = data
+        self.serverVersion = serverVersion
+        self.updatedAt = updatedAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case entityType = "entity_type"
+        case entityID = "entity_id"
+        case operation, data
+        case serverVersion = "server_version"
+        case updatedAt = "updated_at"
+    }
+
+    /// Encodes `data` as JSON null for a delete, as the protocol shows it.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(entityType, forKey: .entityType)
+        try container.encode(entityID, forKey: .entityID)
+        try container.encode(operation, forKey: .operation)
+        try container.encode(data, forKey: .data)
+        try container.encode(serverVersion, forKey: .serverVersion)
+        try container.encode(updatedAt, forKey: .updatedAt)
+    }
+}
+
+public struct PullResponse: Codable, Sendable, Equatable {
+    public var changes: [PullChange]
+    public var cursor: String
+    public var hasMore: Bool
+    public var forceResync: Bool
+
+    public init(changes: [PullChange], cursor: String, hasMore: Bool, forceResync: Bool = false) {
+        self.changes = changes
+        self.cursor = cursor
+        self.hasMore = hasMore
+        self.forceResync = forceResync
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case changes, cursor
+        case hasMore = "has_more"
+        case forceResync = "force_resync"
+    }
+}
+
+extension Value {
+    /// RFC 3339 UTC with microseconds, as the protocol writes timestamps.
+    public static func rfc3339(microseconds: Int64) -> String { iso8601(microseconds: microseconds) }
+}

@@ -1,0 +1,109 @@
+import Foundation
+import Hummingbird
+import LogFormat
+
+/// The endpoints: authentication, rate limiting, body limits and decoding
+/// around `SyncService`.
+struct Routes: Sendable {
+    let server: SyncServer
+
+    func health(_ request: Request, _ context: BasicRequestContext) throws -> Response {
+        try Reply.json(HealthResponse(serverID: server.serverID))
+    }
+
+    func push(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let identity = try authenticate(request)
+        let body = try await collect(request)
+        let pushRequest: ReceivedPush
+        do {
+            pushRequest = try JSONDecoder().decode(ReceivedPush.self, from: body)
+        } catch {
+            throw ServiceError(.validationError, "the push body is not a valid push request: \(describeDecoding(error))")
+        }
+        let response = try await server.service.push(pushRequest, as: identity)
+        if server.configuration.faultInjection, server.faults.takeDrop() {
+            // Applied and committed; the answer is cut off mid-body.
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: ResponseBody(contentLength: 1_000) { writer in
+                    try await writer.write(ByteBuffer(string: "{\"results\":"))
+                    throw DroppedAnswer()
+                })
+        }
+        return try Reply.json(response)
+    }
+
+    func pull(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let identity = try authenticate(request)
+        let query = request.uri.queryParameters
+        let cursor = query["cursor"].map(String.init)
+        var limit = Wire.pullPageCountDefault
+        if let text = query["limit"] {
+            guard let number = Int(text) else { throw ServiceError(.validationError, "limit \"\(text)\" is not an integer") }
+            limit = number
+        }
+        return try Reply.json(try server.service.pull(cursor: cursor, limit: limit, as: identity))
+    }
+
+    func resync(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        try authenticateAdmin(request)
+        let generation = try await server.service.forceResync()
+        return try Reply.json(["generation": generation])
+    }
+
+    func setFaults(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        guard server.configuration.faultInjection else { throw ServiceError(.notFound, "no such endpoint") }
+        try authenticateAdmin(request)
+        let body = try await collect(request)
+        let settings: FaultSettings
+        do {
+            settings = try JSONDecoder().decode(FaultSettings.self, from: body)
+        } catch {
+            throw ServiceError(.validationError, "the faults body is not valid: \(describeDecoding(error))")
+        }
+        try server.faults.set(settings)
+        return try Reply.json(settings)
+    }
+
+    // MARK: Helpers
+
+    private func bearerToken(_ request: Request) -> String? {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return nil }
+        let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
+    }
+
+    /// The caller's identity, after the rate limit.
+    private func authenticate(_ request: Request) throws -> Identity {
+        guard let token = bearerToken(request), let identity = server.configuration.tokens[token] else {
+            throw ServiceError(.unauthorized, "a valid bearer token is required")
+        }
+        if let limiter = server.limiter,
+            let retryAfter = limiter.take(identity.user, now: Date().timeIntervalSinceReferenceDate)
+        {
+            throw ServiceError(.rateLimited, "too many requests; retry after \(retryAfter) s", retryAfter: retryAfter)
+        }
+        return identity
+    }
+
+    private func authenticateAdmin(_ request: Request) throws {
+        guard let expected = server.configuration.adminToken, bearerToken(request) == expected else {
+            throw ServiceError(.unauthorized, "the admin token is required")
+        }
+    }
+
+    /// The body, refusing more than `Wire.requestBodyBytesMax` bytes.
+    private func collect(_ request: Request) async throws -> Data {
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > Wire.requestBodyBytesMax {
+            throw ServiceError(.payloadTooLarge, "the body is \(length) bytes; the limit is \(Wire.requestBodyBytesMax)")
+        }
+        var data = Data()
+        for try await buffer in request.body {
+            guard data.count + buffer.readableBytes <= Wire.requestBodyBytesMax else {
+                throw ServiceError(.payloadTooLarge, "the body is over \(Wire.requestBodyBytesMax) bytes")
+            }
+            data.append(contentsOf: buffer.readableBytesView)
+        }
+        return data
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import LogFormat
+import Synchronization
+
+/// A token bucket per user: `burst` requests at once, refilled at `rate`
+/// per second. Time is injected so tests need no waiting.
+final class RateLimiter: Sendable {
+    struct Bucket {
+        var tokens: Double
+        var updated: Double
+    }
+
+    let rate: Double
+    let burst: Double
+    private let buckets = Mutex([String: Bucket]())
+
+    init(rate: Double, burst: Int) {
+        precondition(rate > 0 && burst > 0, "a rate limit needs a positive rate and burst")
+        self.rate = rate
+        self.burst = Double(burst)
+    }
+
+    /// Takes a token for `user` at `now` (seconds); nil if one was there,
+    /// else the whole seconds until one will be (at least 1).
+    func take(_ user: String, now: Double) -> Int? {
+        buckets.withLock { buckets in
+            var bucket = buckets[user] ?? Bucket(tokens: burst, updated: now)
+            bucket.tokens = min(burst, bucket.tokens + max(0, now - bucket.updated) * rate)
+            bucket.updated = now
+            defer { buckets[user] = bucket }
+            if bucket.tokens >= 1 {
+                bucket.tokens -= 1
+                return nil
+            }
+            return max(1, Int(((1 - bucket.tokens) / rate).rounded(.up)))
+        }
+    }
+}
+
+/// Faults a test can switch on (never in production): failing requests,
+/// slow answers, and pushes applied whose answer never arrives.
+public struct FaultSettings: Codable, Sendable, Equatable {
+    /// Fail this many of the next requests (health and admin excepted).
+    public var failNext: Int?
+    /// With this status: 500, 503 or 429.
+    public var status: Int?
+    /// Delay every answer by this many milliseconds.
+    public var delayMs: Int?
+    /// Apply this many of the next pushes, then drop the connection.
+    public var dropAfterPush: Int?
+
+    public init(failNext: Int? = nil, status: Int? = nil, delayMs: Int? = nil, dropAfterPush: Int? = nil) {
+        self.failNext = failNext
+        self.status = status
+        self.delayMs = delayMs
+        self.dropAfterPush = dropAfterPush
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case failNext = "fail_next"
+        case status
+        case delayMs = "delay_ms"
+        case dropAfterPush = "drop_after_push"
+    }
+}
+
+final class FaultInjector: Sendable {
+    /// The bounds of what a test may ask for.
+    static let failNextMax = 1_000_000
+    static let delayMillisecondsMax = 60_000
+
+    private struct State {
+        var failNext = 0
+        var status = 503
+        var delayMs = 0
+        var dropAfterPush = 0
+    }
+
+    private let state = Mutex(State())
+
+    /// Replaces the faults; `{}` clears them.
+    func set(_ settings: FaultSettings) throws {
+        let status = settings.status ?? 503
+        guard [500, 503, 429].contains(status) else { throw ServiceError(.validationError, "status must be 500, 503 or 429") }
+        let failNext = settings.failNext ?? 0
+        let delay = settings.delayMs ?? 0
+        let drops = settings.dropAfterPush ?? 0
+        guard (0...FaultInjector.failNextMax).contains(failNext), (0...FaultInjector.delayMillisecondsMax).contains(delay),
+            (0...FaultInjector.failNextMax).contains(drops)
+        else { throw ServiceError(.validationError, "fault counts and delays must be in range") }
+        state.withLock { $0 = State(failNext: failNext, status: status, delayMs: delay, dropAfterPush: drops) }
+    }
+
+    /// The error to fail this request with, if one is due.
+    func takeFailure() -> ServiceError? {
+        state.withLock { state -> ServiceError? in
+            guard state.failNext > 0 else { return nil }
+            state.failNext -= 1
+            switch state.status {
+            case 429: return ServiceError(.rateLimited, "injected fault: rate limited", retryAfter: 1)
+            case 500: return ServiceError(.internalError, "injected fault: internal error")
+            default: return ServiceError(.serviceUnavailable, "injected fault: unavailable", retryAfter: 1)
+            }
+        }
+    }
+
+    var delay: Duration { .milliseconds(state.withLock { $0.delayMs }) }
+
+    /// Whether this push's answer is to be dropped (counting it).
+    func takeDrop() -> Bool {
+        state.withLock { state in
+            guard state.dropAfterPush > 0 else { return false }
+            state.dropAfterPush -= 1
+            return true
+        }
+    }
+}

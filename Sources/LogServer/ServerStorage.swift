@@ -1,0 +1,123 @@
+import Foundation
+import LMDB
+import LogFormat
+import Synchronization
+
+/// The reference server's storage: one LMDB environment holding, for every
+/// user, the entities' current state, the change feed and the idempotency
+/// keys of applied operations. Keys start with the user's 4-byte number, so
+/// each user is a key range of its own.
+///
+/// Writes run one at a time on a serial queue of their own, so a durable
+/// commit never blocks Swift's cooperative threads; reads run on the
+/// caller's thread in short read transactions.
+final class ServerStorage: Sendable {
+    let environment: Environment
+    let meta: Database
+    let users: Database
+    let entities: Database
+    let changes: Database
+    let idempotency: Database
+    /// The server's identity, made with the store; cursors carry it.
+    let serverID: UUIDv7
+    private let writer = DispatchQueue(label: "syncserver writer")
+
+    enum MetaKey {
+        static let serverID = Array("server-id".utf8)
+        static let generation = Array("generation".utf8)
+        static let nextOffset = Array("next-offset".utf8)
+        static let nextUser = Array("next-user".utf8)
+    }
+
+    init(path: String, durability: Environment.Durability) throws {
+        var options = Environment.Options()
+        options.durability = durability
+        environment = try Environment(path: path, options: options)
+        meta = try ServerStorage.open("meta", environment)
+        users = try ServerStorage.open("users", environment)
+        entities = try ServerStorage.open("entities", environment)
+        changes = try ServerStorage.open("changes", environment)
+        idempotency = try ServerStorage.open("idempotency", environment)
+        let meta = self.meta
+        serverID = try environment.write { txn in
+            if let bytes = try txn.get(meta, key: MetaKey.serverID), let id = UUIDv7(bytes: bytes) { return id }
+            let id = UUIDv7.Generator.shared.next()
+            try txn.put(meta, key: MetaKey.serverID, value: id.bytes)
+            return id
+        }
+    }
+
+    private static func open(_ name: String, _ environment: Environment) throws -> Database {
+        guard let database = try environment.openDatabase(name, create: true) else {
+            preconditionFailure("mdb_dbi_open with MDB_CREATE returned no database")
+        }
+        return database
+    }
+
+    func close() {
+        writer.sync {}
+        environment.close()
+    }
+
+    /// Runs `body` in a write transaction on the writer queue; returns after
+    /// the commit (with `.full` durability, after the fsync).
+    func write<T: Sendable>(_ body: @escaping @Sendable (borrowing Transaction) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            writer.async {
+                continuation.resume(with: Result { try self.environment.write(body) })
+            }
+        }
+    }
+
+    func read<T>(_ body: (borrowing Transaction) throws -> T) throws -> T {
+        try environment.read(body)
+    }
+
+    // MARK: Keys and counters
+
+    func userNumber(_ user: String, _ txn: borrowing Transaction) throws -> UInt32? {
+        try txn.get(users, key: Array(user.utf8)).flatMap(ServerStorage.u32)
+    }
+
+    /// The user's number, assigning the next one on first use.
+    func userNumberCreating(_ user: String, _ txn: borrowing Transaction) throws -> UInt32 {
+        if let number = try userNumber(user, txn) { return number }
+        let number = (try txn.get(meta, key: MetaKey.nextUser).flatMap(ServerStorage.u32) ?? 0) + 1
+        try txn.put(meta, key: MetaKey.nextUser, value: ServerStorage.bytes(number))
+        try txn.put(users, key: Array(user.utf8), value: ServerStorage.bytes(number))
+        return number
+    }
+
+    /// The next offset of the change feed (shared by all users), consumed.
+    func takeOffset(_ txn: borrowing Transaction) throws -> UInt64 {
+        let offset = (try txn.get(meta, key: MetaKey.nextOffset).flatMap(ServerStorage.u64) ?? 0) + 1
+        try txn.put(meta, key: MetaKey.nextOffset, value: ServerStorage.bytes(offset))
+        return offset
+    }
+
+    func generation(_ txn: borrowing Transaction) throws -> UInt64 {
+        try txn.get(meta, key: MetaKey.generation).flatMap(ServerStorage.u64) ?? 0
+    }
+
+    func setGeneration(_ generation: UInt64, _ txn: borrowing Transaction) throws {
+        try txn.put(meta, key: MetaKey.generation, value: ServerStorage.bytes(generation))
+    }
+
+    static func entityKey(_ user: UInt32, _ type: String, _ id: String) -> [UInt8] {
+        bytes(user) + Array(type.utf8) + [0] + Array(id.utf8)
+    }
+
+    static func changeKey(_ user: UInt32, _ offset: UInt64) -> [UInt8] { bytes(user) + bytes(offset) }
+
+    static func idempotencyKey(_ user: UInt32, _ key: String) -> [UInt8] { bytes(user) + Array(key.utf8) }
+
+    static func bytes<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.bigEndian) { Array($0) } }
+
+    static func u32(_ bytes: [UInt8]) -> UInt32? {
+        bytes.count == 4 ? bytes.reduce(0) { $0 << 8 | UInt32($1) } : nil
+    }
+
+    static func u64(_ bytes: [UInt8]) -> UInt64? {
+        bytes.count == 8 ? bytes.reduce(0) { $0 << 8 | UInt64($1) } : nil
+    }
+}

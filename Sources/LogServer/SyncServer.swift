@@ -1,0 +1,143 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import LMDB
+import LogFormat
+import Logging
+
+/// The reference sync server (`Format/sync-protocol.md`): push, pull and
+/// health over HTTP/1.1 with JSON, bearer tokens per user, a token-bucket
+/// rate limit, and fault injection for tests.
+public final class SyncServer: Sendable {
+    public struct Configuration: Sendable {
+        public typealias Durability = LMDB.Environment.Durability
+
+        /// Loopback by default: expose the server deliberately.
+        public var host = "127.0.0.1"
+        /// 0 picks a free port (see `onRunning`).
+        public var port = 8080
+        public var dataDirectory: String
+        public var durability = LMDB.Environment.Durability.full
+        /// Bearer token -> who it is.
+        public var tokens: [String: Identity] = [:]
+        /// The token for /v1/admin (nil: no admin endpoints).
+        public var adminToken: String?
+        /// Requests per second per user, and the burst (nil: no limit).
+        public var rateLimit: (rate: Double, burst: Int)?
+        public var faultInjection = false
+
+        public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
+    }
+
+    public let configuration: Configuration
+    let service: SyncService
+    let limiter: RateLimiter?
+    let faults = FaultInjector()
+
+    /// Opens (or creates) the server's store.
+    /// - Throws: `LMDBError` when the data directory cannot be used.
+    public init(configuration: Configuration) throws {
+        self.configuration = configuration
+        let storage = try ServerStorage(path: configuration.dataDirectory, durability: configuration.durability)
+        service = SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }
+        limiter = configuration.rateLimit.map { RateLimiter(rate: $0.rate, burst: $0.burst) }
+    }
+
+    public var serverID: String { service.serverID }
+
+    /// Waits for queued writes and closes the store.
+    public func close() { service.storage.close() }
+
+    /// Sets the injected faults (tests; also `POST /v1/admin/faults`).
+    public func setFaults(_ settings: FaultSettings) throws { try faults.set(settings) }
+
+    /// The Hummingbird application serving the protocol. Run it with
+    /// `runService()` (stops on SIGTERM/SIGINT) or as a service of your own.
+    /// - Parameter onRunning: called with the bound port once listening.
+    public func application(
+        logger: Logger = Logger(label: "syncserver"), onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: ProtocolMiddleware(server: self))
+        let routes = Routes(server: self)
+        router.get("/v1/health") { request, context in try routes.health(request, context) }
+        router.post("/v1/push") { request, context in try await routes.push(request, context) }
+        router.get("/v1/pull") { request, context in try await routes.pull(request, context) }
+        router.post("/v1/admin/resync") { request, context in try await routes.resync(request, context) }
+        router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
+        return Application(
+            router: router,
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
+            logger: logger)
+    }
+}
+
+/// Adds the protocol version header to every answer, turns every error into
+/// the error envelope, and applies injected faults.
+struct ProtocolMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let server: SyncServer
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        var response: Response
+        do {
+            let path = request.uri.path
+            let exempt = path == "/v1/health" || path.hasPrefix("/v1/admin/")
+            if server.configuration.faultInjection, !exempt {
+                let delay = server.faults.delay
+                if delay > .zero { try await Task.sleep(for: delay) }
+                if let failure = server.faults.takeFailure() { throw failure }
+            }
+            response = try await next(request, context)
+        } catch let error as ServiceError {
+            response = Reply.error(error)
+        } catch let error as HTTPError {
+            response = Reply.error(ProtocolMiddleware.translate(error))
+        } catch let error as DroppedAnswer {
+            throw error
+        } catch {
+            context.logger.error("request failed: \(error)")
+            response = Reply.error(ServiceError(.internalError, "the server failed to answer; try again"))
+        }
+        response.headers[Reply.versionField] = String(Wire.protocolVersion)
+        return response
+    }
+
+    static func translate(_ error: HTTPError) -> ServiceError {
+        switch error.status.code {
+        case 404: ServiceError(.notFound, "no such endpoint")
+        case 405: ServiceError(.methodNotAllowed, "method not allowed here")
+        case 413: ServiceError(.payloadTooLarge, "the body is over \(Wire.requestBodyBytesMax) bytes")
+        case 400..<500: ServiceError(.validationError, error.body ?? "bad request")
+        default: ServiceError(.internalError, "the server failed to answer; try again")
+        }
+    }
+}
+
+/// Thrown to end a response without a complete answer (fault injection).
+struct DroppedAnswer: Error {}
+
+/// Building responses.
+enum Reply {
+    static let versionField = HTTPField.Name(Wire.versionHeader)!
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        let data = try Wire.makeEncoder().encode(value)
+        return Response(
+            status: status, headers: [.contentType: "application/json"],
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func error(_ error: ServiceError) -> Response {
+        let envelope = ErrorEnvelope(error.code, error.message)
+        var response =
+            (try? json(envelope, status: HTTPResponse.Status(code: error.code.httpStatus)))
+            ?? Response(status: .internalServerError)
+        if let retryAfter = error.retryAfter { response.headers[.retryAfter] = String(retryAfter) }
+        if error.code == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
+        return response
+    }
+}

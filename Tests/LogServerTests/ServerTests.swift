@@ -1,0 +1,284 @@
+import Foundation
+import LogFormat
+import LogServer
+import LogTesting
+import Testing
+
+@Suite struct PushTests {
+    @Test func eachOperationIsAnsweredOnItsOwnInOrder() async throws {
+        let server = try await TestServer("push-each")
+        defer { Task { await server.stop() } }
+        // The third operation has a reserved field name, which PushOperation
+        // cannot even encode: it goes as raw JSON.
+        var operations = try [
+            operation(.create, "t1", ["title": "a", "n": 1]), operation(.update, "missing", ["n": 2]),
+        ].map { try JSONSerialization.jsonObject(with: JSONEncoder().encode($0)) }
+        operations.append([
+            "idempotency_key": "weird", "entity_type": "te", "entity_id": "t2", "intent": "create",
+            "data": ["$weird": 1], "client_timestamp": "t", "base_version": 0,
+        ])
+        operations += try [
+            operation(.create, "t3", ["ok": true], type: "Bad-Type"), operation(.update, "t1", ["n": 2]), operation(.delete, "t1"),
+        ].map { try JSONSerialization.jsonObject(with: JSONEncoder().encode($0)) }
+        let body = try JSONSerialization.data(withJSONObject: ["client_id": "replica-1", "operations": operations])
+        let reply = try await server.send("POST", "/v1/push", body: body)
+        #expect(reply.status == 200)
+        #expect(reply.headers["sync-protocol-version"] == "1")
+        let results = try reply.decode(PushResponse.self).results
+        #expect(results.map(\.status) == [.applied, .rejected, .rejected, .rejected, .applied, .applied])
+        #expect(results.map(\.errorCode) == [nil, .entityNotFound, .validationError, .validationError, nil, nil])
+        #expect(results.map(\.serverVersion) == [1, nil, nil, nil, 2, 3])
+        let feed = try await server.pullAll()
+        #expect(feed.map(\.operation) == [.upsert, .upsert, .delete])
+        #expect(feed.last?.data == nil)
+    }
+
+    @Test func aRepeatedKeyIsADuplicateAndAppliedOnce() async throws {
+        let server = try await TestServer("push-duplicate")
+        defer { Task { await server.stop() } }
+        let create = operation(.create, "t1", ["n": 1], key: "key-1")
+        let first = try await server.push([create]).decode(PushResponse.self).results[0]
+        let again = try await server.push([create]).decode(PushResponse.self).results[0]
+        #expect(first.status == .applied && again.status == .duplicate)
+        #expect(first.serverVersion == again.serverVersion)
+        #expect(try await server.pullAll().count == 1)
+    }
+
+    @Test func updatesMergeFieldsAndConflictOnlyOnFieldsOthersChanged() async throws {
+        let server = try await TestServer("push-conflict")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["a": 1, "b": 1])], clientID: "phone")
+        // The laptop saw version 1 and changes b; the phone changes a meanwhile.
+        _ = try await server.push([operation(.update, "t1", ["a": 2], base: 1)], clientID: "phone")
+        let merged = try await server.push([operation(.update, "t1", ["b": 2], base: 1)], clientID: "laptop")
+        #expect(try merged.decode(PushResponse.self).results[0].status == .applied)
+        // Now the laptop, still at version 1, changes a: the phone changed it after 1.
+        let clash = try await server.push([operation(.update, "t1", ["a": 9], base: 1)], clientID: "laptop")
+        let result = try clash.decode(PushResponse.self).results[0]
+        #expect(result.status == .rejected && result.errorCode == .conflict)
+        #expect(result.serverState == ServerState(serverVersion: 3, deleted: false, data: ["a": 2, "b": 2]))
+        #expect(result.errorMessage?.contains("a changed") == true)
+        // A replica's own earlier changes never conflict with it.
+        let own = try await server.push([operation(.update, "t1", ["a": 3], base: 0)], clientID: "phone")
+        #expect(try own.decode(PushResponse.self).results[0].status == .applied)
+    }
+
+    @Test func createsAndDeletesFollowTheEntitysLife() async throws {
+        let server = try await TestServer("push-life")
+        defer { Task { await server.stop() } }
+        let results = try await server.push([
+            operation(.create, "t1", ["n": 1]),
+            operation(.create, "t1", ["n": 2]),
+            operation(.delete, "t1", base: 1),
+            operation(.delete, "t1", base: 2),
+            operation(.create, "t1", ["n": 3]),
+        ]).decode(PushResponse.self).results
+        #expect(results.map(\.status) == [.applied, .rejected, .applied, .rejected, .applied])
+        #expect(results[1].errorCode == .conflict && results[1].serverState?.data == ["n": 1])
+        #expect(results[3].errorCode == .entityNotFound)
+        #expect(results[4].serverVersion == 3)
+    }
+
+    @Test func aDeleteOfSomethingAnotherReplicaChangedConflicts() async throws {
+        let server = try await TestServer("push-delete-conflict")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])], clientID: "phone")
+        _ = try await server.push([operation(.update, "t1", ["n": 2], base: 1)], clientID: "phone")
+        let result = try await server.push([operation(.delete, "t1", base: 1)], clientID: "laptop")
+            .decode(PushResponse.self).results[0]
+        #expect(result.errorCode == .conflict && result.serverState?.serverVersion == 2)
+    }
+
+    @Test func aReadOnlyUserIsDeniedEveryOperation() async throws {
+        let server = try await TestServer("push-denied")
+        defer { Task { await server.stop() } }
+        let results = try await server.push([operation(.create, "t1", ["n": 1]), operation(.create, "Bad", [:])], token: "reader-token")
+            .decode(PushResponse.self).results
+        #expect(results.map(\.errorCode) == [.permissionDenied, .permissionDenied])
+        #expect(try await server.pull(token: "reader-token").status == 200)
+    }
+
+    @Test func valuesRoundTripExactly() async throws {
+        let server = try await TestServer("push-values")
+        defer { Task { await server.stop() } }
+        let fields: Fields = [
+            "int": .int(Int64.max), "negative": -7, "double": 1.5, "integral": .double(2), "zero": .double(-0.0),
+            "string": "é漢😀\"\\", "bool": false, "null": nil, "bytes": .bytes([0, 1, 2, 255]),
+            "at": .timestamp(1_795_335_611_301_476), "list": [1, "two", [3.25]], "nested": ["deeper": ["k": .bytes([])]],
+        ]
+        _ = try await server.push([operation(.create, "t1", fields)])
+        let change = try #require(try await server.pullAll().first)
+        #expect(change.data == fields)
+    }
+}
+
+@Suite struct PullTests {
+    @Test func tenThousandChangesPageWithoutLossOrDuplicate() async throws {
+        let server = try await TestServer("pull-10k")
+        defer { Task { await server.stop() } }
+        for batch in 0..<20 {
+            let operations = (0..<500).map { n in operation(.create, "t\(batch * 500 + n)", ["n": .int(Int64(batch * 500 + n))]) }
+            #expect(try await server.push(operations).status == 200)
+        }
+        for limit in [1000, 333] {
+            let changes = try await server.pullAll(limit: limit)
+            #expect(changes.count == 10_000)
+            #expect(Set(changes.map(\.entityID)).count == 10_000)
+            #expect(changes.map { $0.data?["n"] } == (0..<10_000).map { Value.int(Int64($0)) })
+        }
+    }
+
+    @Test func cursorsResumeAndEmptyPagesKeepTheirPlace() async throws {
+        let server = try await TestServer("pull-cursor")
+        defer { Task { await server.stop() } }
+        _ = try await server.push((0..<5).map { operation(.create, "t\($0)", ["n": .int(Int64($0))]) })
+        let first = try await server.pull(limit: 2).decode(PullResponse.self)
+        #expect(first.changes.count == 2 && first.hasMore && !first.forceResync)
+        let rest = try await server.pull(cursor: first.cursor, limit: 10).decode(PullResponse.self)
+        #expect(rest.changes.map(\.entityID) == ["t2", "t3", "t4"] && !rest.hasMore)
+        let idle = try await server.pull(cursor: rest.cursor).decode(PullResponse.self)
+        #expect(idle.changes.isEmpty && idle.cursor == rest.cursor && !idle.hasMore)
+        _ = try await server.push([operation(.update, "t0", ["n": 10], base: 1)])
+        let next = try await server.pull(cursor: idle.cursor).decode(PullResponse.self)
+        #expect(next.changes.map(\.serverVersion) == [2])
+    }
+
+    @Test func usersSeeOnlyTheirOwnData() async throws {
+        let server = try await TestServer("pull-isolation")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "shared-id", ["owner": "alice"])])
+        #expect(try await server.pullAll(token: "bob-token").isEmpty)
+        let bob = try await server.push([operation(.update, "shared-id", ["owner": "bob"])], token: "bob-token")
+        #expect(try bob.decode(PushResponse.self).results[0].errorCode == .entityNotFound)
+        _ = try await server.push([operation(.create, "shared-id", ["owner": "bob"])], token: "bob-token")
+        #expect(try await server.pullAll().map { $0.data?["owner"] } == ["alice"])
+        #expect(try await server.pullAll(token: "bob-token").map { $0.data?["owner"] } == ["bob"])
+        // A cursor is no key to another user's data: bob's pull with alice's
+        // cursor still reads only bob's feed.
+        let aliceCursor = try await server.pull().decode(PullResponse.self).cursor
+        let mixed = try await server.pull(cursor: aliceCursor, token: "bob-token").decode(PullResponse.self)
+        #expect(mixed.changes.allSatisfy { $0.data?["owner"] == "bob" })
+    }
+
+    @Test func anOperatorResyncForcesClientsToStartOver() async throws {
+        let server = try await TestServer("pull-resync")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        let cursor = try await server.pull().decode(PullResponse.self).cursor
+        #expect(try await server.send("POST", "/v1/admin/resync", token: "alice-token").status == 401)
+        #expect(try await server.send("POST", "/v1/admin/resync", token: "admin-token").status == 200)
+        let forced = try await server.pull(cursor: cursor).decode(PullResponse.self)
+        #expect(forced.forceResync && forced.changes.isEmpty)
+        let fresh = try await server.pull().decode(PullResponse.self)
+        #expect(!fresh.forceResync && fresh.changes.count == 1)
+    }
+
+    @Test func aRestartKeepsDataAndCursors() async throws {
+        let server = try await TestServer("pull-restart", durability: .full)
+        defer { Task { await server.stop() } }
+        _ = try await server.push((0..<3).map { operation(.create, "t\($0)", ["n": .int(Int64($0))]) })
+        let page = try await server.pull(limit: 2).decode(PullResponse.self)
+        let serverID = server.server.serverID
+        try await server.restart()
+        #expect(server.server.serverID == serverID)
+        let rest = try await server.pull(cursor: page.cursor).decode(PullResponse.self)
+        #expect(rest.changes.map(\.entityID) == ["t2"])
+        let duplicate = try await server.push([operation(.create, "t0", ["n": 0])]).decode(PushResponse.self)
+        #expect(duplicate.results[0].errorCode == .conflict)
+    }
+}
+
+@Suite struct ProtocolErrorTests {
+    @Test func everyRequestLevelErrorHasTheEnvelope() async throws {
+        let server = try await TestServer("errors")
+        defer { Task { await server.stop() } }
+        var cases: [(TestServer.Reply, Int, WireErrorCode)] = []
+        cases.append((try await server.send("GET", "/v1/pull", token: nil), 401, .unauthorized))
+        cases.append((try await server.send("GET", "/v1/pull", token: "nobody"), 401, .unauthorized))
+        cases.append((try await server.send("POST", "/v1/push", body: Data("{not json".utf8)), 400, .validationError))
+        cases.append((try await server.send("POST", "/v1/push", body: Data(#"{"operations": "no"}"#.utf8)), 400, .validationError))
+        cases.append((try await server.send("POST", "/v1/push", body: Data(#"{"operations": []}"#.utf8)), 400, .validationError))
+        let tooMany = PushRequest(operations: (0...Wire.pushOperationCountMax).map { operation(.create, "t\($0)", [:]) })
+        cases.append((try await server.send("POST", "/v1/push", body: try JSONEncoder().encode(tooMany)), 400, .validationError))
+        cases.append((try await server.send("POST", "/v1/push", body: Data(repeating: 32, count: Wire.requestBodyBytesMax + 1)), 413, .payloadTooLarge))
+        for limit in ["0", "1001", "-5", "ten", "99999999999999999999"] {
+            cases.append((try await server.send("GET", "/v1/pull", query: ["limit": limit]), 400, .validationError))
+        }
+        for cursor in ["garbage", "", String(repeating: "A", count: 43), String(repeating: "é", count: 500)] {
+            cases.append((try await server.send("GET", "/v1/pull", query: ["cursor": cursor]), 410, .cursorInvalid))
+        }
+        cases.append((try await server.send("GET", "/v1/nowhere"), 404, .notFound))
+        for (reply, status, code) in cases {
+            #expect(reply.status == status, "\(code): \(String(decoding: reply.body, as: UTF8.self))")
+            #expect(reply.error?.error.code == code)
+            #expect(reply.error?.error.retryable == false)
+            #expect(reply.headers["sync-protocol-version"] == "1")
+        }
+        #expect(cases[0].0.headers["www-authenticate"] == "Bearer")
+        // It keeps serving, and unknown fields are ignored.
+        let extra = #"{"operations":[{"idempotency_key":"k","entity_type":"te","entity_id":"x","intent":"create","data":{},"client_timestamp":"t","base_version":0,"future":1}],"also":2}"#
+        #expect(try await server.send("POST", "/v1/push", body: Data(extra.utf8)).decode(PushResponse.self).results[0].status == .applied)
+        #expect(try await server.send("GET", "/v1/health", token: nil).decode(HealthResponse.self).status == "ok")
+    }
+
+    @Test func rateLimitsAnswer429WithRetryAfter() async throws {
+        let server = try await TestServer("rate", rateLimit: (1, 3))
+        defer { Task { await server.stop() } }
+        var statuses: [Int] = []
+        for _ in 0..<5 { statuses.append(try await server.pull().status) }
+        #expect(statuses.prefix(3).allSatisfy { $0 == 200 })
+        #expect(statuses.last == 429)
+        let limited = try await server.pull()
+        #expect(limited.error?.error.code == .rateLimited && limited.error?.error.retryable == true)
+        #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 >= 1)
+        // Another user has a bucket of their own.
+        #expect(try await server.pull(token: "bob-token").status == 200)
+    }
+}
+
+@Suite struct FaultInjectionTests {
+    @Test(arguments: [(500, WireErrorCode.internalError), (503, .serviceUnavailable), (429, .rateLimited)])
+    func failTheNextRequests(status: Int, code: WireErrorCode) async throws {
+        let server = try await TestServer("faults-\(status)")
+        defer { Task { await server.stop() } }
+        let settings = try JSONEncoder().encode(FaultSettings(failNext: 2, status: status))
+        #expect(try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: settings).status == 200)
+        for _ in 0..<2 {
+            let failed = try await server.pull()
+            #expect(failed.status == status && failed.error?.error.code == code && failed.error?.error.retryable == true)
+            if status != 500 { #expect(failed.headers["retry-after"] == "1") }
+        }
+        #expect(try await server.send("GET", "/v1/health", token: nil).status == 200)
+        #expect(try await server.pull().status == 200)
+    }
+
+    @Test func aDroppedAnswerStillAppliedThePushOnce() async throws {
+        let server = try await TestServer("faults-drop")
+        defer { Task { await server.stop() } }
+        try server.server.setFaults(FaultSettings(dropAfterPush: 1))
+        let create = operation(.create, "t1", ["n": 1], key: "lost-answer")
+        await #expect(throws: (any Error).self) { _ = try await server.push([create]) }
+        let retry = try await server.push([create]).decode(PushResponse.self).results[0]
+        #expect(retry.status == .duplicate && retry.serverVersion == 1)
+        #expect(try await server.pullAll().count == 1)
+    }
+
+    @Test func delaysSlowEveryAnswer() async throws {
+        let server = try await TestServer("faults-delay")
+        defer { Task { await server.stop() } }
+        try server.server.setFaults(FaultSettings(delayMs: 300))
+        let clock = ContinuousClock()
+        let started = clock.now
+        #expect(try await server.pull().status == 200)
+        // A lower bound only: the delay is a floor, never a ceiling.
+        #expect(clock.now - started >= .milliseconds(300))
+        try server.server.setFaults(FaultSettings())
+    }
+
+    @Test func faultsAreOffUnlessEnabled() async throws {
+        let server = try await TestServer("faults-off", faultInjection: false)
+        defer { Task { await server.stop() } }
+        let reply = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: Data("{}".utf8))
+        #expect(reply.status == 404)
+    }
+}

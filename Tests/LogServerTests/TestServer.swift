@@ -1,0 +1,139 @@
+import Foundation
+import LogFormat
+import LogServer
+import LogTesting
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// A real sync server on a loopback port of its own, for one test, spoken
+/// to over real HTTP. `stop()` shuts it down; `restart()` serves the same
+/// data directory again.
+final class TestServer: @unchecked Sendable {
+    static let tokens: [String: Identity] = [
+        "alice-token": Identity(user: "alice"), "bob-token": Identity(user: "bob"),
+        "reader-token": Identity(user: "carol", readOnly: true),
+    ]
+
+    let directory: TemporaryDirectory
+    var configuration: SyncServer.Configuration
+    private(set) var server: SyncServer
+    private(set) var port = 0
+    private var task: Task<Void, any Error>?
+    let session: URLSession
+
+    init(
+        _ name: String, rateLimit: (Double, Int)? = nil, faultInjection: Bool = true, durability: LMDBDurability = .process
+    ) async throws {
+        directory = try TemporaryDirectory("server-\(name)")
+        configuration = SyncServer.Configuration(dataDirectory: directory.appending("data"))
+        configuration.port = 0
+        configuration.tokens = TestServer.tokens
+        configuration.adminToken = "admin-token"
+        configuration.rateLimit = rateLimit
+        configuration.faultInjection = faultInjection
+        configuration.durability = durability
+        let sessionConfiguration = URLSessionConfiguration.ephemeral
+        sessionConfiguration.connectionProxyDictionary = [:]
+        sessionConfiguration.timeoutIntervalForRequest = 30
+        session = URLSession(configuration: sessionConfiguration)
+        server = try SyncServer(configuration: configuration)
+        try await start()
+    }
+
+    private func start() async throws {
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let app = server.application { port in continuation.yield(port) }
+        task = Task { try await app.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw CocoaError(.fileReadUnknown) }
+        self.port = port
+    }
+
+    /// Stops serving (in-flight requests finish) and closes the store.
+    func stop() async {
+        task?.cancel()
+        _ = await task?.result
+        task = nil
+        server.close()
+    }
+
+    /// Stops, then serves the same directory again on a new port.
+    func restart() async throws {
+        await stop()
+        server = try SyncServer(configuration: configuration)
+        try await start()
+    }
+
+    struct Reply {
+        var status: Int
+        var headers: [String: String]
+        var body: Data
+
+        func decode<T: Decodable>(_: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: body) }
+        var error: ErrorEnvelope? { try? decode(ErrorEnvelope.self) }
+        var json: Any? { try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) }
+    }
+
+    func send(
+        _ method: String, _ path: String, token: String? = "alice-token", query: [String: String] = [:], body: Data? = nil,
+        headers: [String: String] = [:]
+    ) async throws -> Reply {
+        var components = URLComponents(string: "http://127.0.0.1:\(port)\(path)")!
+        if !query.isEmpty { components.queryItems = query.sorted { $0.key < $1.key }.map { URLQueryItem(name: $0.key, value: $0.value) } }
+        var request = URLRequest(url: components.url!)
+        request.httpMethod = method
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let body {
+            request.httpBody = body
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await session.data(for: request)
+        guard let http = response as? HTTPURLResponse else { throw CocoaError(.fileReadUnknown) }
+        var fields: [String: String] = [:]
+        for (name, value) in http.allHeaderFields {
+            if let name = name as? String, let value = value as? String { fields[name.lowercased()] = value }
+        }
+        return Reply(status: http.statusCode, headers: fields, body: data)
+    }
+
+    func push(_ operations: [PushOperation], token: String = "alice-token", clientID: String? = "replica-1") async throws
+        -> Reply
+    {
+        try await send("POST", "/v1/push", token: token, body: try JSONEncoder().encode(PushRequest(clientID: clientID, operations: operations)))
+    }
+
+    func pull(cursor: String? = nil, limit: Int? = nil, token: String = "alice-token") async throws -> Reply {
+        var query: [String: String] = [:]
+        if let cursor { query["cursor"] = cursor }
+        if let limit { query["limit"] = String(limit) }
+        return try await send("GET", "/v1/pull", token: token, query: query)
+    }
+
+    /// Every change in the user's feed, page by page.
+    func pullAll(token: String = "alice-token", limit: Int = 1000) async throws -> [PullChange] {
+        var changes: [PullChange] = []
+        var cursor: String?
+        for _ in 0..<10_000 {
+            let page = try await pull(cursor: cursor, limit: limit, token: token).decode(PullResponse.self)
+            changes += page.changes
+            cursor = page.cursor
+            if !page.hasMore { return changes }
+        }
+        throw CocoaError(.fileReadTooLarge)
+    }
+}
+
+typealias LMDBDurability = SyncServer.Configuration.Durability
+
+/// A push operation with defaults for the fields a test does not care about.
+func operation(
+    _ intent: PushOperation.Intent, _ id: String, _ data: Fields? = nil, key: String? = nil, base: UInt64 = 0,
+    type: String = "te"
+) -> PushOperation {
+    PushOperation(
+        idempotencyKey: key ?? UUIDv7.Generator.shared.next().uuidString, entityType: type, entityID: id, intent: intent,
+        data: data ?? (intent == .delete ? nil : [:]), clientTimestamp: "2026-11-22T08:00:00.000000Z", baseVersion: base)
+}

@@ -1,0 +1,102 @@
+import ArgumentParser
+import Foundation
+import Hummingbird
+import LogServer
+
+/// The reference sync server, from the shell.
+@main
+struct SyncServerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "syncserver",
+        abstract: "Serve the sync protocol (Format/sync-protocol.md) over HTTP from a store directory.",
+        discussion: """
+            Tokens map to users, one per line in --tokens-file: TOKEN USER [read-only]; '#' starts a comment. \
+            The server listens on 127.0.0.1 unless --host says otherwise, and stops cleanly on SIGTERM or SIGINT.
+            """)
+
+    @Option(help: "Address to listen on.")
+    var host = "127.0.0.1"
+
+    @Option(help: "Port to listen on (0: any free port, printed at start).")
+    var port = 8080
+
+    @Option(help: "The server's store directory (created if missing).")
+    var data: String
+
+    @Option(help: "A file of bearer tokens: TOKEN USER [read-only] per line.")
+    var tokensFile: String?
+
+    @Option(help: "A bearer token as TOKEN:USER (repeatable).")
+    var token: [String] = []
+
+    @Option(help: "The bearer token for /v1/admin endpoints (none: disabled).")
+    var adminToken: String?
+
+    @Option(help: "Requests per second per user (token bucket); 0 for no limit.")
+    var rateLimit: Double = 0
+
+    @Option(help: "Burst size of the per-user token bucket.")
+    var burst = 20
+
+    @Flag(help: "Enable POST /v1/admin/faults (tests only; never in production).")
+    var faultInjection = false
+
+    @Option(help: "Durability: full, metaAsync or process.")
+    var durability = "full"
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
+        guard rateLimit >= 0, burst > 0 else { throw ValidationError("--rate-limit must be >= 0 and --burst > 0") }
+        guard ["full", "metaAsync", "process"].contains(durability) else {
+            throw ValidationError("--durability must be full, metaAsync or process")
+        }
+        if faultInjection, adminToken == nil { throw ValidationError("--fault-injection needs --admin-token") }
+    }
+
+    func run() async throws {
+        var configuration = SyncServer.Configuration(dataDirectory: data)
+        configuration.host = host
+        configuration.port = port
+        configuration.tokens = try loadTokens()
+        configuration.adminToken = adminToken
+        configuration.rateLimit = rateLimit > 0 ? (rateLimit, burst) : nil
+        configuration.faultInjection = faultInjection
+        configuration.durability = .init(rawValue: durability) ?? .full
+        let server = try SyncServer(configuration: configuration)
+        defer { server.close() }
+        let banner = "syncserver \(server.serverID) listening on http://\(host):%d (data \(data))\n"
+        let app = server.application { port in
+            // Unbuffered, so a parent process reading the pipe learns the port at once.
+            FileHandle.standardOutput.write(Data(String(format: banner, port).utf8))
+        }
+        try await app.runService()
+    }
+
+    private func loadTokens() throws -> [String: Identity] {
+        var tokens: [String: Identity] = [:]
+        if let tokensFile {
+            let text: String
+            do {
+                text = try String(contentsOfFile: tokensFile, encoding: .utf8)
+            } catch {
+                throw ValidationError("cannot read --tokens-file \(tokensFile): \(error.localizedDescription)")
+            }
+            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let words = line.split(separator: "#", maxSplits: 1).first?.split(separator: " ") ?? []
+                guard !words.isEmpty else { continue }
+                guard words.count == 2 || (words.count == 3 && words[2] == "read-only") else {
+                    throw ValidationError("\(tokensFile):\(number + 1): expected TOKEN USER [read-only]")
+                }
+                tokens[String(words[0])] = Identity(user: String(words[1]), readOnly: words.count == 3)
+            }
+        }
+        for pair in token {
+            let parts = pair.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+                throw ValidationError("--token \(pair): expected TOKEN:USER")
+            }
+            tokens[String(parts[0])] = Identity(user: String(parts[1]))
+        }
+        return tokens
+    }
+}
