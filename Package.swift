@@ -42,7 +42,7 @@ let package = Package(
         .executableTarget(
             name: "bench",
             dependencies: [
-                "LogFormat", "LogStore", "CLMDB",
+                "LogFormat", "LogStore", "LogServer", "CLMDB",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],

@@ -148,3 +148,12 @@ extension Fields: CustomStringConvertible {
         "[" + elements.map { "\($0.name): \($0.value)" }.joined(separator: ", ") + "]"
     }
 }
+
+extension Fields {
+    /// The size of the fields' binary form (`Format/storage.md`, section 8).
+    public var encodedSize: Int {
+        var writer = ByteWriter()
+        encode(into: &writer)
+        return writer.bytes.count
+    }
+}

@@ -15,6 +15,11 @@ public enum Wire {
     /// The most changes one pull page may ask for, and the default.
     public static let pullPageCountMax = 1000
     public static let pullPageCountDefault = 100
+    /// The longest cursor a server accepts (longer ones are not its own).
+    public static let cursorBytesMax = 1024
+    /// The largest an entity's encoded fields may become, so every state
+    /// fits in one entry of a client's log with room for its header.
+    public static let entityFieldsBytesMax = 4_192_256
 
     public static func makeEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
@@ -148,22 +153,8 @@ public struct PushOperation: Codable, Sendable, Equatable {
 }
 
 public struct PushRequest: Codable, Sendable, Equatable {
-    /// The pushing replica's stable ID (1-128 bytes), so the server can tell
-    /// a replica's own earlier changes from other replicas' (conflicts are
-    /// only with the latter). Optional: without it every change counts as
-    /// another replica's.
-    public var clientID: String?
     public var operations: [PushOperation]
-
-    public init(clientID: String? = nil, operations: [PushOperation]) {
-        self.clientID = clientID
-        self.operations = operations
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case clientID = "client_id"
-        case operations
-    }
+    public init(operations: [PushOperation]) { self.operations = operations }
 }
 
 /// The server's state of an entity, sent with a CONFLICT.

@@ -1,26 +1,28 @@
 import LogFormat
 
-/// The server's state of one entity (`Format/sync-protocol.md`, "Reference
-/// server storage"): its version, whether it is deleted, when it last
-/// changed, its fields, and for each field the version and the replica that
-/// last changed it, which is what conflict detection needs.
+/// The server's state of one entity: its version (kept through deletes, so
+/// a tombstone still has one), whether it is deleted, when it last changed,
+/// its fields, the version that created its current life, and for each
+/// field the version that last set it, which is what conflict detection
+/// needs (`Format/sync-protocol.md`, section 7, "Versions").
 struct EntityState: Equatable {
     static let layoutVersion: UInt8 = 1
 
     var version: UInt64 = 0
     var deleted = false
     var updatedAt: Int64 = 0
+    var createdVersion: UInt64 = 0
     var fields: Fields = [:]
-    /// Per field: the version that last changed it.
+    /// Per field: the version of the operation that last set it.
     var fieldVersions: [String: UInt64] = [:]
-    /// Per field: the replica (`client_id`) that last changed it ("" unknown).
-    var fieldClients: [String: String] = [:]
-    /// The replica behind the latest change ("" unknown).
-    var lastClient = ""
 
     var exists: Bool { version > 0 && !deleted }
 
     var serverState: ServerState { ServerState(serverVersion: version, deleted: deleted, data: fields) }
+
+    /// The version that last set `field`; a field the entity lacks counts as
+    /// set when the entity was created.
+    func lastChanged(_ field: String) -> UInt64 { fieldVersions[field] ?? createdVersion }
 
     func encoded() -> [UInt8] {
         var writer = ByteWriter(capacity: 64)
@@ -28,12 +30,9 @@ struct EntityState: Equatable {
         writer.write(deleted ? 1 : 0)
         writer.write(bigEndian: version)
         writer.write(bigEndian: updatedAt)
-        writer.write(lengthPrefixed: lastClient)
+        writer.write(bigEndian: createdVersion)
         fields.encode(into: &writer)
-        // Field history as one Fields map: name -> [version, client].
-        Fields(fieldVersions.map { name, version in
-            (name, Value.array([.int(Int64(bitPattern: version)), .string(fieldClients[name] ?? "")]))
-        }).encode(into: &writer)
+        Fields(fieldVersions.map { ($0.key, Value.int(Int64(bitPattern: $0.value))) }).encode(into: &writer)
         return writer.bytes
     }
 
@@ -48,14 +47,11 @@ struct EntityState: Equatable {
         deleted = try reader.readByte("deleted") == 1
         version = try reader.read(UInt64.self, "version")
         updatedAt = try reader.read(Int64.self, "updated at")
-        lastClient = try reader.readString("last client")
+        createdVersion = try reader.read(UInt64.self, "created version")
         fields = try Fields.decode(from: &reader)
         for (name, value) in try Fields.decode(from: &reader) {
-            guard case .array(let pair) = value, pair.count == 2, case .int(let version) = pair[0],
-                case .string(let client) = pair[1]
-            else { throw reader.error(.invalidField, "field history of \(name) is malformed") }
+            guard case .int(let version) = value else { throw reader.error(.invalidField, "field version of \(name) is not an int") }
             fieldVersions[name] = UInt64(bitPattern: version)
-            fieldClients[name] = client
         }
         guard reader.remaining == 0 else { throw reader.error(.trailingBytes, "\(reader.remaining) bytes after the state") }
     }

@@ -36,10 +36,16 @@ struct Routes: Sendable {
     func pull(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let identity = try authenticate(request)
         let query = request.uri.queryParameters
+        for name in ["cursor", "limit"] where query.getAll(name).count > 1 {
+            throw ServiceError(.validationError, "\(name) is given more than once")
+        }
         let cursor = query["cursor"].map(String.init)
         var limit = Wire.pullPageCountDefault
         if let text = query["limit"] {
-            guard let number = Int(text) else { throw ServiceError(.validationError, "limit \"\(text)\" is not an integer") }
+            // Digits only: no sign, no fraction, not empty.
+            guard !text.isEmpty, text.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+                let number = Int(text)
+            else { throw ServiceError(.validationError, "limit \"\(text.prefix(40))\" is not 1 to \(Wire.pullPageCountMax)") }
             limit = number
         }
         return try Reply.json(try server.service.pull(cursor: cursor, limit: limit, as: identity))
@@ -62,13 +68,14 @@ struct Routes: Sendable {
             throw ServiceError(.validationError, "the faults body is not valid: \(describeDecoding(error))")
         }
         try server.faults.set(settings)
-        return try Reply.json(settings)
+        return try Reply.json(server.faults.current)
     }
 
     // MARK: Helpers
 
     private func bearerToken(_ request: Request) -> String? {
-        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return nil }
+        // The scheme name is case-insensitive (RFC 9110, section 11.1).
+        guard let header = request.headers[.authorization], header.lowercased().hasPrefix("bearer ") else { return nil }
         let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
         return token.isEmpty ? nil : token
     }

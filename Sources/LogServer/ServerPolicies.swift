@@ -106,6 +106,11 @@ final class FaultInjector: Sendable {
 
     var delay: Duration { .milliseconds(state.withLock { $0.delayMs }) }
 
+    /// Every setting now in force.
+    var current: FaultSettings {
+        state.withLock { FaultSettings(failNext: $0.failNext, status: $0.status, delayMs: $0.delayMs, dropAfterPush: $0.dropAfterPush) }
+    }
+
     /// Whether this push's answer is to be dropped (counting it).
     func takeDrop() -> Bool {
         state.withLock { state in

@@ -65,6 +65,17 @@ public final class SyncServer: Sendable {
         router.get("/v1/pull") { request, context in try await routes.pull(request, context) }
         router.post("/v1/admin/resync") { request, context in try await routes.resync(request, context) }
         router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
+        // A known path with another method is 405 with the methods it takes.
+        for (path, allowed) in [
+            ("/v1/health", "GET"), ("/v1/push", "POST"), ("/v1/pull", "GET"), ("/v1/admin/resync", "POST"),
+            ("/v1/admin/faults", "POST"),
+        ] {
+            for method in [HTTPRequest.Method.get, .post, .put, .delete, .patch] where method.rawValue != allowed {
+                router.on(RouterPath(path), method: method) { _, _ -> Response in
+                    throw ServiceError(.methodNotAllowed, "\(path) takes \(allowed)", allow: allowed)
+                }
+            }
+        }
         return Application(
             router: router,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
@@ -137,6 +148,7 @@ enum Reply {
             (try? json(envelope, status: HTTPResponse.Status(code: error.code.httpStatus)))
             ?? Response(status: .internalServerError)
         if let retryAfter = error.retryAfter { response.headers[.retryAfter] = String(retryAfter) }
+        if let allow = error.allow { response.headers[.allow] = allow }
         if error.code == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
         return response
     }

@@ -20,11 +20,14 @@ public struct ServiceError: Error, Equatable, CustomStringConvertible {
     public var message: String
     /// Seconds for a `Retry-After` header (429, 503).
     public var retryAfter: Int?
+    /// The methods for an `Allow` header (405).
+    public var allow: String?
 
-    public init(_ code: WireErrorCode, _ message: String, retryAfter: Int? = nil) {
+    public init(_ code: WireErrorCode, _ message: String, retryAfter: Int? = nil, allow: String? = nil) {
         self.code = code
         self.message = message
         self.retryAfter = retryAfter
+        self.allow = allow
     }
 
     public var description: String { "\(code): \(message)" }
@@ -46,8 +49,10 @@ final class SyncService: Sendable {
 
     // MARK: Push
 
-    /// Applies the operations in one transaction, each on its own, and
-    /// answers once it has committed: one result per operation, in order.
+    /// Applies the operations in one transaction, each on its own and in
+    /// order (`Format/sync-protocol.md`, section 7, "How the server evaluates
+    /// one operation"), and answers once it has committed: one result per
+    /// operation, in order.
     func push(_ request: ReceivedPush, as identity: Identity) async throws -> PushResponse {
         guard (1...Wire.pushOperationCountMax).contains(request.operations.count) else {
             throw ServiceError(
@@ -55,18 +60,22 @@ final class SyncService: Sendable {
         }
         let checked = request.operations.map { received -> (key: String, operation: PushOperation?, problem: String?) in
             guard let operation = received.operation else { return (received.idempotencyKey, nil, received.problem) }
-            return (operation.idempotencyKey, operation, SyncService.problem(with: operation))
+            return (operation.idempotencyKey, operation, received.problem ?? SyncService.problem(with: operation))
         }
         let now = clock()
-        let clientID = request.clientID
         let results = try await storage.write { txn in
             let user = try self.storage.userNumberCreating(identity.user, txn)
+            // Step 4: the versions this request's earlier operations produced, per entity.
+            var produced: [[UInt8]: UInt64] = [:]
             return try checked.map { key, operation, problem -> PushResult in
                 if identity.readOnly { return .rejected(key, .permissionDenied, "user \(identity.user) may not change data") }
                 guard let operation, problem == nil else {
                     return .rejected(key, .validationError, problem ?? "the operation is malformed")
                 }
-                return try self.apply(operation, user: user, clientID: clientID, now: now, txn)
+                let entityKey = ServerStorage.entityKey(user, operation.entityType, operation.entityID)
+                let result = try self.apply(operation, user: user, entityKey: entityKey, raisedBase: produced[entityKey], now: now, txn)
+                if let version = result.serverVersion { produced[entityKey] = max(produced[entityKey] ?? 0, version) }
+                return result
             }
         }
         return PushResponse(results: results)
@@ -74,39 +83,50 @@ final class SyncService: Sendable {
 
     /// What is wrong with an operation before it meets any state, or nil.
     static func problem(with operation: PushOperation) -> String? {
+        let name = "operation \(operation.idempotencyKey)"
         if let problem = NameRules.idempotencyKeyProblem(operation.idempotencyKey)
             ?? NameRules.entityTypeProblem(operation.entityType) ?? NameRules.entityIDProblem(operation.entityID)
         {
-            return problem
+            return "\(name): \(problem)"
+        }
+        guard operation.baseVersion <= UInt64(Int64.max) else { return "\(name): base_version is over 2^63 - 1" }
+        guard RFC3339.isValid(operation.clientTimestamp) else {
+            return "\(name): client_timestamp \"\(operation.clientTimestamp.prefix(40))\" is not an RFC 3339 timestamp"
         }
         switch operation.intent {
         case .create, .update:
-            guard let data = operation.data else { return "\(operation.intent) of \(operation.entityID) has no data" }
-            return NameRules.fieldsProblem(data)
+            guard let data = operation.data else { return "\(name): a \(operation.intent) needs data" }
+            return NameRules.fieldsProblem(data).map { "\(name): \($0)" }
         case .delete:
+            guard operation.data?.isEmpty ?? true else { return "\(name): a delete carries no data" }
             return nil
         }
     }
 
     private func apply(
-        _ operation: PushOperation, user: UInt32, clientID: String?, now: Int64, _ txn: borrowing Transaction
+        _ operation: PushOperation, user: UInt32, entityKey: [UInt8], raisedBase: UInt64?, now: Int64,
+        _ txn: borrowing Transaction
     ) throws -> PushResult {
         let key = operation.idempotencyKey
         let idempotencyKey = ServerStorage.idempotencyKey(user, key)
         if let version = try txn.get(storage.idempotency, key: idempotencyKey).flatMap(ServerStorage.u64) {
             return .applied(key, version: version, duplicate: true)
         }
-        let entityKey = ServerStorage.entityKey(user, operation.entityType, operation.entityID)
+        var effective = operation
+        effective.baseVersion = max(operation.baseVersion, raisedBase ?? 0)
         let before = try loadState(entityKey, txn) ?? EntityState()
-        let outcome = SyncService.decide(operation, before: before, clientID: clientID, now: now)
-        guard case .success(let after) = outcome else {
-            if case .failure(let rejection) = outcome { return rejection.result(key) }
-            preconditionFailure("a decision is a state or a rejection")
+        switch SyncService.decide(effective, before: before, now: now) {
+        case .failure(let rejection):
+            return rejection.result(key)
+        case .success(let after):
+            guard after.fields.encodedSize <= Wire.entityFieldsBytesMax else {
+                return .rejected(key, .validationError, "the fields of \(operation.entityID) would be over \(Wire.entityFieldsBytesMax) bytes")
+            }
+            try txn.put(storage.entities, key: entityKey, value: after.encoded())
+            try appendChange(operation, after, user: user, txn)
+            try txn.put(storage.idempotency, key: idempotencyKey, value: ServerStorage.bytes(after.version))
+            return .applied(key, version: after.version)
         }
-        try txn.put(storage.entities, key: entityKey, value: after.encoded())
-        try appendChange(operation, after, user: user, txn)
-        try txn.put(storage.idempotency, key: idempotencyKey, value: ServerStorage.bytes(after.version))
-        return .applied(key, version: after.version)
     }
 
     struct Rejection: Error {
@@ -117,61 +137,43 @@ final class SyncService: Sendable {
         func result(_ key: String) -> PushResult { .rejected(key, code, message, state: state) }
     }
 
-    /// The protocol's rules for one operation on an entity's state: the new
-    /// state, or why not. A field conflicts when the server changed it after
-    /// the operation's base version and the change came from another replica
-    /// (an unnamed replica is another replica to everyone).
-    static func decide(_ operation: PushOperation, before: EntityState, clientID: String?, now: Int64)
-        -> Result<EntityState, Rejection>
-    {
+    /// The rules table of `Format/sync-protocol.md`, section 7: the new state,
+    /// or why not, given the operation's effective base version b and the
+    /// entity's version v.
+    static func decide(_ operation: PushOperation, before: EntityState, now: Int64) -> Result<EntityState, Rejection> {
         let name = "\(operation.entityType)/\(operation.entityID)"
-        let changedByOthers = { (field: String) -> Bool in
-            (before.fieldVersions[field] ?? 0) > operation.baseVersion
-                && (clientID == nil || before.fieldClients[field] != clientID)
+        let base = operation.baseVersion
+        let conflict = { (why: String) in
+            Result<EntityState, Rejection>.failure(Rejection(code: .conflict, message: "\(name): \(why)", state: before.serverState))
         }
         var after = before
         after.version = before.version + 1
         after.updatedAt = now
-        after.lastClient = clientID ?? ""
         let data = operation.data ?? [:]
         switch operation.intent {
         case .create:
-            guard !before.exists else {
-                return .failure(Rejection(code: .conflict, message: "\(name) already exists", state: before.serverState))
-            }
+            guard !before.exists else { return conflict("it already exists") }
             after.deleted = false
+            after.createdVersion = after.version
             after.fields = data
             after.fieldVersions = Dictionary(uniqueKeysWithValues: data.map { ($0.name, after.version) })
-            after.fieldClients = Dictionary(uniqueKeysWithValues: data.map { ($0.name, clientID ?? "") })
         case .update:
             guard before.exists else { return .failure(Rejection(code: .entityNotFound, message: "no \(name) to update")) }
-            let conflicting = data.map(\.name).filter(changedByOthers)
-            guard conflicting.isEmpty else {
-                return .failure(
-                    Rejection(
-                        code: .conflict,
-                        message: "\(name): \(conflicting.joined(separator: ", ")) changed on the server after version \(operation.baseVersion)",
-                        state: before.serverState))
+            guard base <= before.version else { return conflict("base version \(base) is ahead of the server's \(before.version)") }
+            let overlapping = data.map(\.name).filter { before.lastChanged($0) > base }
+            guard overlapping.isEmpty else {
+                return conflict("\(overlapping.joined(separator: ", ")) changed on the server after version \(base)")
             }
             after.fields = before.fields.merging(data)
-            for field in data {
-                after.fieldVersions[field.name] = after.version
-                after.fieldClients[field.name] = clientID ?? ""
-            }
+            for field in data { after.fieldVersions[field.name] = after.version }
         case .delete:
             guard before.exists else { return .failure(Rejection(code: .entityNotFound, message: "no \(name) to delete")) }
-            let changed = before.fieldVersions.keys.filter(changedByOthers)
-            let lastByOther = before.version > operation.baseVersion && (clientID == nil || before.lastClient != clientID)
-            guard changed.isEmpty && !lastByOther else {
-                return .failure(
-                    Rejection(
-                        code: .conflict, message: "\(name) changed on the server after version \(operation.baseVersion)",
-                        state: before.serverState))
+            guard base == before.version else {
+                return conflict("the delete was made against version \(base), the server is at \(before.version)")
             }
             after.deleted = true
             after.fields = [:]
             after.fieldVersions = [:]
-            after.fieldClients = [:]
         }
         return .success(after)
     }
@@ -206,13 +208,7 @@ final class SyncService: Sendable {
 /// operation never fails the batch. The body as a whole must still be JSON
 /// with an `operations` array.
 struct ReceivedPush: Decodable, Sendable {
-    var clientID: String?
     var operations: [ReceivedOperation]
-
-    enum CodingKeys: String, CodingKey {
-        case clientID = "client_id"
-        case operations
-    }
 }
 
 struct ReceivedOperation: Decodable, Sendable {
@@ -225,6 +221,10 @@ struct ReceivedOperation: Decodable, Sendable {
             let operation = try PushOperation(from: decoder)
             self.operation = operation
             idempotencyKey = operation.idempotencyKey
+            let keyed = try decoder.container(keyedBy: PushOperation.CodingKeys.self)
+            if keyed.contains(.data), try keyed.decodeNil(forKey: .data) {
+                problem = "operation \(idempotencyKey): data is null; omit it or send an object"
+            }
         } catch {
             let keyed = try? decoder.container(keyedBy: PushOperation.CodingKeys.self)
             idempotencyKey = (try? keyed?.decode(String.self, forKey: .idempotencyKey)) ?? ""

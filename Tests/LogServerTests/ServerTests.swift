@@ -20,7 +20,7 @@ import Testing
         operations += try [
             operation(.create, "t3", ["ok": true], type: "Bad-Type"), operation(.update, "t1", ["n": 2]), operation(.delete, "t1"),
         ].map { try JSONSerialization.jsonObject(with: JSONEncoder().encode($0)) }
-        let body = try JSONSerialization.data(withJSONObject: ["client_id": "replica-1", "operations": operations])
+        let body = try JSONSerialization.data(withJSONObject: ["operations": operations])
         let reply = try await server.send("POST", "/v1/push", body: body)
         #expect(reply.status == 200)
         #expect(reply.headers["sync-protocol-version"] == "1")
@@ -47,20 +47,58 @@ import Testing
     @Test func updatesMergeFieldsAndConflictOnlyOnFieldsOthersChanged() async throws {
         let server = try await TestServer("push-conflict")
         defer { Task { await server.stop() } }
-        _ = try await server.push([operation(.create, "t1", ["a": 1, "b": 1])], clientID: "phone")
+        _ = try await server.push([operation(.create, "t1", ["a": 1, "b": 1])])
         // The laptop saw version 1 and changes b; the phone changes a meanwhile.
-        _ = try await server.push([operation(.update, "t1", ["a": 2], base: 1)], clientID: "phone")
-        let merged = try await server.push([operation(.update, "t1", ["b": 2], base: 1)], clientID: "laptop")
+        _ = try await server.push([operation(.update, "t1", ["a": 2], base: 1)])
+        let merged = try await server.push([operation(.update, "t1", ["b": 2], base: 1)])
         #expect(try merged.decode(PushResponse.self).results[0].status == .applied)
         // Now the laptop, still at version 1, changes a: the phone changed it after 1.
-        let clash = try await server.push([operation(.update, "t1", ["a": 9], base: 1)], clientID: "laptop")
+        let clash = try await server.push([operation(.update, "t1", ["a": 9], base: 1)])
         let result = try clash.decode(PushResponse.self).results[0]
         #expect(result.status == .rejected && result.errorCode == .conflict)
         #expect(result.serverState == ServerState(serverVersion: 3, deleted: false, data: ["a": 2, "b": 2]))
         #expect(result.errorMessage?.contains("a changed") == true)
-        // A replica's own earlier changes never conflict with it.
-        let own = try await server.push([operation(.update, "t1", ["a": 3], base: 0)], clientID: "phone")
-        #expect(try own.decode(PushResponse.self).results[0].status == .applied)
+        // A base version the server never had is a conflict too.
+        let ahead = try await server.push([operation(.update, "t1", ["b": 3], base: 9)]).decode(PushResponse.self)
+        #expect(ahead.results[0].errorCode == .conflict)
+    }
+
+    @Test func laterOperationsOnOneEntityBuildOnEarlierOnesInThePush() async throws {
+        let server = try await TestServer("push-chain")
+        defer { Task { await server.stop() } }
+        // Made offline one after another, all against base 0.
+        let results = try await server.push([
+            operation(.create, "t3", ["title": "Buy soil", "done": false]),
+            operation(.update, "t3", ["done": true]),
+            operation(.update, "t3", ["title": "Buy more soil"]),
+            operation(.delete, "t3"),
+        ]).decode(PushResponse.self).results
+        #expect(results.map(\.status) == [.applied, .applied, .applied, .applied])
+        #expect(results.map(\.serverVersion) == [1, 2, 3, 4])
+        // Across pushes the client raises the base itself; a stale one conflicts.
+        _ = try await server.push([operation(.create, "t4", ["n": 1])])
+        _ = try await server.push([operation(.update, "t4", ["n": 2], base: 1)])
+        let stale = try await server.push([operation(.update, "t4", ["n": 3], base: 1)]).decode(PushResponse.self)
+        #expect(stale.results[0].errorCode == .conflict)
+    }
+
+    @Test func operationsThatBreakTheRulesAreRejectedOnTheirOwn() async throws {
+        let server = try await TestServer("push-rules")
+        defer { Task { await server.stop() } }
+        var bad = operation(.create, "t1", ["n": 1])
+        bad.clientTimestamp = "yesterday"
+        var deleteWithData = operation(.delete, "t2")
+        deleteWithData.data = ["n": 1]
+        let results = try await server.push([bad, deleteWithData, operation(.create, "t4", [:])]).decode(PushResponse.self).results
+        #expect(results.map(\.errorCode) == [.validationError, .validationError, nil])
+        // Each push fits the body limit; together they would make the entity
+        // too large for one entry of a client's log.
+        let half = [UInt8](repeating: 7, count: Wire.entityFieldsBytesMax / 2 + 1)
+        let first = try await server.push([operation(.update, "t4", ["a": .bytes(half)], base: 1)]).decode(PushResponse.self)
+        #expect(first.results[0].status == .applied)
+        let second = try await server.push([operation(.update, "t4", ["b": .bytes(half)], base: 2)]).decode(PushResponse.self)
+        #expect(second.results[0].errorCode == .validationError)
+        #expect(try await server.pullAll().count == 2)
     }
 
     @Test func createsAndDeletesFollowTheEntitysLife() async throws {
@@ -82,9 +120,9 @@ import Testing
     @Test func aDeleteOfSomethingAnotherReplicaChangedConflicts() async throws {
         let server = try await TestServer("push-delete-conflict")
         defer { Task { await server.stop() } }
-        _ = try await server.push([operation(.create, "t1", ["n": 1])], clientID: "phone")
-        _ = try await server.push([operation(.update, "t1", ["n": 2], base: 1)], clientID: "phone")
-        let result = try await server.push([operation(.delete, "t1", base: 1)], clientID: "laptop")
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        _ = try await server.push([operation(.update, "t1", ["n": 2], base: 1)])
+        let result = try await server.push([operation(.delete, "t1", base: 1)])
             .decode(PushResponse.self).results[0]
         #expect(result.errorCode == .conflict && result.serverState?.serverVersion == 2)
     }
@@ -216,7 +254,7 @@ import Testing
         }
         #expect(cases[0].0.headers["www-authenticate"] == "Bearer")
         // It keeps serving, and unknown fields are ignored.
-        let extra = #"{"operations":[{"idempotency_key":"k","entity_type":"te","entity_id":"x","intent":"create","data":{},"client_timestamp":"t","base_version":0,"future":1}],"also":2}"#
+        let extra = #"{"operations":[{"idempotency_key":"k","entity_type":"te","entity_id":"x","intent":"create","data":{},"client_timestamp":"2026-11-22T08:00:00Z","base_version":0,"future":1}],"also":2}"#
         #expect(try await server.send("POST", "/v1/push", body: Data(extra.utf8)).decode(PushResponse.self).results[0].status == .applied)
         #expect(try await server.send("GET", "/v1/health", token: nil).decode(HealthResponse.self).status == "ok")
     }

@@ -23,11 +23,13 @@ final class TestServer: @unchecked Sendable {
     private var task: Task<Void, any Error>?
     let session: URLSession
 
+    /// - Parameter dataDirectory: serve this store instead of a new one.
     init(
-        _ name: String, rateLimit: (Double, Int)? = nil, faultInjection: Bool = true, durability: LMDBDurability = .process
+        _ name: String, rateLimit: (Double, Int)? = nil, faultInjection: Bool = true, durability: LMDBDurability = .process,
+        dataDirectory: String? = nil
     ) async throws {
         directory = try TemporaryDirectory("server-\(name)")
-        configuration = SyncServer.Configuration(dataDirectory: directory.appending("data"))
+        configuration = SyncServer.Configuration(dataDirectory: dataDirectory ?? directory.appending("data"))
         configuration.port = 0
         configuration.tokens = TestServer.tokens
         configuration.adminToken = "admin-token"
@@ -99,10 +101,10 @@ final class TestServer: @unchecked Sendable {
         return Reply(status: http.statusCode, headers: fields, body: data)
     }
 
-    func push(_ operations: [PushOperation], token: String = "alice-token", clientID: String? = "replica-1") async throws
+    func push(_ operations: [PushOperation], token: String = "alice-token") async throws
         -> Reply
     {
-        try await send("POST", "/v1/push", token: token, body: try JSONEncoder().encode(PushRequest(clientID: clientID, operations: operations)))
+        try await send("POST", "/v1/push", token: token, body: try JSONEncoder().encode(PushRequest(operations: operations)))
     }
 
     func pull(cursor: String? = nil, limit: Int? = nil, token: String = "alice-token") async throws -> Reply {

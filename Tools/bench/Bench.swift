@@ -16,6 +16,8 @@ struct Settings: Codable, Sendable {
     var scanPasses: Int
     /// Sections 5-7 (`StoreBenchmarks.swift`).
     var store: StoreBenchSettings
+    /// Section 8 (`ServerBenchmarks.swift`).
+    var server: ServerBenchSettings
 }
 
 /// The store's benchmark, one run measuring side by side:
@@ -99,7 +101,7 @@ struct Bench: AsyncParsableCommand {
             Sections to run, comma-separated: single, group, batched, scan (scan runs batched too), store-write, \
             replay, read.
             """)
-    var only = "single,group,batched,scan,store-write,replay,read"
+    var only = "single,group,batched,scan,store-write,replay,read,server"
 
     @Option(help: "Where to write the results as JSON.")
     var json = "bench-results.json"
@@ -140,7 +142,7 @@ struct Bench: AsyncParsableCommand {
         }
     }
 
-    static let sectionNamesKnown: Set<String> = ["single", "group", "batched", "scan", "store-write", "replay", "read"]
+    static let sectionNamesKnown: Set<String> = ["single", "group", "batched", "scan", "store-write", "replay", "read", "server"]
 
     private func sectionNames() -> [String] {
         only.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
@@ -171,7 +173,8 @@ struct Bench: AsyncParsableCommand {
                 entries: 50_000, batchSize: 5_000, payloadBytes: payloadBytes, measureProcess: process, scanPasses: 1,
                 store: StoreBenchSettings(
                     batchedCreates: 10_000, createsPerBatch: 1_000, singleCreates: 100, replayEntries: [20_000, 100_000],
-                    readEntities: 20_000))
+                    readEntities: 20_000),
+                server: ServerBenchSettings(pushOperations: 1_000, pushBatch: 500, pullChanges: 5_000, pullPage: 1_000))
         }
         return Settings(
             singleCount: singleCount, warmupCount: warmupCount, rounds: rounds, writerCounts: try writerCounts(),
@@ -179,7 +182,8 @@ struct Bench: AsyncParsableCommand {
             measureProcess: process, scanPasses: scanPasses,
             store: StoreBenchSettings(
                 batchedCreates: storeCreates, createsPerBatch: storeBatchSize, singleCreates: storeSingleCount,
-                replayEntries: try replayEntryCounts().sorted(), readEntities: readEntities))
+                replayEntries: try replayEntryCounts().sorted(), readEntities: readEntities),
+            server: ServerBenchSettings(pushOperations: 10_000, pushBatch: 500, pullChanges: 100_000, pullPage: 1_000))
     }
 
     func run() async throws {
@@ -228,6 +232,9 @@ struct Bench: AsyncParsableCommand {
         }
         if sections.contains("read") {
             report.add(try await ReadBenchmark.run(settings, workspace))
+        }
+        if sections.contains("server") {
+            report.add(try await ServerBenchmark.run(settings, workspace))
         }
 
         report.machine.loadAverageAtEnd = loadAverage()

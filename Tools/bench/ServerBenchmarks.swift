@@ -1,0 +1,134 @@
+import Foundation
+import LogFormat
+import LogServer
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// What section 8 runs.
+struct ServerBenchSettings: Codable, Sendable {
+    /// Operations pushed and timed, in batches of `pushBatch`.
+    var pushOperations: Int
+    var pushBatch: Int
+    /// Changes in the feed that the pull reads, in pages of `pullPage`.
+    var pullChanges: Int
+    var pullPage: Int
+}
+
+/// Section 8: the reference server over loopback HTTP, in this process,
+/// with `.full` durability: pushes of creates in batches, then a pull of the
+/// whole feed in pages. Each request is a real HTTP/1.1 exchange through
+/// URLSession, JSON both ways.
+enum ServerBenchmark {
+    static let pullTarget = 50_000.0
+
+    static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
+        let counts = settings.server
+        var configuration = SyncServer.Configuration(dataDirectory: workspace.path("server"))
+        configuration.port = 0
+        configuration.tokens = ["bench": Identity(user: "bench")]
+        configuration.durability = .full
+        let server = try SyncServer(configuration: configuration)
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let serving = Task { try await server.application { continuation.yield($0) }.run() }
+        defer {
+            serving.cancel()
+            server.close()
+        }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw BenchError("the server did not start") }
+        let client = BenchClient(port: port)
+
+        progress("server: push \(counts.pushOperations) operations")
+        let pushTime = try await pushCreates(counts.pushOperations, batch: counts.pushBatch, from: 0, client)
+        progress("server: fill the feed to \(counts.pullChanges) changes")
+        if counts.pullChanges > counts.pushOperations {
+            _ = try await pushCreates(counts.pullChanges - counts.pushOperations, batch: counts.pushBatch, from: counts.pushOperations, client)
+        }
+        progress("server: pull \(counts.pullChanges) changes")
+        let (pulled, pullTime) = try await pullAll(page: counts.pullPage, client)
+        guard pulled == counts.pullChanges else { throw BenchError("pulled \(pulled) changes, expected \(counts.pullChanges)") }
+
+        var section = ReportSection("8. Reference server over loopback HTTP (.full durability)")
+        section.rows = [
+            ResultRow(
+                "push: \(counts.pushOperations) creates in batches of \(counts.pushBatch)",
+                Double(counts.pushOperations) / pushTime.seconds, "ops/s"),
+            ResultRow(
+                "pull: \(counts.pullChanges) changes in pages of \(counts.pullPage)", Double(pulled) / pullTime.seconds,
+                "ops/s", target: .atLeast(pullTarget, "ops/s")),
+        ]
+        section.notes = [
+            "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides; a push commits (with fsync) before it answers.",
+            "each operation creates an entity with four fields (a string, an int, a bool and a timestamp).",
+        ]
+        return section
+    }
+
+    private static func pushCreates(_ count: Int, batch: Int, from start: Int, _ client: BenchClient) async throws -> Duration {
+        let clock = ContinuousClock()
+        var elapsed = Duration.zero
+        for first in stride(from: start, to: start + count, by: batch) {
+            let operations = (first..<min(first + batch, start + count)).map(operation)
+            let body = try JSONEncoder().encode(PushRequest(operations: operations))
+            let started = clock.now
+            let response = try JSONDecoder().decode(PushResponse.self, from: try await client.send("POST", "/v1/push", body: body))
+            elapsed += clock.now - started
+            guard response.results.allSatisfy({ $0.status == PushResult.Status.applied }) else { throw BenchError("a push was not applied") }
+        }
+        return elapsed
+    }
+
+    private static func operation(_ n: Int) -> PushOperation {
+        var data = Fields()
+        data["description"] = .string("Task \(n)")
+        data["minutes"] = .int(Int64(n % 480))
+        data["billable"] = .bool(n % 2 == 0)
+        data["started_at"] = .timestamp(1_795_335_611_301_476 + Int64(n))
+        return PushOperation(
+            idempotencyKey: "op-\(n)", entityType: "te", entityID: "te-\(n)", intent: .create, data: data,
+            clientTimestamp: "2026-11-22T08:00:00.000000Z", baseVersion: 0)
+    }
+
+    private static func pullAll(page: Int, _ client: BenchClient) async throws -> (Int, Duration) {
+        let clock = ContinuousClock()
+        let started = clock.now
+        var cursor: String?
+        var pulled = 0
+        for _ in 0..<1_000_000 {
+            var path = "/v1/pull?limit=\(page)"
+            if let cursor { path += "&cursor=\(cursor)" }
+            let response = try JSONDecoder().decode(PullResponse.self, from: try await client.send("GET", path, body: nil))
+            pulled += response.changes.count
+            cursor = response.cursor
+            if !response.hasMore { break }
+        }
+        return (pulled, clock.now - started)
+    }
+}
+
+/// A minimal HTTP client for the bench (one connection, reused).
+struct BenchClient: Sendable {
+    let port: Int
+    let session: URLSession
+
+    init(port: Int) {
+        self.port = port
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.connectionProxyDictionary = [:]
+        session = URLSession(configuration: configuration)
+    }
+
+    func send(_ method: String, _ path: String, body: Data?) async throws -> Data {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.httpMethod = method
+        request.setValue("Bearer bench", forHTTPHeaderField: "Authorization")
+        request.httpBody = body
+        let (data, response) = try await session.data(for: request)
+        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+            throw BenchError("\(method) \(path): \(String(decoding: data, as: UTF8.self))")
+        }
+        return data
+    }
+}
