@@ -50,7 +50,13 @@ public enum NameRules {
             return "field \"\(name)\" is \(number); only finite doubles are stored"
         case .array(let elements):
             guard depth < Limits.valueDepthMax else { return "field \"\(name)\" nests deeper than \(Limits.valueDepthMax)" }
-            return elements.lazy.compactMap { valueProblem($0, name: name, depth: depth + 1) }.first
+            // A plain loop: each element is checked once. (A lazy map's
+            // `first` runs its closure twice on a hit, which doubled the work
+            // at every level of nesting.)
+            for element in elements {
+                if let problem = valueProblem(element, name: name, depth: depth + 1) { return problem }
+            }
+            return nil
         case .object(let nested):
             guard depth < Limits.valueDepthMax else { return "field \"\(name)\" nests deeper than \(Limits.valueDepthMax)" }
             return fieldsProblem(nested, depth: depth + 1)

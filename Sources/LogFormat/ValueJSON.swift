@@ -7,17 +7,20 @@ import Foundation
 /// Field names starting with `$` are reserved for these forms.
 extension Value: Codable {
     public init(from decoder: any Decoder) throws {
+        // Codable cannot ask a JSON value its kind, only try one and catch the
+        // failure, which costs an error each time: the likeliest kinds of a
+        // field go first.
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
-        } else if let flag = try? container.decode(Bool.self) {
-            self = .bool(flag)
-        } else if let number = try? container.decode(Int64.self) {
-            self = .int(number)
-        } else if let number = try? container.decode(Double.self) {
-            self = .double(number)
         } else if let text = try? container.decode(String.self) {
             self = .string(text)
+        } else if let number = try? container.decode(Int64.self) {
+            self = .int(number)
+        } else if let flag = try? container.decode(Bool.self) {
+            self = .bool(flag)
+        } else if let number = try? container.decode(Double.self) {
+            self = .double(number)
         } else if let elements = try? container.decode([Value].self) {
             self = .array(elements)
         } else {

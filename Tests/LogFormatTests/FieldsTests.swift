@@ -63,3 +63,16 @@ import Testing
         Array("123456789".utf8).withUnsafeBytes { #expect(CRC32C.software($0) == 0xE306_9283) }
     }
 }
+
+@Suite struct NameRulesTests {
+    /// Checking a value costs time in proportion to its size: a value nested
+    /// past the limit is refused at once (it once took 2^depth steps).
+    @Test func deepValuesAreRefusedQuickly() {
+        var value = Value.string("bottom")
+        for _ in 0..<(Limits.valueDepthMax + 1) { value = .array([value]) }
+        #expect(NameRules.fieldsProblem(["deep": value])?.contains("nests deeper") == true)
+        #expect(NameRules.fieldsProblem(["ok": .array([.double(.nan)])]) != nil)
+        #expect(NameRules.fieldsProblem(["$x": 1]) != nil && NameRules.fieldsProblem(["": 1]) != nil)
+        #expect(NameRules.entityTypeProblem("te") == nil && NameRules.entityTypeProblem("Te") != nil)
+    }
+}

@@ -361,7 +361,8 @@ private struct ProtocolJSONParser {
 
     mutating func value(depth: Int) throws -> ProtocolJSON {
         guard depth < 512 else { throw error("nested too deeply") }
-        switch next {
+        guard let byte = next else { throw error("expected a value") }
+        switch byte {
         case UInt8(ascii: "n"): try expect("null"); return .null
         case UInt8(ascii: "t"): try expect("true"); return .bool(true)
         case UInt8(ascii: "f"): try expect("false"); return .bool(false)

@@ -320,3 +320,63 @@ import Testing
         #expect(reply.status == 404)
     }
 }
+
+@Suite struct HostileInputTests {
+    @Test func aCursorFromAnotherServerIsInvalid() async throws {
+        let first = try await TestServer("cursor-epoch-a")
+        let second = try await TestServer("cursor-epoch-b")
+        defer { Task { await first.stop(); await second.stop() } }
+        _ = try await first.push([operation(.create, "t1", ["n": 1])])
+        let cursor = try await first.pull().decode(PullResponse.self).cursor
+        let reply = try await second.pull(cursor: cursor)
+        #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid)
+    }
+
+    /// Seeded garbage in every place a client controls: the server answers
+    /// each with a 4xx envelope (or per-operation rejections), changes
+    /// nothing, and keeps serving.
+    @Test func garbageNeverCrashesOrChangesTheStore() async throws {
+        let server = try await TestServer("garbage")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "kept", ["n": 1])])
+        let seed = SeededRandom.seed(default: 404)
+        var random = SeededRandom(seed: seed)
+        let valid = try JSONEncoder().encode(PushRequest(operations: [operation(.update, "kept", ["n": 2], base: 1)]))
+        var applied = 0
+        for round in 0..<300 {
+            var body = [UInt8](valid)
+            switch Int.random(in: 0...3, using: &random) {
+            case 0:  // flip bytes
+                for _ in 0..<Int.random(in: 1...8, using: &random) {
+                    body[Int.random(in: 0..<body.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
+                }
+            case 1:  // cut short
+                body.removeLast(Int.random(in: 1..<body.count, using: &random))
+            case 2:  // random bytes
+                body = (0..<Int.random(in: 0...200, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+            default:  // wrong types in known places
+                let wrong = ["\"operations\": 5", "\"operations\": [1, 2]", "\"operations\": [{\"intent\": 7}]",
+                             "\"operations\": [{\"data\": {\"a\": {\"$bytes\": 1}}}]", "\"operations\": null"]
+                body = Array("{\(wrong[Int.random(in: 0..<wrong.count, using: &random)])}".utf8)
+            }
+            let reply = try await server.send("POST", "/v1/push", body: Data(body))
+            if reply.status == 200 {
+                // Still a push (perhaps of garbage operations, each rejected
+                // on its own): its answer decodes, one result per operation.
+                let results = try reply.decode(PushResponse.self).results
+                #expect(!results.isEmpty, "seed \(seed) round \(round)")
+                applied += results.filter { $0.status == .applied }.count
+            } else {
+                #expect((400..<500).contains(reply.status), "seed \(seed) round \(round): \(reply.status)")
+                #expect(reply.error != nil, "seed \(seed) round \(round): no envelope")
+            }
+            let query = String(decoding: (0..<Int.random(in: 0...60, using: &random)).map { _ in UInt8.random(in: 33...126, using: &random) }, as: UTF8.self)
+            let pull = try await server.send("GET", "/v1/pull", query: ["cursor": query, "limit": query])
+            #expect((400..<500).contains(pull.status), "seed \(seed) round \(round): pull \(pull.status)")
+        }
+        // Still serving, and the feed holds exactly what was answered applied.
+        let changes = try await server.pullAll()
+        #expect(changes.first?.entityID == "kept" && changes.count == 1 + applied)
+        #expect(try await server.send("GET", "/v1/health", token: nil).status == 200)
+    }
+}
