@@ -25,6 +25,8 @@ public final class SyncServer: Sendable {
         /// Requests per second per user, and the burst (nil: no limit).
         public var rateLimit: (rate: Double, burst: Int)?
         public var faultInjection = false
+        /// The least severe message the server logs.
+        public var logLevel = Logger.Level.info
 
         public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
     }
@@ -54,9 +56,9 @@ public final class SyncServer: Sendable {
     /// The Hummingbird application serving the protocol. Run it with
     /// `runService()` (stops on SIGTERM/SIGINT) or as a service of your own.
     /// - Parameter onRunning: called with the bound port once listening.
-    public func application(
-        logger: Logger = Logger(label: "syncserver"), onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
-    ) -> some ApplicationProtocol {
+    public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
+        var logger = Logger(label: "syncserver")
+        logger.logLevel = configuration.logLevel
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ProtocolMiddleware(server: self))
         let routes = Routes(server: self)

@@ -36,6 +36,9 @@ final class TestServer: @unchecked Sendable {
         configuration.rateLimit = rateLimit
         configuration.faultInjection = faultInjection
         configuration.durability = durability
+        // Stopping a test server cancels its connections, which Hummingbird
+        // logs as errors; they are expected here.
+        configuration.logLevel = .critical
         let sessionConfiguration = URLSessionConfiguration.ephemeral
         sessionConfiguration.connectionProxyDictionary = [:]
         sessionConfiguration.timeoutIntervalForRequest = 30
