@@ -60,7 +60,7 @@ enum ServerBenchmark {
                 "ops/s", target: .atLeast(pullTarget, "ops/s")),
         ]
         section.notes = [
-            "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides; a push commits (with fsync) before it answers.",
+            "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides (pull pages read with JSONReader, pushes with JSONDecoder); a push commits (with fsync) before it answers.",
             "each operation creates an entity with four fields (a string, an int, a bool and a timestamp).",
         ]
         return section
@@ -99,7 +99,8 @@ enum ServerBenchmark {
         for _ in 0..<1_000_000 {
             var path = "/v1/pull?limit=\(page)"
             if let cursor { path += "&cursor=\(cursor)" }
-            let response = try JSONDecoder().decode(PullResponse.self, from: try await client.send("GET", path, body: nil))
+            // As a client reads pages: JSONReader, not JSONDecoder (see WireJSON.swift).
+            let response = try PullResponse.decode(json: try await client.send("GET", path, body: nil))
             pulled += response.changes.count
             cursor = response.cursor
             if !response.hasMore { break }

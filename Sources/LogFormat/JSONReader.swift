@@ -1,0 +1,282 @@
+/// A strict JSON reader (RFC 8259) that builds `JSONValue` trees straight
+/// from UTF-8, for the wire messages whose fields hold `Value`s.
+///
+/// Why not `JSONDecoder` alone: `Codable` can only learn a value's kind by
+/// trying one and catching the error, and those errors were most of the cost
+/// of reading a pull page. This reader looks at the first byte instead.
+/// Numbers are read by value, as `Format/sync-protocol.md` section 4 says: a
+/// whole number within Int64 is an int whatever its form.
+public enum JSONValue: Equatable, Sendable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    /// Members in document order (a repeated name is refused while reading).
+    case object([(String, JSONValue)])
+
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): true
+        case (.bool(let a), .bool(let b)): a == b
+        case (.int(let a), .int(let b)): a == b
+        case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
+        case (.string(let a), .string(let b)): a == b
+        case (.array(let a), .array(let b)): a == b
+        case (.object(let a), .object(let b)): a.count == b.count && zip(a, b).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        default: false
+        }
+    }
+
+    /// The member named `name` of an object.
+    public subscript(name: String) -> JSONValue? {
+        guard case .object(let members) = self else { return nil }
+        return members.first { $0.0 == name }?.1
+    }
+}
+
+/// Why a text is not the JSON expected, and where.
+public struct JSONReadError: Error, Equatable, CustomStringConvertible {
+    public var position: Int
+    public var detail: String
+    public var description: String { "JSON at byte \(position): \(detail)" }
+}
+
+public struct JSONReader {
+    /// How deep arrays and objects may nest: a `Value` (32) inside a message.
+    public static let depthMax = 64
+
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONReadError) -> JSONValue {
+        let array = Array(bytes)
+        return try array.withUnsafeBufferPointer { (buffer) throws(JSONReadError) -> JSONValue in
+            var reader = JSONReader(bytes: buffer)
+            reader.skipWhitespace()
+            let value = try reader.value(depth: 0)
+            reader.skipWhitespace()
+            guard reader.index == buffer.count else { throw reader.error("text after the JSON value") }
+            return value
+        }
+    }
+
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var index = 0
+
+    private init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    private func error(_ detail: String) -> JSONReadError { JSONReadError(position: index, detail: detail) }
+
+    private mutating func skipWhitespace() {
+        while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+    }
+
+    private mutating func value(depth: Int) throws(JSONReadError) -> JSONValue {
+        guard index < bytes.count else { throw error("the text ends where a value should start") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try object(depth: depth)
+        case UInt8(ascii: "["): return try array(depth: depth)
+        case UInt8(ascii: "\""): return .string(try string())
+        case UInt8(ascii: "t"): return try literal("true", .bool(true))
+        case UInt8(ascii: "f"): return try literal("false", .bool(false))
+        case UInt8(ascii: "n"): return try literal("null", .null)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
+        default: throw error("unexpected byte 0x\(String(bytes[index], radix: 16))")
+        }
+    }
+
+    private mutating func literal(_ word: StaticString, _ value: JSONValue) throws(JSONReadError) -> JSONValue {
+        let count = word.utf8CodeUnitCount
+        guard index + count <= bytes.count,
+            (0..<count).allSatisfy({ bytes[index + $0] == word.utf8Start[$0] })
+        else { throw error("expected \(word)") }
+        index += count
+        return value
+    }
+
+    private mutating func object(depth: Int) throws(JSONReadError) -> JSONValue {
+        guard depth < JSONReader.depthMax else { throw error("nested deeper than \(JSONReader.depthMax)") }
+        index += 1
+        var members: [(String, JSONValue)] = []
+        var names = Set<String>()
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
+            let name = try string()
+            guard names.insert(name).inserted else { throw error("member \"\(name.prefix(40))\" appears twice") }
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            members.append((name, try value(depth: depth + 1)))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("the text ends inside an object") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return .object(members)
+            } else {
+                throw error("expected ',' or '}'")
+            }
+        }
+    }
+
+    private mutating func array(depth: Int) throws(JSONReadError) -> JSONValue {
+        guard depth < JSONReader.depthMax else { throw error("nested deeper than \(JSONReader.depthMax)") }
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(elements)
+        }
+        while true {
+            skipWhitespace()
+            elements.append(try value(depth: depth + 1))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("the text ends inside an array") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(elements)
+            } else {
+                throw error("expected ',' or ']'")
+            }
+        }
+    }
+
+    private mutating func string() throws(JSONReadError) -> String {
+        index += 1
+        let start = index
+        // Fast path: no escapes before the closing quote.
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                index += 1
+                guard let text = String(validating: raw, as: UTF8.self) else { throw error("a string is not valid UTF-8") }
+                return text
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            guard byte >= 0x20 else { throw error("a control character inside a string") }
+            index += 1
+        }
+        var scalars = [UInt8](bytes[start..<index])
+        while index < bytes.count {
+            let byte = bytes[index]
+            switch byte {
+            case UInt8(ascii: "\""):
+                index += 1
+                guard let text = String(validating: scalars, as: UTF8.self) else { throw error("a string is not valid UTF-8") }
+                return text
+            case UInt8(ascii: "\\"):
+                index += 1
+                try escape(into: &scalars)
+            case 0..<0x20:
+                throw error("a control character inside a string")
+            default:
+                scalars.append(byte)
+                index += 1
+            }
+        }
+        throw error("the text ends inside a string")
+    }
+
+    private mutating func escape(into output: inout [UInt8]) throws(JSONReadError) {
+        guard index < bytes.count else { throw error("the text ends inside an escape") }
+        let byte = bytes[index]
+        index += 1
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): output.append(byte)
+        case UInt8(ascii: "b"): output.append(0x08)
+        case UInt8(ascii: "f"): output.append(0x0C)
+        case UInt8(ascii: "n"): output.append(0x0A)
+        case UInt8(ascii: "r"): output.append(0x0D)
+        case UInt8(ascii: "t"): output.append(0x09)
+        case UInt8(ascii: "u"):
+            var scalar = try hex4()
+            if (0xD800..<0xDC00).contains(scalar) {
+                guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+                else { throw error("a lone high surrogate") }
+                index += 2
+                let low = try hex4()
+                guard (0xDC00..<0xE000).contains(low) else { throw error("a high surrogate without its low half") }
+                scalar = 0x10000 + (scalar - 0xD800) << 10 + (low - 0xDC00)
+            } else if (0xDC00..<0xE000).contains(scalar) {
+                throw error("a lone low surrogate")
+            }
+            guard let unicode = Unicode.Scalar(scalar) else { throw error("not a Unicode scalar") }
+            output.append(contentsOf: Array(String(Character(unicode)).utf8))
+        default:
+            throw error("unknown escape \\\(Character(Unicode.Scalar(byte)))")
+        }
+    }
+
+    private mutating func hex4() throws(JSONReadError) -> UInt32 {
+        guard index + 4 <= bytes.count else { throw error("the text ends inside \\u") }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[index]
+            let digit: UInt32
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+            default: throw error("\\u needs four hex digits")
+            }
+            value = value << 4 | digit
+            index += 1
+        }
+        return value
+    }
+
+    /// RFC 8259's number grammar; the value decides int or double.
+    private mutating func number() throws(JSONReadError) -> JSONValue {
+        let start = index
+        var isInteger = true
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) else {
+            throw error("a number needs a digit")
+        }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else {
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            isInteger = false
+            index += 1
+            let digits = index
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+            guard index > digits else { throw error("a fraction needs a digit") }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            isInteger = false
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            let digits = index
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+            guard index > digits else { throw error("an exponent needs a digit") }
+        }
+        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        if isInteger, let integer = Int64(text) { return .int(integer) }
+        guard let double = Double(text), double.isFinite else {
+            index = start
+            throw error("the number \(text.prefix(40)) is outside binary64")
+        }
+        // Negative zero stays a double here: inside {"$double": -0.0} it is
+        // negative zero; elsewhere `Value(json:)` reads it as the int 0.
+        if double == 0, double.sign == .minus { return .double(double) }
+        // By value: a whole number within Int64 is an int (2.0, 1e2).
+        if double.rounded() == double, double >= -9.223_372_036_854_775_808e18, double < 9.223_372_036_854_775_808e18 {
+            return .int(Int64(double))
+        }
+        return .double(double)
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+
+/// A wire message that is JSON but not the message expected, and where.
+public struct WireDecodingError: Error, Equatable, CustomStringConvertible {
+    /// Where in the message, such as `changes[3].data.tags[0]`.
+    public var path: String
+    public var detail: String
+    public var description: String { path.isEmpty ? detail : "\(path): \(detail)" }
+
+    init(_ path: String, _ detail: String) {
+        self.path = path
+        self.detail = detail
+    }
+}
+
+extension Value {
+    /// The value a JSON value stands for (`Format/sync-protocol.md` section 4,
+    /// "Reading"), with `$double`, `$bytes` and `$timestamp` forms.
+    /// - Throws: `WireDecodingError` naming the path of the problem.
+    public init(json: JSONValue, path: String = "", depth: Int = 0) throws(WireDecodingError) {
+        switch json {
+        case .null: self = .null
+        case .bool(let flag): self = .bool(flag)
+        case .int(let number): self = .int(number)
+        case .double(let number): self = number == 0 ? .int(0) : .double(number)
+        case .string(let text): self = .string(text)
+        case .array(let elements):
+            guard depth < Limits.valueDepthMax else { throw WireDecodingError(path, "nests deeper than \(Limits.valueDepthMax)") }
+            var values: [Value] = []
+            values.reserveCapacity(elements.count)
+            for (index, element) in elements.enumerated() {
+                values.append(try Value(json: element, path: "\(path)[\(index)]", depth: depth + 1))
+            }
+            self = .array(values)
+        case .object(let members):
+            if members.count == 1, members[0].0.hasPrefix("$") {
+                self = try Value.special(members[0].0, members[0].1, path: path)
+                return
+            }
+            guard depth < Limits.valueDepthMax else { throw WireDecodingError(path, "nests deeper than \(Limits.valueDepthMax)") }
+            self = .object(try Fields(json: json, path: path, depth: depth + 1))
+        }
+    }
+
+    private static func special(_ name: String, _ json: JSONValue, path: String) throws(WireDecodingError) -> Value {
+        switch (name, json) {
+        case ("$double", .int(let number)): return .double(Double(number))
+        case ("$double", .double(let number)): return .double(number)
+        case ("$timestamp", .int(let micros)): return .timestamp(micros)
+        case ("$bytes", .string(let text)):
+            guard let data = Data(base64Encoded: text) else {
+                throw WireDecodingError("\(path).$bytes", "is not padded standard base64")
+            }
+            return .bytes([UInt8](data))
+        case ("$double", _), ("$timestamp", _), ("$bytes", _):
+            throw WireDecodingError("\(path).\(name)", "has the wrong kind of value")
+        default:
+            throw WireDecodingError("\(path).\(name)", "names starting with $ are reserved")
+        }
+    }
+}
+
+extension Fields {
+    /// Fields from a JSON object; names starting with `$` are refused.
+    public init(json: JSONValue, path: String = "", depth: Int = 0) throws(WireDecodingError) {
+        guard case .object(let members) = json else { throw WireDecodingError(path, "is not an object") }
+        var pairs: [(String, Value)] = []
+        pairs.reserveCapacity(members.count)
+        for (name, value) in members {
+            let memberPath = path.isEmpty ? name : "\(path).\(name)"
+            guard !name.hasPrefix("$") else { throw WireDecodingError(memberPath, "names starting with $ are reserved") }
+            pairs.append((name, try Value(json: value, path: memberPath, depth: depth)))
+        }
+        self.init(pairs)
+    }
+}
+
+extension PullResponse {
+    /// Reads a pull page with `JSONReader`, several times faster than
+    /// `JSONDecoder` for pages of entity data.
+    /// - Throws: `JSONReadError` or `WireDecodingError`.
+    public static func decode(json bytes: some Collection<UInt8>) throws -> PullResponse {
+        let root = try JSONReader.parse(bytes)
+        guard case .array(let list)? = root["changes"] else { throw WireDecodingError("changes", "is missing or not an array") }
+        var changes: [PullChange] = []
+        changes.reserveCapacity(list.count)
+        for (index, item) in list.enumerated() {
+            changes.append(try PullChange(json: item, path: "changes[\(index)]"))
+        }
+        return PullResponse(
+            changes: changes, cursor: try root.string("cursor"), hasMore: try root.bool("has_more"),
+            forceResync: try root.bool("force_resync"))
+    }
+}
+
+extension PullChange {
+    init(json: JSONValue, path: String) throws {
+        let operation = try json.string("operation", path)
+        guard let kind = Operation(rawValue: operation) else { throw WireDecodingError("\(path).operation", "is \(operation)") }
+        var data: Fields?
+        if let value = json["data"], value != .null { data = try Fields(json: value, path: "\(path).data") }
+        guard case .int(let version)? = json["server_version"], version >= 0 else {
+            throw WireDecodingError("\(path).server_version", "is missing or not a version")
+        }
+        self.init(
+            entityType: try json.string("entity_type", path), entityID: try json.string("entity_id", path), operation: kind,
+            data: data, serverVersion: UInt64(version), updatedAt: try json.string("updated_at", path))
+    }
+}
+
+extension JSONValue {
+    func string(_ name: String, _ path: String = "") throws(WireDecodingError) -> String {
+        guard case .string(let text)? = self[name] else { throw WireDecodingError(join(path, name), "is missing or not a string") }
+        return text
+    }
+
+    func bool(_ name: String, _ path: String = "") throws(WireDecodingError) -> Bool {
+        guard case .bool(let flag)? = self[name] else { throw WireDecodingError(join(path, name), "is missing or not a boolean") }
+        return flag
+    }
+
+    private func join(_ path: String, _ name: String) -> String { path.isEmpty ? name : "\(path).\(name)" }
+}

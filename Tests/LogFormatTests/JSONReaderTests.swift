@@ -1,0 +1,79 @@
+import Foundation
+import LogFormat
+import LogTesting
+import Testing
+
+@Suite struct JSONReaderTests {
+    private func read(_ text: String) throws -> JSONValue { try JSONReader.parse(Array(text.utf8)) }
+
+    @Test func numbersAreReadByValue() throws {
+        #expect(try read("2") == .int(2))
+        #expect(try read("2.0") == .int(2))
+        #expect(try read("1e2") == .int(100))
+        #expect(try read("-0") == .int(0))
+        #expect(try read("-0.0") == .double(-0.0))
+        #expect(try read("2.5") == .double(2.5))
+        #expect(try read("9223372036854775807") == .int(.max))
+        #expect(try read("-9223372036854775808") == .int(.min))
+        #expect(try read("9223372036854775808") == .double(9_223_372_036_854_775_808))
+        for bad in ["01", "1.", ".5", "1e", "-", "+1", "1e400", "NaN", "0x10"] {
+            #expect(throws: JSONReadError.self, "\(bad)") { try read(bad) }
+        }
+    }
+
+    @Test func stringsAndEscapes() throws {
+        #expect(try read(#""a\"b\\c\/d\n\t""#) == .string("a\"b\\c/d\n\t"))
+        #expect(try read(#""\u00e9\ud83d\ude00""#) == .string("é😀"))
+        #expect(try read("\"漢字\"") == .string("漢字"))
+        for bad in [#""\ud83d""#, #""\ude00""#, #""\x""#, "\"a\nb\"", #""abc"#, "\"\u{1}\""] {
+            #expect(throws: JSONReadError.self, "\(bad)") { try read(bad) }
+        }
+        #expect(throws: JSONReadError.self) { try JSONReader.parse([0x22, 0xFF, 0x22]) }
+    }
+
+    @Test func structureIsStrict() throws {
+        #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
+        for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
+            #expect(throws: JSONReadError.self, "\(bad)") { try read(bad) }
+        }
+        let deep = String(repeating: "[", count: JSONReader.depthMax + 1) + String(repeating: "]", count: JSONReader.depthMax + 1)
+        #expect(throws: JSONReadError.self) { try read(deep) }
+    }
+
+    /// Random values written by our encoder read back unchanged: the reader
+    /// and the writer agree on every form.
+    @Test func encodedValuesReadBackUnchanged() throws {
+        let seed = SeededRandom.seed(default: 77)
+        var random = RandomEntries(seed: seed)
+        let encoder = Wire.makeEncoder()
+        for round in 0..<2_000 {
+            let fields = random.storeFields(countMax: 6)
+            let json = try encoder.encode(fields)
+            let read = try Fields(json: try JSONReader.parse(json))
+            #expect(read == fields, "seed \(seed) round \(round): \(String(decoding: json, as: UTF8.self))")
+        }
+    }
+
+    @Test func specialFormsAreChecked() throws {
+        #expect(try Value(json: read(#"{"$double": 2}"#)) == .double(2))
+        #expect(try Value(json: read(#"{"$double": -0.0}"#)) == .double(-0.0))
+        #expect(try Value(json: read("-0.0")) == .int(0))
+        #expect(try Value(json: read(#"{"$bytes": "AAEC"}"#)) == .bytes([0, 1, 2]))
+        #expect(try Value(json: read(#"{"$timestamp": 5}"#)) == .timestamp(5))
+        for bad in [#"{"$double": "2"}"#, #"{"$bytes": "AAE"}"#, #"{"$timestamp": 1.5}"#, #"{"$other": 1}"#, #"{"$double": 1, "x": 2}"#] {
+            #expect(throws: WireDecodingError.self, "\(bad)") { try Value(json: read(bad)) }
+        }
+    }
+
+    @Test func pullPagesDecodeAsJSONDecoderDoes() throws {
+        let page = PullResponse(
+            changes: [
+                PullChange(entityType: "te", entityID: "a", operation: .upsert, data: ["n": 1, "d": .double(2), "s": "x"], serverVersion: 3, updatedAt: "2026-11-22T08:00:00.000000Z"),
+                PullChange(entityType: "te", entityID: "b", operation: .delete, data: nil, serverVersion: 4, updatedAt: "2026-11-22T08:00:00.000000Z"),
+            ], cursor: "c", hasMore: true)
+        let json = try Wire.makeEncoder().encode(page)
+        #expect(try PullResponse.decode(json: json) == page)
+        #expect(try JSONDecoder().decode(PullResponse.self, from: json) == page)
+        #expect(throws: (any Error).self) { try PullResponse.decode(json: Array(#"{"changes": 1}"#.utf8)) }
+    }
+}
