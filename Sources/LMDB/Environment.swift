@@ -180,7 +180,6 @@ extension Environment {
     public func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
         for _ in 0..<Environment.mapGrowthAttemptsMax {
             let outcome: R? = try resizeLock.withShared {
-                try checkUsable("read")
                 guard let txn = try beginRead() else { return nil }
                 defer { endRead(txn) }
                 // Bound to a local first: passing the initializer's result
@@ -246,8 +245,16 @@ extension Environment {
 
     /// A read transaction from the pool (renewed) or a new one; nil when
     /// another process grew the map and this one must adopt the new size.
+    /// - Throws: `.closed` or the failure that ended the environment.
     private func beginRead() throws(LMDBError) -> OpaquePointer? {
-        if let pooled = state.withLock({ $0.readPool.popLast() })?.handle {
+        // One lock both checks the environment is usable and takes a pooled
+        // transaction: reads are the hot path.
+        let pooledOrProblem = state.withLock { state -> Result<PooledTransaction?, LMDBError> in
+            if state.closed { return .failure(LMDBError(code: .closed, operation: "read", path: path)) }
+            if let failed = state.failed { return .failure(failed) }
+            return .success(state.readPool.popLast())
+        }
+        if let pooled = try pooledOrProblem.get()?.handle {
             let result = mdb_txn_renew(pooled)
             if result == 0 { return pooled }
             mdb_txn_abort(pooled)

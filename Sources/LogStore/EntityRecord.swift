@@ -138,7 +138,12 @@ extension EntityRecord {
 /// UTF-8. Types never contain a zero byte, so each type is one key range.
 enum EntityKey {
     static func encode(type: String, id: String) -> [UInt8] {
-        Array(type.utf8) + [0] + Array(id.utf8)
+        var key: [UInt8] = []
+        key.reserveCapacity(type.utf8.count + 1 + id.utf8.count)
+        key.append(contentsOf: type.utf8)
+        key.append(0)
+        key.append(contentsOf: id.utf8)
+        return key
     }
 
     static func prefix(type: String) -> [UInt8] { Array(type.utf8) + [0] }
