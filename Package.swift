@@ -11,6 +11,7 @@ let package = Package(
         .executable(name: "bench", targets: ["bench"]),
         .executable(name: "demo", targets: ["demo"]),
         .executable(name: "syncserver", targets: ["syncserver"]),
+        .executable(name: "logtool", targets: ["logtool"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -49,6 +50,14 @@ let package = Package(
             path: "Tools/bench"
         ),
         .executableTarget(
+            name: "logtool",
+            dependencies: [
+                "LogFormat", "LogStore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/logtool"
+        ),
+        .executableTarget(
             name: "syncserver",
             dependencies: [
                 "LogServer",
@@ -70,6 +79,7 @@ let package = Package(
         .testTarget(name: "LMDBTests", dependencies: ["LMDB", "LogTesting"]),
         .testTarget(name: "LogStoreTests", dependencies: ["LogStore", "LMDB", "LogTesting"]),
         .testTarget(name: "LogServerTests", dependencies: ["LogServer", "LogFormat", "LogTesting"]),
+        .testTarget(name: "LogToolTests", dependencies: ["LogStore", "LogFormat", "LMDB", "LogTesting"]),
     ],
     swiftLanguageModes: [.v6]
 )

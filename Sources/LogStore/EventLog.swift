@@ -30,6 +30,10 @@ public final class EventLog: Sendable {
         }
     }
 
+    /// The store layout version this build reads and writes (the `meta`
+    /// marker; `Format/storage.md`, section 3).
+    public static var storeFormatVersion: UInt32 { StoreFormat.storeVersion }
+
     /// Entries decoded per read transaction by `EntryScanner`; bounds both
     /// the memory a scan holds and how long it pins a snapshot.
     public static let scanChunkCountMax = 1024

@@ -1,0 +1,144 @@
+import Foundation
+import LMDB
+import LogFormat
+
+/// Something wrong with a store, said so a person can find it.
+public struct StoreProblem: Sendable, Equatable, CustomStringConvertible {
+    /// The log offset involved, when there is one.
+    public var offset: UInt64?
+    /// The database involved (`log`, `entities`, `outbox`, ...).
+    public var table: String
+    public var message: String
+
+    public init(offset: UInt64? = nil, table: String, message: String) {
+        self.offset = offset
+        self.table = table
+        self.message = message
+    }
+
+    public var description: String {
+        let place = offset.map { "\(table) at offset \($0)" } ?? table
+        return "\(place): \(message)"
+    }
+}
+
+extension EventLog {
+    /// The most problems one verification reports before it stops looking.
+    public static let problemCountMax = 1_000
+
+    /// Checks every entry of the log: its key, its checksum and encoding, and
+    /// that offsets are dense from the compaction watermark on. Unlike a
+    /// scan it goes on past a problem, reporting each one.
+    /// - Returns: how many entries were read, and the problems found.
+    public func verifyEntries() throws -> (checked: Int, problems: [StoreProblem]) {
+        var problems: [StoreProblem] = []
+        var checked = 0
+        var expected: UInt64 = 1
+        var position: [UInt8]? = nil
+        // A chunk of entries per read transaction, so a long log never pins
+        // one snapshot for long; bounded by the log's length.
+        while problems.count < EventLog.problemCountMax {
+            let (count, next) = try environment.read { txn -> (Int, [UInt8]?) in
+                let compactedBelow = try compactedBelow(txn)
+                var count = 0
+                var next: [UInt8]? = nil
+                try txn.withCursor(logDatabase) { cursor in
+                    var item = try position.map { try cursor.seek(atLeast: $0) } ?? cursor.first()
+                    while let (key, value) = item, count < EventLog.scanChunkCountMax {
+                        count += 1
+                        guard let offset = OffsetKey.decode(key) else {
+                            problems.append(StoreProblem(table: "log", message: "a key of \(key.count) bytes; log keys are 8"))
+                            item = try cursor.next()
+                            continue
+                        }
+                        if offset != expected && !(offset > expected && offset <= compactedBelow) {
+                            problems.append(StoreProblem(offset: expected, table: "log", message: "missing: the next entry is at offset \(offset)"))
+                        }
+                        if case .failure(let error) = Result(catching: { () throws(FormatError) in
+                            try EntryCodec.decode(value, expectedOffset: offset)
+                        }) {
+                            problems.append(StoreProblem(offset: offset, table: "log", message: "\(error.code) at byte \(error.position): \(error.detail)"))
+                        }
+                        expected = offset + 1
+                        item = try cursor.next()
+                    }
+                    next = item.map { [UInt8]($0.key) }
+                }
+                return (count, next)
+            }
+            checked += count
+            guard let next else { break }
+            position = next
+        }
+        return (checked, Array(problems.prefix(EventLog.problemCountMax)))
+    }
+
+    /// The LMDB map: its size and how much of it is in use.
+    public func mapUsage() -> (mapSize: Int, usedBytes: Int) {
+        let info = environment.info()
+        return (info.mapSize, info.usedBytes)
+    }
+}
+
+extension Store {
+    /// Compares every derived database (entities, counts, idempotency keys,
+    /// outbox keys, cursor, watermark) with what a replay of the log
+    /// computes. The replay runs in a copy of the store made in
+    /// `scratchDirectory`, so the store itself is only read.
+    /// - Returns: one problem per differing row (up to `problemCountMax`).
+    public func verifyProjections(scratchDirectory: String) async throws -> [StoreProblem] {
+        let copyPath = (scratchDirectory as NSString).appendingPathComponent("replay")
+        try FileManager.default.createDirectory(atPath: copyPath, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: copyPath) }
+        try log.environment.copy(to: copyPath, compact: false)
+        let stored = try derivedTables()
+        let copy = try Store(path: copyPath, options: .init(durability: .process))
+        defer { copy.close() }
+        try await copy.rebuildProjections()
+        let replayed = try copy.derivedTables()
+        var problems: [StoreProblem] = []
+        problems += Store.compare("entities", stored.entities, replayed.entities, pairs: true)
+        problems += Store.compare("counts", stored.counts, replayed.counts, pairs: true)
+        problems += Store.compare("idempotency", stored.idempotency, replayed.idempotency, pairs: true)
+        problems += Store.compare("outbox", stored.outboxKeys, replayed.outboxKeys, pairs: false)
+        if stored.cursor != replayed.cursor {
+            problems.append(StoreProblem(table: "meta", message: "cursor is \(Store.text(stored.cursor)), the log says \(Store.text(replayed.cursor))"))
+        }
+        if stored.watermark != replayed.watermark {
+            problems.append(StoreProblem(table: "meta", message: "projection watermark is \(stored.watermark), the log ends at \(replayed.watermark)"))
+        }
+        return Array(problems.prefix(EventLog.problemCountMax))
+    }
+
+    /// Rows (key, value pairs flattened, or keys alone) that differ.
+    private static func compare(_ table: String, _ stored: [[UInt8]], _ replayed: [[UInt8]], pairs: Bool) -> [StoreProblem] {
+        func rows(_ flat: [[UInt8]]) -> [[UInt8]: [UInt8]] {
+            var rows: [[UInt8]: [UInt8]] = [:]
+            var index = 0
+            while index < flat.count {
+                rows[flat[index]] = pairs && index + 1 < flat.count ? flat[index + 1] : []
+                index += pairs ? 2 : 1
+            }
+            return rows
+        }
+        let have = rows(stored)
+        let want = rows(replayed)
+        var problems: [StoreProblem] = []
+        for key in Set(have.keys).union(want.keys).sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+            let name = key.contains(0) ? "\(EntityKey.split(key).type)/\(EntityKey.split(key).id)" : text(key)
+            switch (have[key], want[key]) {
+            case (nil, _): problems.append(StoreProblem(table: table, message: "\(name) is missing; the log has it"))
+            case (_, nil): problems.append(StoreProblem(table: table, message: "\(name) is there, but nothing in the log makes it"))
+            case (let a?, let b?) where a != b: problems.append(StoreProblem(table: table, message: "\(name) differs from what the log makes"))
+            default: break
+            }
+        }
+        return problems
+    }
+
+    private static func text(_ bytes: [UInt8]?) -> String {
+        guard let bytes else { return "none" }
+        if bytes.count == 8, let number = bytes.withUnsafeBytes({ UInt64(bigEndianBytes: $0) }) { return "#\(number)" }
+        return "\"" + String(decoding: bytes, as: UTF8.self) + "\""
+    }
+}

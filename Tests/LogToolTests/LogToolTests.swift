@@ -1,0 +1,183 @@
+import Foundation
+import LMDB
+import LogFormat
+import LogStore
+import LogTesting
+import Testing
+
+/// Runs the built `logtool` (and `demo`) as child processes, as people do.
+enum Tool {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    static func path(_ name: String) -> String { root.appendingPathComponent(".build/debug/\(name)").path }
+
+    struct Run {
+        var status: Int32
+        var output: String
+        var errors: String
+        var lines: [String] { output.split(separator: "\n").map(String.init) }
+
+        /// Each output line parsed as a JSON object.
+        func objects() throws -> [[String: Any]] {
+            try lines.map { line in
+                guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                    throw CocoaError(.fileReadCorruptFile)
+                }
+                return object
+            }
+        }
+    }
+
+    static func run(_ arguments: [String], executable: String = "logtool") throws -> Run {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path(executable))
+        process.arguments = arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), errors: String(decoding: err, as: UTF8.self))
+    }
+}
+
+@Suite struct LogToolTests {
+    /// A store with every common kind of entry: intents, an ack, a reject
+    /// and pulled changes. Closed before the tool runs.
+    private func makeStore(_ name: String) async throws -> TemporaryDirectory {
+        let directory = try TemporaryDirectory(name)
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "pulled", serverVersion: 1, fields: ["n": 1])], cursor: "c-1")
+        try await store.create(type: "te", id: "a", fields: ["title": "CORRUPT-ME-42", "n": 1])
+        try await store.update(type: "te", id: "a", changes: ["title": "fine"])
+        try await store.create(type: "prj", id: "p", fields: ["name": "Sync"])
+        let pending = try store.outbox()
+        try await store.record([(pending[0].offset, .acknowledged(.applied, serverVersion: 1))])
+        try await store.record([(pending[2].offset, .rejected(code: "VALIDATION_ERROR", message: "no"))])
+        store.close()
+        return directory
+    }
+
+    @Test func everyReadingCommandWorksAndItsJSONParses() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Tool.path("logtool")), "build the logtool product first")
+        let directory = try await makeStore("logtool-commands")
+        let path = directory.path
+
+        let stat = try Tool.run(["stat", path, "--json"])
+        #expect(stat.status == 0, "\(stat.errors)")
+        let report = try #require(try stat.objects().first)
+        #expect(report["last_offset"] as? Int == 6 && report["entries"] as? Int == 6)
+        #expect((report["kinds"] as? [String: Int]) == ["intent": 3, "ack": 1, "reject": 1, "remote": 1])
+        #expect(report["outbox"] as? Int == 1 && report["cursor"] as? String == "c-1")
+        #expect(try Tool.run(["stat", path]).output.contains("offsets     1...6"))
+
+        let dump = try Tool.run(["dump", path, "--json"])
+        #expect(try dump.objects().map { $0["offset"] as? Int } == Array(1...6))
+        let intents = try Tool.run(["dump", path, "--kind", "intent", "--type", "te", "--id", "a", "--json"]).objects()
+        #expect(intents.map { $0["operation"] as? String } == ["create", "update"])
+        #expect((intents.first?["fields"] as? [String: Any])?["title"] as? String == "CORRUPT-ME-42")
+        #expect(try Tool.run(["dump", path, "--from", "2", "--to", "3", "--json"]).objects().count == 2)
+        #expect(try Tool.run(["dump", path, "--limit", "1"]).lines.count == 1)
+
+        let show = try Tool.run(["show", path, "5", "--json"]).objects()
+        #expect(show.first?["kind"] as? String == "ack" && show.first?["intent_offset"] as? Int == 2)
+
+        let entities = try Tool.run(["entities", path, "te", "--json"]).objects()
+        #expect(entities.map { $0["id"] as? String } == ["a", "pulled"])
+        #expect(try Tool.run(["entities", path, "te", "a", "--json"]).objects().first?["server_version"] as? Int == 1)
+        #expect(try Tool.run(["entities", path, "prj", "--json"]).lines.isEmpty)
+
+        let outbox = try Tool.run(["outbox", path, "--json"]).objects()
+        #expect(outbox.map { $0["offset"] as? Int } == [3])
+        #expect(try Tool.run(["cursors", path, "--json"]).objects().first?["pull"] as? String == "c-1")
+        let verify = try Tool.run(["verify", path])
+        #expect(verify.status == 0 && verify.errors.contains("6 entries checked, 0 problems"))
+    }
+
+    @Test func verifyFindsAFlippedByteInTheFile() async throws {
+        let directory = try await makeStore("logtool-flip")
+        let file = directory.appending("data.mdb")
+        var bytes = try #require(FileManager.default.contents(atPath: file))
+        let marker = Data("CORRUPT-ME-42".utf8)
+        // Copy-on-write leaves stale copies of pages in the file, so flip the
+        // marker wherever it is: one of them is in the live entry at offset 2
+        // (the entity record now holds "fine" instead).
+        var start = bytes.startIndex
+        var flipped = 0
+        while let found = bytes[start...].range(of: marker) {
+            bytes[found.lowerBound] ^= 0x20
+            start = found.upperBound
+            flipped += 1
+        }
+        #expect(flipped >= 1)
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let verify = try Tool.run(["verify", directory.path])
+        #expect(verify.status == 1)
+        #expect(verify.output.contains("log at offset 2: bad checksum"), "\(verify.output)")
+        // A damaged entry is a one-line error for the other commands, exit 2.
+        let dump = try Tool.run(["dump", directory.path])
+        #expect(dump.status == 2 && dump.errors.contains("offset 2"))
+    }
+
+    @Test func verifyFindsAWrongProjectionRow() async throws {
+        let directory = try await makeStore("logtool-projection")
+        do {
+            let environment = try Environment(path: directory.path)
+            let entities = try #require(try environment.openDatabase("entities", create: false))
+            try environment.write { txn in
+                try txn.put(entities, key: Array("te".utf8) + [0] + Array("ghost".utf8), value: [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+            }
+            environment.close()
+        }
+        let verify = try Tool.run(["verify", directory.path, "--json"])
+        #expect(verify.status == 1)
+        let problems = try verify.objects()
+        #expect(problems.contains { ($0["message"] as? String)?.contains("te/ghost") == true && $0["table"] as? String == "entities" })
+    }
+
+    @Test func errorsAreOneLineWithExitTwo() async throws {
+        let directory = try TemporaryDirectory("logtool-errors")
+        _ = FileManager.default.createFile(atPath: directory.appending("notes.txt"), contents: Data("x".utf8))
+        let notAStore = try Tool.run(["stat", directory.path])
+        #expect(notAStore.status == 2 && notAStore.errors.contains("not a sync store"))
+        #expect(try Tool.run(["stat", directory.appending("missing")]).status == 2)
+        #expect(try Tool.run(["dump", directory.path, "--kind", "nope"]).status == 2)
+        #expect(try Tool.run(["frobnicate"]).status == 2)
+        // Nothing was created in a directory that is not a store.
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data.mdb")))
+    }
+
+    @Test func readingWorksWhileAnotherProcessWrites() async throws {
+        let directory = try TemporaryDirectory("logtool-concurrent")
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: Tool.path("demo"))
+        writer.arguments = ["--path", directory.path, "--writers", "4", "--entries-per-writer", "10000", "--durability", "process"]
+        writer.standardOutput = FileHandle.nullDevice
+        try writer.run()
+        defer { if writer.isRunning { writer.terminate() } }
+        // Wait for the store to exist, then read it repeatedly while it grows.
+        for _ in 0..<500 where !FileManager.default.fileExists(atPath: directory.appending("data.mdb")) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        var seen: [Int] = []
+        for _ in 0..<5 where writer.isRunning {
+            let stat = try Tool.run(["stat", directory.path, "--json"])
+            guard stat.status == 0 else {
+                // The store may not have its marker yet in the first instants.
+                #expect(stat.errors.contains("not a sync store"), "\(stat.errors)")
+                continue
+            }
+            seen.append(try #require(try stat.objects().first?["entries"] as? Int))
+            #expect(try Tool.run(["dump", directory.path, "--limit", "5"]).status == 0)
+        }
+        writer.waitUntilExit()
+        #expect(writer.terminationStatus == 0)
+        #expect(!seen.isEmpty)
+        #expect(seen == seen.sorted())
+        #expect(try Tool.run(["verify", directory.path]).status == 0)
+    }
+}

@@ -1,0 +1,274 @@
+import ArgumentParser
+import Foundation
+import LogFormat
+import LogStore
+
+struct Stat: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Counts by kind, offset range, outbox, cursor, projections, format and file size.")
+
+    @OptionGroup var store: StoreOptions
+
+    struct Report: Encodable {
+        var path: String
+        var firstOffset: UInt64?
+        var lastOffset: UInt64
+        var entries: Int
+        var kinds: [String: Int]
+        var compactedBelow: UInt64
+        var entryFormatVersion: Int
+        var storeFormatVersion: UInt32
+        var fileBytes: Int
+        var mapBytes: Int
+        var mapUsedBytes: Int
+        var projectionVersion: UInt32?
+        var projectionWatermark: UInt64?
+        var projections: String
+        var outbox: Int?
+        var oldestPendingSeconds: Double?
+        var cursor: String?
+
+        enum CodingKeys: String, CodingKey {
+            case path, entries, kinds, cursor, outbox, projections
+            case firstOffset = "first_offset", lastOffset = "last_offset", compactedBelow = "compacted_below"
+            case entryFormatVersion = "entry_format_version", storeFormatVersion = "store_format_version"
+            case fileBytes = "file_bytes", mapBytes = "map_bytes", mapUsedBytes = "map_used_bytes"
+            case projectionVersion = "projection_version", projectionWatermark = "projection_watermark"
+            case oldestPendingSeconds = "oldest_pending_seconds"
+        }
+    }
+
+    func run() throws {
+        let log = try store.openLog()
+        var report = Report(
+            path: log.path, lastOffset: try log.lastOffset(), entries: 0, kinds: [:], compactedBelow: 0,
+            entryFormatVersion: Int(EntryCodec.formatVersion), storeFormatVersion: EventLog.storeFormatVersion,
+            fileBytes: (try? FileManager.default.attributesOfItem(atPath: log.path + "/data.mdb")[.size] as? Int) ?? 0,
+            mapBytes: log.mapUsage().mapSize, mapUsedBytes: log.mapUsage().usedBytes, projections: "current")
+        var scanner = log.entries()
+        while let entry = try scanner.next() {
+            if report.firstOffset == nil { report.firstOffset = entry.offset }
+            report.entries += 1
+            report.kinds[entry.kind.description, default: 0] += 1
+        }
+        log.close()
+        do {
+            let opened = try store.openStore()
+            defer { opened.close() }
+            let state = try opened.projectionState()
+            report.projectionVersion = state.version
+            report.projectionWatermark = state.watermark
+            report.compactedBelow = try opened.compactedBelow()
+            let outbox = try opened.outbox()
+            report.outbox = outbox.count
+            if let oldest = outbox.first {
+                report.oldestPendingSeconds = max(0, Date().timeIntervalSince1970 - Double(oldest.timestamp.milliseconds) / 1000)
+            }
+            report.cursor = try opened.pullCursor()
+        } catch let error as LogStoreError where error.code == .projectionsStale {
+            report.projections = "stale: \(error.detail)"
+        }
+        if store.json { return try Output.line(report) }
+        print("store       \(report.path)")
+        print("format      entries v\(report.entryFormatVersion), store v\(report.storeFormatVersion)")
+        print("offsets     \(report.firstOffset.map(String.init) ?? "-")...\(report.lastOffset) (\(report.entries) entries; compacted below \(report.compactedBelow))")
+        print("kinds       " + report.kinds.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+        print("projections \(report.projections) (version \(report.projectionVersion.map(String.init) ?? "-"), watermark \(report.projectionWatermark.map(String.init) ?? "-"))")
+        print("outbox      \(report.outbox.map(String.init) ?? "-") pending" + (report.oldestPendingSeconds.map { String(format: ", oldest %.0f s old", $0) } ?? ""))
+        print("cursor      \(report.cursor ?? "none")")
+        print("file        \(report.fileBytes) bytes; map \(report.mapUsedBytes) of \(report.mapBytes) bytes used")
+    }
+}
+
+struct Dump: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print entries, oldest first, with filters.")
+
+    @OptionGroup var store: StoreOptions
+    @Option(help: "The first offset.") var from: UInt64 = 1
+    @Option(help: "The last offset.") var to: UInt64?
+    @Option(help: "Only entries of this kind (intent, ack, reject, remote, conflict, resync, snapshot).") var kind: String?
+    @Option(help: "Only entries about this entity type.") var type: String?
+    @Option(help: "Only entries about this entity id.") var id: String?
+    @Option(help: "At most this many entries.") var limit: Int?
+
+    func validate() throws {
+        if let kind, EntryKind(name: kind) == nil { throw ValidationError("--kind \(kind) is not a kind") }
+        if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
+        if let to, to < from { throw ValidationError("--to is before --from") }
+    }
+
+    func run() throws {
+        let log = try store.openLog()
+        defer { log.close() }
+        var scanner = log.entries(from: from, through: to)
+        var printed = 0
+        let wanted = kind.flatMap(EntryKind.init(name:))
+        while printed < (limit ?? Int.max), let entry = try scanner.next() {
+            if let wanted, entry.kind != wanted { continue }
+            if type != nil || id != nil {
+                guard let entity = entry.entity, type.map({ $0 == entity.type }) ?? true, id.map({ $0 == entity.id }) ?? true
+                else { continue }
+            }
+            try printEntry(entry, json: store.json)
+            printed += 1
+        }
+    }
+}
+
+func printEntry(_ entry: Entry, json: Bool) throws {
+    if json { return try Output.line(EntryJSON(entry: entry)) }
+    print("\(Value.iso8601(microseconds: Int64(entry.timestamp.milliseconds) * 1000))  \(entry)")
+}
+
+struct Show: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the entry at one offset.")
+
+    @OptionGroup var store: StoreOptions
+    @Argument(help: "The offset.") var offset: UInt64
+
+    func run() throws {
+        let log = try store.openLog()
+        defer { log.close() }
+        guard let entry = try log.entry(at: offset) else {
+            throw LogToolError("no entry at offset \(offset) (the log ends at \(try log.lastOffset()))")
+        }
+        try printEntry(entry, json: store.json)
+    }
+}
+
+struct Entities: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the entities of a type as the app sees them, or one of them.")
+
+    @OptionGroup var store: StoreOptions
+    @Argument(help: "The entity type.") var type: String
+    @Argument(help: "One entity's id.") var id: String?
+
+    struct Row: Encodable {
+        var type: String
+        var id: String
+        var fields: Fields
+        var serverVersion: UInt64
+        var pendingIntents: Int
+        enum CodingKeys: String, CodingKey {
+            case type, id, fields
+            case serverVersion = "server_version", pendingIntents = "pending_intents"
+        }
+    }
+
+    func run() throws {
+        let opened = try store.openStore()
+        defer { opened.close() }
+        var entities: [Entity] = []
+        if let id {
+            guard let entity = try opened.get(type: type, id: id) else { throw LogToolError("no \(type)/\(id)") }
+            entities = [entity]
+        } else {
+            var after: String?
+            // Page through; bounded by the entity count.
+            while true {
+                let page = try opened.all(type: type, after: after, limit: Store.pageCountMax)
+                entities += page
+                guard page.count == Store.pageCountMax, let last = page.last else { break }
+                after = last.id
+            }
+        }
+        for entity in entities {
+            let row = Row(type: entity.type, id: entity.id, fields: entity.fields, serverVersion: entity.serverVersion, pendingIntents: entity.pendingIntentCount)
+            if store.json { try Output.line(row) } else { print("\(row.id)  v\(row.serverVersion)\(row.pendingIntents > 0 ? " +\(row.pendingIntents) pending" : "")  \(row.fields)") }
+        }
+    }
+}
+
+struct Outbox: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the pending intents, oldest first, with their attempt state.")
+
+    @OptionGroup var store: StoreOptions
+
+    struct Row: Encodable {
+        var offset: UInt64
+        var status: String
+        var attempts: UInt32
+        var nextAttemptAt: UInt64
+        var lastError: String
+        var entry: EntryJSON
+        enum CodingKeys: String, CodingKey {
+            case offset, status, attempts, entry
+            case nextAttemptAt = "next_attempt_at", lastError = "last_error"
+        }
+    }
+
+    func run() throws {
+        let opened = try store.openStore()
+        defer { opened.close() }
+        for pending in try opened.outbox() {
+            let entry = Entry(offset: pending.offset, timestamp: pending.timestamp, body: .intent(pending.intent))
+            let status = pending.state.status == .pending ? "pending" : "failed"
+            if store.json {
+                try Output.line(Row(offset: pending.offset, status: status, attempts: pending.state.attempts, nextAttemptAt: pending.state.nextAttemptAt, lastError: pending.state.lastError, entry: EntryJSON(entry: entry)))
+            } else {
+                let error = pending.state.lastError.isEmpty ? "" : "  last error: \(pending.state.lastError)"
+                print("#\(pending.offset)  \(status), \(pending.state.attempts) attempts  \(pending.intent.operation) \(pending.intent.entityType)/\(pending.intent.entityID)\(error)")
+            }
+        }
+    }
+}
+
+struct Cursors: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the pull cursor and the projection watermark.")
+
+    @OptionGroup var store: StoreOptions
+
+    func run() throws {
+        let opened = try store.openStore()
+        defer { opened.close() }
+        let cursor = try opened.pullCursor()
+        let state = try opened.projectionState()
+        if store.json {
+            try Output.line(["pull": cursor ?? "", "projection_watermark": String(state.watermark)])
+        } else {
+            print("pull                  \(cursor ?? "none")")
+            print("projection watermark  \(state.watermark)")
+        }
+    }
+}
+
+struct Verify: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check every entry's checksum, that offsets are dense, and that every derived table equals a replay.",
+        discussion: "Prints each problem with where it is, and exits 1 if there is any.")
+
+    @OptionGroup var store: StoreOptions
+
+    func run() async throws {
+        let log = try store.openLog()
+        let (checked, entryProblems) = try log.verifyEntries()
+        log.close()
+        var problems = entryProblems
+        if entryProblems.isEmpty {
+            do {
+                let opened = try store.openStore()
+                defer { opened.close() }
+                let scratch = NSTemporaryDirectory() + "logtool-verify-\(UUIDv7.Generator.shared.next().ulidString)"
+                defer { try? FileManager.default.removeItem(atPath: scratch) }
+                problems += try await opened.verifyProjections(scratchDirectory: scratch)
+            } catch let error as LogStoreError where error.code == .projectionsStale {
+                problems.append(StoreProblem(table: "meta", message: error.detail))
+            }
+        }
+        for problem in problems {
+            if store.json {
+                try Output.line(["table": problem.table, "offset": problem.offset.map(String.init) ?? "", "message": problem.message])
+            } else {
+                print(problem)
+            }
+        }
+        let summary = "\(checked) entries checked, \(problems.count) problem\(problems.count == 1 ? "" : "s")"
+        FileHandle.standardError.write(Data("logtool verify: \(summary)\n".utf8))
+        if !problems.isEmpty { throw ExitCode(1) }
+    }
+}
+
+struct LogToolError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,78 @@
+import ArgumentParser
+import Foundation
+import LogFormat
+import LogStore
+
+/// Looks inside a store from a shell. Every command here only reads: it
+/// opens the store read-only and works while another process writes to it.
+///
+/// Exit codes: 0 all well, 1 problems found (`verify`), 2 usage or I/O error.
+@main
+struct LogTool: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "logtool",
+        abstract: "Inspect and verify a sync store's log, projections and outbox.",
+        discussion: "Exit status: 0 ok, 1 problems found, 2 usage or I/O error. --json prints one JSON object per line.",
+        subcommands: [Stat.self, Dump.self, Show.self, Entities.self, Outbox.self, Cursors.self, Verify.self])
+
+    /// ArgumentParser's own usage failures exit 64; this tool promises 2.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let code as ExitCode {
+            Foundation.exit(code.rawValue)
+        } catch {
+            let code = exitCode(for: error)
+            if code == .success {
+                exit(withError: error)
+            }
+            if code == .validationFailure || error is ValidationError {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(2)
+            }
+            FileHandle.standardError.write(Data("logtool: \(error)\n".utf8))
+            Foundation.exit(2)
+        }
+    }
+}
+
+/// The store a command reads, and how it prints.
+struct StoreOptions: ParsableArguments {
+    @Argument(help: "The store directory.")
+    var path: String
+
+    @Flag(help: "Print one JSON object per line.")
+    var json = false
+
+    /// The log, opened read-only.
+    func openLog() throws -> EventLog {
+        var options = EventLog.Options(readOnly: true)
+        options.createIfMissing = false
+        return try EventLog(path: path, options: options)
+    }
+
+    /// The store with its projections, opened read-only.
+    func openStore() throws -> Store {
+        var options = EventLog.Options(readOnly: true)
+        options.createIfMissing = false
+        return try Store(path: path, options: options)
+    }
+}
+
+/// Prints values as JSON lines.
+enum Output {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    static func line(_ value: some Encodable) throws {
+        print(String(decoding: try encoder.encode(value), as: UTF8.self))
+    }
+}
