@@ -46,6 +46,8 @@ public final class EventLog: Sendable {
     /// does not have one yet.
     let derivedDatabases: [String: Database?]
     private let committer: GroupCommitter?
+    /// Held while open for writing: one writing process per store.
+    private let writerLock: WriterLock?
     private let position: CommittedPosition
 
     /// Opens the store in the directory at `path`, creating it if allowed.
@@ -78,6 +80,12 @@ public final class EventLog: Sendable {
             }
         }
         let environment = try Environment(path: path, options: environmentOptions)
+        do {
+            writerLock = options.readOnly ? nil : try WriterLock(directory: environment.path)
+        } catch {
+            environment.close()
+            throw error
+        }
         self.environment = environment
         self.path = environment.path
         let (log, meta) = try EventLog.openDatabases(environment, create: !options.readOnly)
@@ -104,6 +112,7 @@ public final class EventLog: Sendable {
     public func close() {
         committer?.close()
         environment.close()
+        writerLock?.release()
     }
 
     deinit { close() }

@@ -19,6 +19,8 @@ public struct LogStoreError: Error, Equatable, Sendable, CustomStringConvertible
         public static let gap = Code("gap in the log")
         /// The store is closed.
         public static let closed = Code("store closed")
+        /// Another process has the store open for writing.
+        public static let writerActive = Code("writer active")
         /// An argument breaks a documented rule (names, sizes, values).
         public static let invalidArgument = Code("invalid argument")
         /// No visible entity has that type and id.

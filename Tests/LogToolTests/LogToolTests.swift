@@ -181,3 +181,40 @@ enum Tool {
         #expect(try Tool.run(["verify", directory.path]).status == 0)
     }
 }
+
+@Suite struct WriterLockTests {
+    /// One writing process per store: a second writer is refused while the
+    /// first runs, readers are not, and the lock goes with the process.
+    @Test func aSecondWritingProcessIsRefused() async throws {
+        let directory = try TemporaryDirectory("writer-lock")
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: Tool.path("demo"))
+        writer.arguments = ["--path", directory.path, "--writers", "2", "--entries-per-writer", "10000", "--durability", "process"]
+        writer.standardOutput = FileHandle.nullDevice
+        try writer.run()
+        defer { if writer.isRunning { writer.terminate() } }
+        var refusals = 0
+        // Wait until the demo holds the lock (the file names its pid).
+        let lockFile = directory.appending("writer.lock")
+        for _ in 0..<1000 where writer.isRunning {
+            let holder = (try? String(contentsOfFile: lockFile, encoding: .utf8)) ?? ""
+            if holder.trimmingCharacters(in: .whitespacesAndNewlines) == "\(writer.processIdentifier)" { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        if writer.isRunning {
+            do {
+                let log = try EventLog(path: directory.path, options: .init(durability: .process))
+                log.close()
+                Issue.record("a second writer opened the store while the demo was writing")
+            } catch let error as LogStoreError where error.code == .writerActive {
+                #expect(error.detail.contains("pid \(writer.processIdentifier)"))
+                refusals += 1
+            }
+        }
+        #expect(refusals == 1)
+        writer.waitUntilExit()
+        let log = try EventLog(path: directory.path)
+        #expect(try log.lastOffset() > 0)
+        log.close()
+    }
+}
