@@ -73,6 +73,13 @@ extension EventLog {
         return (checked, Array(problems.prefix(EventLog.problemCountMax)))
     }
 
+    /// Writes a consistent copy of the store into the empty directory
+    /// `destination`; `compact` leaves out free pages, so the copy is as
+    /// small as the data.
+    public func copy(to destination: String, compact: Bool) throws {
+        try environment.copy(to: destination, compact: compact)
+    }
+
     /// The LMDB map: its size and how much of it is in use.
     public func mapUsage() -> (mapSize: Int, usedBytes: Int) {
         let info = environment.info()

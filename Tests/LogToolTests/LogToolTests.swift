@@ -218,3 +218,62 @@ enum Tool {
         log.close()
     }
 }
+
+@Suite struct LogToolWritingTests {
+    @Test func tailFollowsAnotherProcesssAppends() async throws {
+        let directory = try TemporaryDirectory("logtool-tail")
+        do {
+            let log = try EventLog(path: directory.path, options: .init(durability: .process))
+            _ = try await log.append(contentsOf: (1...5).map { _ in EntryBody.resync(reason: "before") })
+            log.close()
+        }
+        let tail = Process()
+        tail.executableURL = URL(fileURLWithPath: Tool.path("logtool"))
+        tail.arguments = ["tail", directory.path, "-n", "2", "--follow", "--seconds", "20", "--json"]
+        let output = Pipe()
+        tail.standardOutput = output
+        try tail.run()
+        defer { if tail.isRunning { tail.terminate() } }
+        // Once tail has printed the last two, this process appends three more.
+        var text = ""
+        for _ in 0..<400 where text.split(separator: "\n").count < 2 {
+            text += String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        }
+        let log = try EventLog(path: directory.path, options: .init(durability: .process))
+        _ = try await log.append(contentsOf: (1...3).map { _ in EntryBody.resync(reason: "after") })
+        for _ in 0..<400 where text.split(separator: "\n").count < 5 {
+            text += String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        }
+        tail.terminate()
+        log.close()
+        let offsets = try text.split(separator: "\n").map { line in
+            try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])["offset"] as? Int
+        }
+        #expect(offsets == [4, 5, 6, 7, 8])
+    }
+
+    @Test func compactInPlaceAndAsACompactedCopy() async throws {
+        let directory = try TemporaryDirectory("logtool-compact")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.applyPulledPage((0..<200).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0 % 20)", serverVersion: UInt64($0 + 1), fields: ["n": .int(Int64($0))]) }, cursor: "c")
+            try await store.create(type: "te", id: "mine", fields: [:])
+            store.close()
+        }
+        let dry = try Tool.run(["compact", directory.path, "--below", "200", "--dry-run", "--json"]).objects().first
+        #expect(dry?["entries_removed"] as? Int == 199 && dry?["snapshots_written"] as? Int == 20)
+        #expect(try Tool.run(["stat", directory.path, "--json"]).objects().first?["entries"] as? Int == 201)
+        let done = try Tool.run(["compact", directory.path, "--below", "200"])
+        #expect(done.status == 0 && done.output.contains("removed 199, wrote 20 snapshots"))
+        #expect(try Tool.run(["stat", directory.path, "--json"]).objects().first?["entries"] as? Int == 22)
+        #expect(try Tool.run(["verify", directory.path]).status == 0)
+        let copy = directory.appending("copy")
+        let copied = try Tool.run(["compact", directory.path, "--copy", copy, "--json"]).objects().first
+        let before = try #require(copied?["bytes_before"] as? Int)
+        let after = try #require(copied?["bytes_after"] as? Int)
+        #expect(after <= before)
+        #expect(try Tool.run(["entities", copy, "te", "--json"]).objects().count == 21)
+        #expect(try Tool.run(["compact", directory.path, "--copy", copy]).status == 2)
+        #expect(try Tool.run(["compact", directory.path]).status == 2)
+    }
+}

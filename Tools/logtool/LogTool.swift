@@ -3,8 +3,9 @@ import Foundation
 import LogFormat
 import LogStore
 
-/// Looks inside a store from a shell. Every command here only reads: it
-/// opens the store read-only and works while another process writes to it.
+/// Looks inside a store from a shell. Every command but `compact --below`
+/// only reads: it opens the store read-only and works while another process
+/// writes to it.
 ///
 /// Exit codes: 0 all well, 1 problems found (`verify`), 2 usage or I/O error.
 @main
@@ -13,7 +14,9 @@ struct LogTool: AsyncParsableCommand {
         commandName: "logtool",
         abstract: "Inspect and verify a sync store's log, projections and outbox.",
         discussion: "Exit status: 0 ok, 1 problems found, 2 usage or I/O error. --json prints one JSON object per line.",
-        subcommands: [Stat.self, Dump.self, Show.self, Entities.self, Outbox.self, Cursors.self, Verify.self])
+        subcommands: [
+            Stat.self, Dump.self, Show.self, Tail.self, Entities.self, Outbox.self, Cursors.self, Verify.self, Compact.self,
+        ])
 
     /// ArgumentParser's own usage failures exit 64; this tool promises 2.
     static func main() async {
