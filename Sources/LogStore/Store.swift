@@ -279,6 +279,18 @@ extension Store {
         }
     }
 
+    /// The entity types that have entities the app sees, in byte order.
+    public func entityTypes() throws -> [String] {
+        try log.environment.read { txn in
+            var types: [String] = []
+            try txn.forEach(projector.counts) { key, _ in
+                types.append(String(decoding: key, as: UTF8.self))
+                return true
+            }
+            return types
+        }
+    }
+
     /// How many entities of `type` exist for the app.
     public func count(type: String) throws -> Int {
         try log.environment.read { txn in try projector.visibleCount(type, txn) }

@@ -99,3 +99,153 @@ struct Compact: AsyncParsableCommand {
 
 /// Flushes buffered output (all streams), so a pipe sees each entry at once.
 func fflushStandardOutput() { fflush(nil) }
+
+struct Replay: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Rebuild every derived table from the log; with --to, the state as of an offset, into a new directory.",
+        discussion: """
+            In place it needs the store's writer lock (refused while another process has the store open for \
+            writing). --to OFFSET --output DIR copies the store, drops the entries after OFFSET from the copy, \
+            and rebuilds it there: the store itself is only read.
+            """)
+
+    @OptionGroup var store: StoreOptions
+    @Option(help: "Rebuild the state as of this offset (needs --output).") var to: UInt64?
+    @Option(help: "The new directory for --to.") var output: String?
+
+    func validate() throws {
+        guard (to == nil) == (output == nil) else { throw ValidationError("--to and --output go together") }
+    }
+
+    func run() async throws {
+        let path: String
+        if let to, let output {
+            path = try timeTravelCopy(to: to, into: output)
+        } else {
+            path = store.path
+        }
+        let opened = try Store(path: path, options: .init(durability: .full))
+        defer { opened.close() }
+        let total = try opened.log.lastOffset()
+        let started = ContinuousClock.now
+        let progress = Task { try await Replay.reportProgress(opened, total: total) }
+        try await opened.rebuildProjections()
+        progress.cancel()
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let (_, watermark) = try opened.projectionState()
+        if store.json { return try Output.line(["path": path, "watermark": String(watermark), "seconds": String(seconds)]) }
+        print("replayed \(path) through offset \(watermark) in \(String(format: "%.2f", seconds)) s")
+    }
+
+    /// A copy of the store holding only the entries up to `offset`.
+    private func timeTravelCopy(to offset: UInt64, into output: String) throws -> String {
+        guard !FileManager.default.fileExists(atPath: output) else {
+            throw LogToolError("\(output) exists; --output names a new directory")
+        }
+        try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: false)
+        do {
+            let log = try store.openLog()
+            defer { log.close() }
+            guard offset >= 1, offset <= (try log.lastOffset()) else {
+                throw LogToolError("--to \(offset) is outside the log (1...\(try log.lastOffset()))")
+            }
+            try log.copy(to: output, compact: true)
+        }
+        let environment = try Environment(path: output)
+        defer { environment.close() }
+        guard let entries = try environment.openDatabase("log", create: false) else { throw LogToolError("the copy has no log") }
+        let key = withUnsafeBytes(of: (offset + 1).bigEndian) { Array($0) }
+        // The tail goes in chunks, each its own transaction: bounded by the log's length.
+        while true {
+            let removed = try environment.write { txn -> Int in
+                var keys: [[UInt8]] = []
+                try txn.forEach(entries, from: key) { key, _ in
+                    keys.append([UInt8](key))
+                    return keys.count < 10_000
+                }
+                for key in keys { try txn.delete(entries, key: key) }
+                return keys.count
+            }
+            if removed == 0 { break }
+        }
+        return output
+    }
+
+    /// A progress bar on a terminal, a plain line a second otherwise.
+    private static func reportProgress(_ store: Store, total: UInt64) async throws {
+        let terminal = isatty(STDERR_FILENO) == 1
+        while !Task.isCancelled {
+            try await Task.sleep(for: .seconds(1))
+            let (_, watermark) = try store.projectionState()
+            let fraction = total == 0 ? 1 : Double(watermark) / Double(total)
+            let line = terminal
+                ? "\r[" + String(repeating: "#", count: Int(fraction * 30)) + String(repeating: " ", count: 30 - Int(fraction * 30)) + "] \(watermark)/\(total)"
+                : "replayed \(watermark) of \(total)\n"
+            FileHandle.standardError.write(Data(line.utf8))
+        }
+    }
+}
+
+struct Diff: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Compare the entity tables of two stores (what the app sees); exit 1 if they differ.")
+
+    @Argument(help: "The first store.") var first: String
+    @Argument(help: "The second store.") var second: String
+    @Flag(help: "Print one JSON object per line.") var json = false
+
+    func run() throws {
+        // One process cannot open a store twice; a store equals itself.
+        let same = URL(fileURLWithPath: first).resolvingSymlinksInPath().standardizedFileURL
+            == URL(fileURLWithPath: second).resolvingSymlinksInPath().standardizedFileURL
+        if same {
+            _ = try StoreOptions.open(first).close()
+            FileHandle.standardError.write(Data("logtool diff: the same store, 0 differ\n".utf8))
+            return
+        }
+        let a = try StoreOptions.open(first)
+        defer { a.close() }
+        let b = try StoreOptions.open(second)
+        defer { b.close() }
+        let left = try Diff.visible(a)
+        let right = try Diff.visible(b)
+        var differences = 0
+        for key in Set(left.keys).union(right.keys).sorted() {
+            let (x, y) = (left[key], right[key])
+            guard x != y else { continue }
+            differences += 1
+            let what = x == nil ? "only in \(second)" : y == nil ? "only in \(first)" : "differs"
+            if json {
+                try Output.line(["entity": key, "difference": what])
+            } else {
+                print("\(key): \(what)" + (x != nil && y != nil ? "\n  \(x!)\n  \(y!)" : ""))
+            }
+        }
+        FileHandle.standardError.write(Data("logtool diff: \(left.count) and \(right.count) entities, \(differences) differ\n".utf8))
+        if differences > 0 { throw ExitCode(1) }
+    }
+
+    /// type/id -> the fields the app sees.
+    static func visible(_ store: Store) throws -> [String: Fields] {
+        var result: [String: Fields] = [:]
+        for type in try store.entityTypes() {
+            var after: String?
+            while true {
+                let page = try store.all(type: type, after: after, limit: Store.pageCountMax)
+                for entity in page { result["\(type)/\(entity.id)"] = entity.fields }
+                guard page.count == Store.pageCountMax, let last = page.last else { break }
+                after = last.id
+            }
+        }
+        return result
+    }
+}
+
+extension StoreOptions {
+    static func open(_ path: String) throws -> Store {
+        var options = EventLog.Options(readOnly: true)
+        options.createIfMissing = false
+        return try Store(path: path, options: options)
+    }
+}
