@@ -265,6 +265,9 @@ public struct JSONReader {
             guard index > digits else { throw error("an exponent needs a digit") }
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        // "-0" keeps its sign like "-0.0": inside {"$double": ...} it is
+        // negative zero (JSONEncoder writes -0.0 that way).
+        if isInteger, text == "-0" { return .double(-0.0) }
         if isInteger, let integer = Int64(text) { return .int(integer) }
         guard let double = Double(text), double.isFinite else {
             index = start

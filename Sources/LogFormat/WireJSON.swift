@@ -7,7 +7,7 @@ public struct WireDecodingError: Error, Equatable, CustomStringConvertible {
     public var detail: String
     public var description: String { path.isEmpty ? detail : "\(path): \(detail)" }
 
-    init(_ path: String, _ detail: String) {
+    public init(_ path: String, _ detail: String) {
         self.path = path
         self.detail = detail
     }

@@ -53,9 +53,7 @@ extension Store {
 
     /// The offset below which the log may have holes left by compaction (0
     /// when it was never compacted).
-    public func compactedBelow() throws -> UInt64 {
-        try log.environment.read { txn in try log.compactedBelow(txn) }
-    }
+    public func compactedBelow() throws -> UInt64 { try log.compactedBelow() }
 }
 
 /// What compaction found below the watermark and what it will write.

@@ -202,6 +202,20 @@ struct WriteContext {
     /// it commits.
     var effects = CommitEffects()
 
+    /// Writes an entry as it was (its offset and timestamp kept), after the
+    /// last one: for restoring an exported log. Offsets must ascend; holes
+    /// are the caller's to account for (the compaction watermark).
+    mutating func restore(_ entry: Entry, in txn: borrowing Transaction) throws {
+        try Validation.entry(entry.body)
+        guard entry.offset > position.lastOffset, entry.timestamp > position.lastTimestamp || position.lastOffset == 0 else {
+            throw LogStoreError(
+                .invalidArgument, path: "", offset: entry.offset,
+                "entries must follow offset \(position.lastOffset) in order, with later timestamps")
+        }
+        try txn.put(log, key: OffsetKey.encode(entry.offset), value: try EntryCodec.encode(entry), flags: .append)
+        position = Position(lastOffset: entry.offset, lastTimestamp: entry.timestamp)
+    }
+
     /// Appends one entry and returns its offset.
     /// - Throws: `FormatError` (the body is over a limit) or `LMDBError`.
     mutating func append(_ body: EntryBody, in txn: borrowing Transaction) throws -> UInt64 {

@@ -80,6 +80,11 @@ extension EventLog {
         try environment.copy(to: destination, compact: compact)
     }
 
+    /// The offset below which compaction may have left holes (0: never).
+    public func compactedBelow() throws -> UInt64 {
+        try environment.read { txn in try compactedBelow(txn) }
+    }
+
     /// The LMDB map: its size and how much of it is in use.
     public func mapUsage() -> (mapSize: Int, usedBytes: Int) {
         let info = environment.info()
@@ -147,5 +152,25 @@ extension Store {
         guard let bytes else { return "none" }
         if bytes.count == 8, let number = bytes.withUnsafeBytes({ UInt64(bigEndianBytes: $0) }) { return "#\(number)" }
         return "\"" + String(decoding: bytes, as: UTF8.self) + "\""
+    }
+}
+
+extension Store {
+    /// Writes exported entries into this empty store as they were (offsets
+    /// and timestamps kept), sets the compaction watermark the export had,
+    /// and rebuilds the projections: an exact copy of the exported log.
+    /// - Throws: `LogStoreError.invalidArgument` when the store is not empty
+    ///   or the entries are out of order.
+    package func restore(_ entries: [Entry], compactedBelow: UInt64) async throws {
+        try await log.perform { txn, context in
+            guard context.position.lastOffset == 0 else {
+                throw LogStoreError(.invalidArgument, path: self.path, "import needs an empty store")
+            }
+            for entry in entries { try context.restore(entry, in: txn) }
+            if compactedBelow > 0 {
+                try txn.put(self.log.metaDatabase, key: StoreFormat.compactedBelowKey, value: compactedBelow.bigEndianBytes)
+            }
+        }
+        try await rebuildProjections()
     }
 }

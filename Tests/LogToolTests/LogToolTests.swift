@@ -316,3 +316,51 @@ enum Tool {
         #expect(try Tool.run(["replay", path, "--to", "9", "--output", directory.appending("future")]).status == 2)
     }
 }
+
+@Suite struct LogToolExportTests {
+    @Test func exportThenImportIsExact() async throws {
+        let directory = try TemporaryDirectory("logtool-export")
+        let source = directory.appending("source")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            let fields: Fields = [
+                "int": .int(.min), "double": 0.1, "integral": .double(3), "negative-zero": .double(-0.0), "text": "é\"\n😀",
+                "bytes": .bytes([0, 255]), "at": .timestamp(-5), "null": nil, "list": [1, [true]], "object": ["k": .bytes([])],
+            ]
+            try await store.applyPulledPage((1...6).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0)", serverVersion: UInt64($0), fields: fields) }, cursor: "c1")
+            try await store.create(type: "te", id: "mine", fields: fields)
+            let pending = try store.outbox()
+            _ = try await store.log.append(.conflict(Conflict(intentOffset: pending[0].offset, entityType: "te", entityID: "mine", serverVersion: 2, serverFields: fields, resolution: .pending)))
+            try await store.update(type: "te", id: "mine", changes: ["text": "changed"])
+            try await store.record([(pending[0].offset, .acknowledged(.applied, serverVersion: 1))])
+            try await store.resync(reason: "test")
+            try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "e1", serverVersion: 9)], cursor: "c2")
+            // Compaction leaves snapshots and holes below offset 10.
+            _ = try await store.compact(below: 10)
+            store.close()
+        }
+        let file = directory.appending("export.jsonl")
+        let exported = try Tool.run(["export", source, "--output", file])
+        #expect(exported.status == 0, "\(exported.errors)")
+        let copy = directory.appending("copy")
+        let imported = try Tool.run(["import", file, copy])
+        #expect(imported.status == 0, "\(imported.errors)")
+        #expect(try Tool.run(["diff", source, copy]).status == 0)
+        let a = try Tool.run(["dump", source, "--json"])
+        let b = try Tool.run(["dump", copy, "--json"])
+        #expect(!a.output.isEmpty && a.output == b.output)
+        for (x, y) in zip(a.lines, b.lines) where x != y {
+            Issue.record("first difference:\n\(x)\n\(y)")
+            break
+        }
+        #expect(a.output.contains(#""negative-zero":{"$double":-0}"#))
+        #expect(a.output.contains("\"kind\":\"snapshot\"") && a.output.contains("\"kind\":\"conflict\""))
+        #expect(try Tool.run(["verify", copy]).status == 0)
+        #expect(try Tool.run(["stat", copy, "--json"]).objects().first?["compacted_below"] as? Int == 10)
+        // A second import into the same directory is refused; so is garbage.
+        #expect(try Tool.run(["import", file, copy]).status == 2)
+        try "not json\n".write(toFile: directory.appending("bad.jsonl"), atomically: true, encoding: .utf8)
+        let bad = try Tool.run(["import", directory.appending("bad.jsonl"), directory.appending("bad")])
+        #expect(bad.status == 2 && bad.errors.contains("bad.jsonl:1"))
+    }
+}

@@ -1,0 +1,151 @@
+import ArgumentParser
+import Foundation
+import LogFormat
+import LogStore
+
+/// The first line of an export: what it is and what the store was.
+struct ExportHeader: Codable {
+    var format = "syncstore-export"
+    var version = 1
+    var entryFormat = Int(EntryCodec.formatVersion)
+    var compactedBelow: UInt64
+    var lastOffset: UInt64
+
+    enum CodingKeys: String, CodingKey {
+        case format, version
+        case entryFormat = "entry_format", compactedBelow = "compacted_below", lastOffset = "last_offset"
+    }
+}
+
+struct Export: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write the log as JSON lines: a header, then one entry per line (as dump --json prints them).")
+
+    @OptionGroup var store: StoreOptions
+    @Option(name: .shortAndLong, help: "The file to write (default: standard output).") var output: String?
+
+    func run() throws {
+        let log = try store.openLog()
+        defer { log.close() }
+        let compactedBelow = try log.compactedBelow()
+        var lines = [try Output.encoder.encode(ExportHeader(compactedBelow: compactedBelow, lastOffset: try log.lastOffset()))]
+        var scanner = log.entries()
+        while let entry = try scanner.next() { lines.append(try Output.encoder.encode(EntryJSON(entry: entry))) }
+        let text = lines.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "\n") + "\n"
+        if let output {
+            try text.write(toFile: output, atomically: true, encoding: .utf8)
+        } else {
+            print(text, terminator: "")
+        }
+    }
+}
+
+struct Import: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Make a new store from an export, entries at their offsets with their timestamps, projections rebuilt.")
+
+    @Argument(help: "The export file (JSON lines).") var file: String
+    @Argument(help: "The new store directory (must not exist).") var path: String
+
+    func run() async throws {
+        guard !FileManager.default.fileExists(atPath: path) else { throw LogToolError("\(path) exists; import makes a new store") }
+        let text: String
+        do {
+            text = try String(contentsOfFile: file, encoding: .utf8)
+        } catch {
+            throw LogToolError("cannot read \(file): \(error.localizedDescription)")
+        }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: true)
+        guard let first = lines.first else { throw LogToolError("\(file) is empty") }
+        let header: ExportHeader
+        do {
+            header = try JSONDecoder().decode(ExportHeader.self, from: Data(first.utf8))
+        } catch {
+            throw LogToolError("\(file):1: not an export header")
+        }
+        guard header.format == "syncstore-export", header.version == 1, header.entryFormat == Int(EntryCodec.formatVersion) else {
+            throw LogToolError("\(file):1: export version \(header.version) of entry format \(header.entryFormat) is not one this logtool reads")
+        }
+        var entries: [Entry] = []
+        for (index, line) in lines.dropFirst().enumerated() {
+            do {
+                entries.append(try EntryJSON.entry(from: try JSONReader.parse(Array(line.utf8))))
+            } catch {
+                throw LogToolError("\(file):\(index + 2): \(error)")
+            }
+        }
+        let store = try Store(path: path, options: .init(durability: .full))
+        defer { store.close() }
+        try await store.restore(entries, compactedBelow: header.compactedBelow)
+        print("imported \(entries.count) entries into \(path)")
+    }
+}
+
+extension EntryJSON {
+    /// The entry a line of `dump --json` or `export` describes.
+    static func entry(from json: JSONValue) throws -> Entry {
+        let kind = try json.text("kind")
+        func version(_ name: String) throws -> UInt64 { try json.unsigned(name) }
+        let body: EntryBody
+        switch EntryKind(name: kind) {
+        case .intent:
+            guard let operation = Intent.Operation.allCases.first(where: { "\($0)" == (try? json.text("operation")) }) else {
+                throw WireDecodingError("operation", "is not create, update or delete")
+            }
+            body = .intent(
+                Intent(
+                    operation, idempotencyKey: try json.text("idempotency_key"), entityType: try json.text("entity_type"),
+                    entityID: try json.text("entity_id"), baseVersion: try version("base_version"),
+                    fields: try Fields(json: json["fields"] ?? .object([]), path: "fields")))
+        case .ack:
+            guard let outcome = Ack.Outcome.allCases.first(where: { "\($0)" == (try? json.text("outcome")) }) else {
+                throw WireDecodingError("outcome", "is not applied or duplicate")
+            }
+            body = .ack(Ack(intentOffset: try version("intent_offset"), outcome: outcome, serverVersion: try version("server_version")))
+        case .reject:
+            body = .reject(Reject(intentOffset: try version("intent_offset"), code: try json.text("code"), message: try json.text("message")))
+        case .remote:
+            let operation: Remote.Operation = try json.text("operation") == "delete" ? .delete : .upsert
+            body = .remote(
+                Remote(
+                    cursor: try json.text("cursor"), operation, entityType: try json.text("entity_type"),
+                    entityID: try json.text("entity_id"), serverVersion: try version("server_version"),
+                    fields: try Fields(json: json["fields"] ?? .object([]), path: "fields")))
+        case .conflict:
+            guard let resolution = Conflict.Resolution.allCases.first(where: { "\($0)" == (try? json.text("resolution")) }) else {
+                throw WireDecodingError("resolution", "is not a resolution")
+            }
+            body = .conflict(
+                Conflict(
+                    intentOffset: try version("intent_offset"), entityType: try json.text("entity_type"),
+                    entityID: try json.text("entity_id"), serverVersion: try version("server_version"),
+                    serverDeleted: json["server_deleted"] == .bool(true),
+                    serverFields: try Fields(json: json["server_fields"] ?? .object([]), path: "server_fields"),
+                    resolution: resolution,
+                    resolvedFields: try Fields(json: json["resolved_fields"] ?? .object([]), path: "resolved_fields")))
+        case .resync:
+            body = .resync(reason: try json.text("reason"))
+        case .snapshot:
+            body = .snapshot(
+                Snapshot(
+                    watermark: try version("watermark"), cursor: try json.text("cursor"), entityType: try json.text("entity_type"),
+                    entityID: try json.text("entity_id"), serverVersion: try version("server_version"),
+                    deleted: json["deleted"] == .bool(true), fields: try Fields(json: json["fields"] ?? .object([]), path: "fields")))
+        case nil:
+            throw WireDecodingError("kind", "\(kind) is not a kind")
+        }
+        return Entry(offset: try json.unsigned("offset"), timestamp: HybridTimestamp(rawValue: try json.unsigned("timestamp")), body: body)
+    }
+}
+
+extension JSONValue {
+    func text(_ name: String) throws -> String {
+        guard case .string(let text)? = self[name] else { throw WireDecodingError(name, "is missing or not a string") }
+        return text
+    }
+
+    func unsigned(_ name: String) throws -> UInt64 {
+        guard case .int(let number)? = self[name], number >= 0 else { throw WireDecodingError(name, "is missing or not a count") }
+        return UInt64(number)
+    }
+}
