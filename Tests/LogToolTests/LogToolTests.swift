@@ -364,3 +364,32 @@ enum Tool {
         #expect(bad.status == 2 && bad.errors.contains("bad.jsonl:1"))
     }
 }
+
+@Suite struct LogToolBundleTests {
+    @Test func aBundleKeepsTheTailAndOnlyTheEntitiesItTouches() async throws {
+        let directory = try TemporaryDirectory("logtool-bundle")
+        let source = directory.appending("source")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.applyPulledPage((0..<50).map { PulledChange(.upsert, entityType: "te", entityID: "other\($0)", serverVersion: 1, fields: ["secret": .int(Int64($0))]) }, cursor: "c1")
+            try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "bug", serverVersion: 1, fields: ["n": 1])], cursor: "c2")
+            try await store.create(type: "te", id: "pending-other", fields: [:])
+            // The tail: what the bug report is about.
+            try await store.update(type: "te", id: "bug", changes: ["n": 2])
+            try await store.update(type: "te", id: "bug", changes: ["n": 3])
+            store.close()
+        }
+        let bundle = directory.appending("bundle")
+        let run = try Tool.run(["bundle", source, "--tail", "2", "--output", bundle])
+        #expect(run.status == 0, "\(run.errors)")
+        #expect(try Tool.run(["verify", bundle]).status == 0)
+        let entities = try Tool.run(["entities", bundle, "te", "--json"]).objects()
+        #expect(entities.map { $0["id"] as? String } == ["bug"])
+        #expect((entities.first?["fields"] as? [String: Any])?["n"] as? Int == 3)
+        #expect(entities.first?["server_version"] as? Int == 1)
+        let offsets = try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int }
+        #expect(Array(offsets.suffix(2)) == [53, 54])
+        #expect(try Tool.run(["outbox", bundle, "--json"]).objects().count == 2)
+        #expect(try !Tool.run(["dump", bundle]).output.contains("secret"))
+    }
+}

@@ -16,7 +16,7 @@ struct LogTool: AsyncParsableCommand {
         discussion: "Exit status: 0 ok, 1 problems found, 2 usage or I/O error. --json prints one JSON object per line.",
         subcommands: [
             Stat.self, Dump.self, Show.self, Tail.self, Entities.self, Outbox.self, Cursors.self, Verify.self, Replay.self,
-            Diff.self, Compact.self, Export.self, Import.self,
+            Diff.self, Compact.self, Export.self, Import.self, Bundle.self,
         ])
 
     /// ArgumentParser's own usage failures exit 64; this tool promises 2.

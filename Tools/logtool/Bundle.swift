@@ -1,0 +1,89 @@
+import ArgumentParser
+import Foundation
+import LMDB
+import LogFormat
+import LogStore
+
+struct Bundle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write a trimmed copy of a store for a bug report: the log's tail and the entities it touches.",
+        discussion: """
+            The copy keeps the last --tail entries as they are (offsets and all). Below them it keeps only what \
+            those entries need: the touched entities' confirmed state (as snapshots), their pending intents and \
+            the intents the tail answers. Everything else is left out, so the bundle holds no unrelated data.
+            """)
+
+    @OptionGroup var store: StoreOptions
+    @Option(help: "How many of the last entries to keep.") var tail = 1000
+    @Option(name: .shortAndLong, help: "The new directory to write.") var output: String
+
+    func validate() throws {
+        guard tail >= 1 else { throw ValidationError("--tail must be at least 1") }
+    }
+
+    func run() async throws {
+        guard !FileManager.default.fileExists(atPath: output) else { throw LogToolError("\(output) exists; --output names a new directory") }
+        try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: false)
+        let first: UInt64
+        do {
+            let log = try store.openLog()
+            defer { log.close() }
+            let last = try log.lastOffset()
+            first = last >= UInt64(tail) ? last - UInt64(tail) + 1 : 1
+            try log.copy(to: output, compact: true)
+        }
+        // Fold what lies below the tail, then find what the tail touches.
+        var touched = Set<String>()
+        var dropped: [UInt64] = []
+        do {
+            let copy = try Store(path: output, options: .init(durability: .process))
+            defer { copy.close() }
+            if first > 1 { _ = try await copy.compact(below: first) }
+            var scanner = copy.log.entries(from: first)
+            while let entry = try scanner.next() {
+                if let entity = entry.entity { touched.insert("\(entity.type)/\(entity.id)") }
+                switch entry.body {
+                case .ack(let ack): try touch(ack.intentOffset, in: copy, &touched)
+                case .reject(let reject): try touch(reject.intentOffset, in: copy, &touched)
+                default: break
+                }
+            }
+            var below = copy.log.entries(from: 1, through: first - 1)
+            while first > 1, let entry = try below.next() {
+                let entity = try entry.entity ?? referencedEntity(entry, in: copy)
+                if entity.map({ !touched.contains("\($0.type)/\($0.id)") }) ?? false { dropped.append(entry.offset) }
+            }
+        }
+        try dropEntries(dropped, at: output)
+        let trimmed = try Store(path: output, options: .init(durability: .full))
+        defer { trimmed.close() }
+        try await trimmed.rebuildProjections()
+        print("bundled offsets \(first)...\(try trimmed.log.lastOffset()) and \(touched.count) entities into \(output)")
+    }
+
+    /// Adds the entity of the intent at `offset` (when it is still there).
+    private func touch(_ offset: UInt64, in store: Store, _ touched: inout Set<String>) throws {
+        if let entity = try store.log.entry(at: offset)?.entity { touched.insert("\(entity.type)/\(entity.id)") }
+    }
+
+    /// The entity an answer below the tail is about, through its intent.
+    private func referencedEntity(_ entry: Entry, in store: Store) throws -> (type: String, id: String)? {
+        switch entry.body {
+        case .ack(let ack): try store.log.entry(at: ack.intentOffset)?.entity
+        case .reject(let reject): try store.log.entry(at: reject.intentOffset)?.entity
+        default: nil
+        }
+    }
+
+    /// Removes entries from the copy's log (all below its compaction
+    /// watermark, where the log may have holes).
+    private func dropEntries(_ offsets: [UInt64], at path: String) throws {
+        guard !offsets.isEmpty else { return }
+        let environment = try Environment(path: path)
+        defer { environment.close() }
+        guard let log = try environment.openDatabase("log", create: false) else { throw LogToolError("the copy has no log") }
+        try environment.write { txn in
+            for offset in offsets { try txn.delete(log, key: withUnsafeBytes(of: offset.bigEndian) { Array($0) }) }
+        }
+    }
+}
