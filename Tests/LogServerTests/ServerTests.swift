@@ -260,7 +260,8 @@ import Testing
     }
 
     @Test func rateLimitsAnswer429WithRetryAfter() async throws {
-        let server = try await TestServer("rate", rateLimit: (1, 3))
+        // One token per 1,000 s: no refill can happen while the test runs.
+        let server = try await TestServer("rate", rateLimit: (0.001, 3))
         defer { Task { await server.stop() } }
         var statuses: [Int] = []
         for _ in 0..<5 { statuses.append(try await server.pull().status) }

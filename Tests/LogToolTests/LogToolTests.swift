@@ -332,6 +332,8 @@ enum Tool {
             let pending = try store.outbox()
             _ = try await store.log.append(.conflict(Conflict(intentOffset: pending[0].offset, entityType: "te", entityID: "mine", serverVersion: 2, serverFields: fields, resolution: .pending)))
             try await store.update(type: "te", id: "mine", changes: ["text": "changed"])
+            let update = try #require(try store.outbox().last)
+            _ = try await store.log.append(.conflict(Conflict(intentOffset: update.offset, entityType: "te", entityID: "mine", serverVersion: 3, serverFields: [:], resolution: .pending)))
             try await store.record([(pending[0].offset, .acknowledged(.applied, serverVersion: 1))])
             try await store.resync(reason: "test")
             try await store.applyPulledPage([PulledChange(.delete, entityType: "te", entityID: "e1", serverVersion: 9)], cursor: "c2")
@@ -357,6 +359,10 @@ enum Tool {
         #expect(a.output.contains("\"kind\":\"snapshot\"") && a.output.contains("\"kind\":\"conflict\""))
         #expect(try Tool.run(["verify", copy]).status == 0)
         #expect(try Tool.run(["stat", copy, "--json"]).objects().first?["compacted_below"] as? Int == 10)
+        // The first conflict's intent was acknowledged; the second still waits.
+        let waiting = try Tool.run(["conflicts", copy, "--json"]).objects()
+        #expect(waiting.map { $0["server_version"] as? Int } == [3])
+        #expect(try Tool.run(["conflicts", copy, "--all", "--json"]).objects().count == 2)
         // A second import into the same directory is refused; so is garbage.
         #expect(try Tool.run(["import", file, copy]).status == 2)
         try "not json\n".write(toFile: directory.appending("bad.jsonl"), atomically: true, encoding: .utf8)

@@ -272,3 +272,23 @@ struct LogToolError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
 }
+
+struct Conflicts: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the conflicts waiting for the app (resolution pending, intent still pending), or all with --all.")
+
+    @OptionGroup var store: StoreOptions
+    @Flag(help: "Every conflict entry in the log, resolved or not.") var all = false
+
+    func run() throws {
+        let opened = try store.openStore()
+        defer { opened.close() }
+        let pending = Set(try opened.outbox().map(\.offset))
+        var scanner = opened.log.entries()
+        while let entry = try scanner.next() {
+            guard case .conflict(let conflict) = entry.body else { continue }
+            let waiting = conflict.resolution == .pending && pending.contains(conflict.intentOffset)
+            if all || waiting { try printEntry(entry, json: store.json) }
+        }
+    }
+}

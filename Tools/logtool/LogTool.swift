@@ -15,7 +15,8 @@ struct LogTool: AsyncParsableCommand {
         abstract: "Inspect and verify a sync store's log, projections and outbox.",
         discussion: "Exit status: 0 ok, 1 problems found, 2 usage or I/O error. --json prints one JSON object per line.",
         subcommands: [
-            Stat.self, Dump.self, Show.self, Tail.self, Entities.self, Outbox.self, Cursors.self, Verify.self, Replay.self,
+            Stat.self, Dump.self, Show.self, Tail.self, Entities.self, Outbox.self, Cursors.self, Conflicts.self, Verify.self,
+            Replay.self,
             Diff.self, Compact.self, Export.self, Import.self, Bundle.self,
         ])
 
