@@ -35,20 +35,7 @@ final class RawLMDBLog {
     ///   - mapSize: the map in bytes; the baseline never grows it.
     init(path: String, readOnly: Bool = false, mapSize: Int = RawLMDBLog.mapSizeBytes) throws {
         if !readOnly { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-        var handle: OpaquePointer?
-        try rawCheck(mdb_env_create(&handle), "mdb_env_create")
-        guard let handle else { preconditionFailure("mdb_env_create returned no environment") }
-        environment = handle
-        do {
-            try rawCheck(mdb_env_set_mapsize(handle, mapSize), "mdb_env_set_mapsize")
-            try rawCheck(mdb_env_set_maxdbs(handle, RawLMDBLog.databaseCountMax), "mdb_env_set_maxdbs")
-            let flags = UInt32(MDB_NOTLS) | (readOnly ? UInt32(MDB_RDONLY) : 0)
-            try rawCheck(mdb_env_open(handle, path, flags, 0o644), "mdb_env_open")
-            database = try RawLMDBLog.openLog(handle, create: !readOnly)
-        } catch {
-            mdb_env_close(handle)
-            throw error
-        }
+        (environment, database) = try rawOpen(path: path, mapSize: mapSize, readOnly: readOnly, database: "log")
     }
 
     deinit { close() }
@@ -57,19 +44,6 @@ final class RawLMDBLog {
         guard isOpen else { return }
         isOpen = false
         mdb_env_close(environment)
-    }
-
-    private static func openLog(_ environment: OpaquePointer, create: Bool) throws(RawLMDBError) -> MDB_dbi {
-        var txn: OpaquePointer?
-        try rawCheck(mdb_txn_begin(environment, nil, create ? 0 : UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
-        var dbi = MDB_dbi()
-        let result = mdb_dbi_open(txn, "log", create ? UInt32(MDB_CREATE) : 0, &dbi)
-        guard result == 0 else {
-            mdb_txn_abort(txn)
-            throw RawLMDBError(code: result, operation: "mdb_dbi_open")
-        }
-        try rawCheck(mdb_txn_commit(txn), "mdb_txn_commit")
-        return dbi
     }
 
     /// Appends one value at the next offset in a transaction of its own,
@@ -144,4 +118,35 @@ final class RawLMDBLog {
 
     /// The version of liblmdb this process linked.
     static var libraryVersion: String { String(cString: mdb_version(nil, nil, nil)) }
+}
+
+/// Opens an environment with `MDB_NOTLS` and one named database in it (made
+/// if missing and writable): the setup both raw baselines share.
+func rawOpen(path: String, mapSize: Int, readOnly: Bool, database name: String) throws(RawLMDBError)
+    -> (environment: OpaquePointer, database: MDB_dbi)
+{
+    var handle: OpaquePointer?
+    try rawCheck(mdb_env_create(&handle), "mdb_env_create")
+    guard let handle else { preconditionFailure("mdb_env_create returned no environment") }
+    do throws(RawLMDBError) {
+        // Read-only, LMDB takes the larger of this and the size the file records.
+        try rawCheck(mdb_env_set_mapsize(handle, mapSize), "mdb_env_set_mapsize")
+        try rawCheck(mdb_env_set_maxdbs(handle, RawLMDBLog.databaseCountMax), "mdb_env_set_maxdbs")
+        let flags = UInt32(MDB_NOTLS) | (readOnly ? UInt32(MDB_RDONLY) : 0)
+        try rawCheck(mdb_env_open(handle, path, flags, 0o644), "mdb_env_open")
+        var txn: OpaquePointer?
+        try rawCheck(mdb_txn_begin(handle, nil, readOnly ? UInt32(MDB_RDONLY) : 0, &txn), "mdb_txn_begin")
+        var dbi = MDB_dbi()
+        let result = mdb_dbi_open(txn, name, readOnly ? 0 : UInt32(MDB_CREATE), &dbi)
+        guard result == 0 else {
+            mdb_txn_abort(txn)
+            throw RawLMDBError(code: result, operation: "mdb_dbi_open(\(name))")
+        }
+        // Committing keeps the handle open for later transactions.
+        try rawCheck(mdb_txn_commit(txn), "mdb_txn_commit")
+        return (handle, dbi)
+    } catch {
+        mdb_env_close(handle)
+        throw error
+    }
 }

@@ -1086,30 +1086,8 @@ final class RawEntityReader {
     private var isOpen = true
 
     init(path: String) throws {
-        var handle: OpaquePointer?
-        try rawCheck(mdb_env_create(&handle), "mdb_env_create")
-        guard let handle else { preconditionFailure("mdb_env_create returned no environment") }
-        environment = handle
-        do {
-            // Read-only: LMDB takes the larger of this and the size the store recorded.
-            try rawCheck(mdb_env_set_mapsize(handle, RawLMDBLog.mapSizeBytes), "mdb_env_set_mapsize")
-            try rawCheck(mdb_env_set_maxdbs(handle, 16), "mdb_env_set_maxdbs")
-            try rawCheck(mdb_env_open(handle, path, UInt32(MDB_NOTLS | MDB_RDONLY), 0o644), "mdb_env_open")
-            var txn: OpaquePointer?
-            try rawCheck(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
-            var dbi = MDB_dbi()
-            let result = mdb_dbi_open(txn, "entities", 0, &dbi)
-            guard result == 0 else {
-                mdb_txn_abort(txn)
-                throw RawLMDBError(code: result, operation: "mdb_dbi_open(entities)")
-            }
-            // Committing keeps the handle open for later transactions.
-            try rawCheck(mdb_txn_commit(txn), "mdb_txn_commit")
-            database = dbi
-        } catch {
-            mdb_env_close(handle)
-            throw error
-        }
+        (environment, database) = try rawOpen(
+            path: path, mapSize: RawLMDBLog.mapSizeBytes, readOnly: true, database: "entities")
     }
 
     deinit { close() }
