@@ -27,15 +27,23 @@ struct Export: ParsableCommand {
     func run() throws {
         let log = try store.openLog()
         defer { log.close() }
-        let compactedBelow = try log.compactedBelow()
-        var lines = [try Output.encoder.encode(ExportHeader(compactedBelow: compactedBelow, lastOffset: try log.lastOffset()))]
-        var scanner = log.entries()
-        while let entry = try scanner.next() { lines.append(try Output.encoder.encode(EntryJSON(entry: entry))) }
-        let text = lines.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "\n") + "\n"
+        let sink: FileHandle
         if let output {
-            try text.write(toFile: output, atomically: true, encoding: .utf8)
+            guard FileManager.default.createFile(atPath: output, contents: nil) else {
+                throw LogToolError("cannot create \(output)")
+            }
+            sink = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
         } else {
-            print(text, terminator: "")
+            sink = FileHandle.standardOutput
+        }
+        defer { if output != nil { try? sink.close() } }
+        // Line by line: an export never holds the whole log in memory.
+        let newline = Data("\n".utf8)
+        let header = ExportHeader(compactedBelow: try log.compactedBelow(), lastOffset: try log.lastOffset())
+        try sink.write(contentsOf: try Output.encoder.encode(header) + newline)
+        var scanner = log.entries()
+        while let entry = try scanner.next() {
+            try sink.write(contentsOf: try Output.encoder.encode(EntryJSON(entry: entry)) + newline)
         }
     }
 }
