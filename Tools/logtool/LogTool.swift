@@ -62,7 +62,10 @@ struct StoreOptions: ParsableArguments {
     }
 
     /// The store with its projections, opened read-only.
-    func openStore() throws -> Store {
+    func openStore() throws -> Store { try StoreOptions.open(path) }
+
+    /// The store at `path` with its projections, opened read-only.
+    static func open(_ path: String) throws -> Store {
         var options = EventLog.Options(readOnly: true)
         options.createIfMissing = false
         return try Store(path: path, options: options)

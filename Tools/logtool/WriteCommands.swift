@@ -241,11 +241,3 @@ struct Diff: ParsableCommand {
         return result
     }
 }
-
-extension StoreOptions {
-    static func open(_ path: String) throws -> Store {
-        var options = EventLog.Options(readOnly: true)
-        options.createIfMissing = false
-        return try Store(path: path, options: options)
-    }
-}
