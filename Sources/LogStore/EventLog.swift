@@ -272,20 +272,28 @@ extension EventLog {
     /// The entry at `offset`, or nil if there is none.
     /// - Throws: `LogStoreError.corruptEntry` when its bytes do not decode.
     public func entry(at offset: UInt64) throws -> Entry? {
-        try environment.read { txn in
-            return try OffsetKey.encode(offset).withUnsafeBytes { key in
-                try txn.withValue(logDatabase, key: key) { value in
-                    try EventLog.decode(key: key, value: value, path: path)
-                }
-            }
+        try environment.read { txn in try EventLog.entry(at: offset, in: logDatabase, path: path, txn) }
+    }
+
+    /// The entry at `offset` of the `log` database, read in `txn`, or nil.
+    /// - Throws: `LogStoreError.corruptEntry` when its bytes do not decode.
+    static func entry(at offset: UInt64, in log: Database, path: String, _ txn: borrowing Transaction) throws -> Entry? {
+        try OffsetKey.encode(offset).withUnsafeBytes { key in
+            try txn.withValue(log, key: key) { value in try decode(key: key, value: value, path: path) }
         }
     }
 
     /// The compaction watermark read inside `txn` (0 if never compacted).
     func compactedBelow(_ txn: borrowing Transaction) throws -> UInt64 {
-        try StoreFormat.compactedBelowKey.withUnsafeBytes { key in
+        try metaNumber(StoreFormat.compactedBelowKey, txn) ?? 0
+    }
+
+    /// A u64 value of the `meta` database, read in `txn`; nil when the key
+    /// is absent or its value is not 8 bytes.
+    func metaNumber(_ key: [UInt8], _ txn: borrowing Transaction) throws -> UInt64? {
+        try key.withUnsafeBytes { key in
             try txn.withValue(metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
-        } ?? 0
+        }
     }
 
     /// Checks that `found` may follow `expected`: equal, or a hole that lies

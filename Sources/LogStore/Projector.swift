@@ -158,10 +158,8 @@ struct Projector: Sendable {
 
     func readIntent(at offset: UInt64, _ txn: borrowing Transaction) throws -> Intent {
         if let intent = cache?.intents[offset] { return intent }
-        let entry = try OffsetKey.encode(offset).withUnsafeBytes { key in
-            try txn.withValue(log, key: key) { value in try EventLog.decode(key: key, value: value, path: path) }
-        }
-        guard let entry, case .intent(let intent) = entry.body else {
+        guard let entry = try EventLog.entry(at: offset, in: log, path: path, txn), case .intent(let intent) = entry.body
+        else {
             throw LogStoreError(
                 .corruptEntry, path: path, offset: offset, "an ack or reject names offset \(offset), which is not an intent")
         }

@@ -88,10 +88,7 @@ extension Store {
             let version = try txn.get(log.metaDatabase, key: MetaKey.projectionVersion).flatMap { bytes -> UInt32? in
                 bytes.count == 4 ? bytes.reduce(0) { $0 << 8 | UInt32($1) } : nil
             }
-            let watermark = try MetaKey.watermark.withUnsafeBytes { key in
-                try txn.withValue(log.metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
-            }
-            return (version, watermark ?? 0)
+            return (version, try watermark(txn))
         }
     }
 
@@ -114,9 +111,7 @@ extension Store {
     }
 
     private func watermark(_ txn: borrowing Transaction) throws -> UInt64 {
-        try MetaKey.watermark.withUnsafeBytes { key in
-            try txn.withValue(log.metaDatabase, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
-        } ?? 0
+        try log.metaNumber(MetaKey.watermark, txn) ?? 0
     }
 
     /// Applies up to `replayChunkCountMax` entries after the watermark.
@@ -180,8 +175,7 @@ extension Store {
             tables.idempotency = try rows(projector.idempotency, txn)
             tables.outboxKeys = try rows(projector.outbox, txn, keysOnly: true)
             tables.cursor = try txn.get(log.metaDatabase, key: MetaKey.cursor)
-            tables.watermark = try txn.get(log.metaDatabase, key: MetaKey.watermark)
-                .flatMap { bytes in bytes.withUnsafeBytes { UInt64(bigEndianBytes: $0) } } ?? 0
+            tables.watermark = try watermark(txn)
             return tables
         }
     }

@@ -314,10 +314,9 @@ extension Store {
 
     /// Reads an entry inside an open transaction.
     func entryInside(_ txn: borrowing Transaction, at offset: UInt64) throws -> Entry {
-        let entry = try OffsetKey.encode(offset).withUnsafeBytes { key in
-            try txn.withValue(log.logDatabase, key: key) { value in try EventLog.decode(key: key, value: value, path: path) }
+        guard let entry = try EventLog.entry(at: offset, in: log.logDatabase, path: path, txn) else {
+            throw LogStoreError(.gap, path: path, offset: offset, "no entry at offset \(offset)")
         }
-        guard let entry else { throw LogStoreError(.gap, path: path, offset: offset, "no entry at offset \(offset)") }
         return entry
     }
 }
