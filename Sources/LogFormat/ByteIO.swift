@@ -141,3 +141,21 @@ public struct ByteReader {
         [UInt8](try readLengthPrefixed(what))
     }
 }
+
+extension FixedWidthInteger {
+    /// The value's bytes, most significant first: the order of every integer
+    /// in the format, and the order that makes LMDB keys sort numerically.
+    public var bigEndianBytes: [UInt8] { withUnsafeBytes(of: bigEndian) { Array($0) } }
+
+    /// Nil unless `bytes` is exactly this type's size.
+    public init?(bigEndianBytes bytes: UnsafeRawBufferPointer) {
+        guard bytes.count == MemoryLayout<Self>.size else { return nil }
+        self.init(bigEndian: bytes.loadUnaligned(as: Self.self))
+    }
+
+    /// Nil unless `bytes` is exactly this type's size.
+    public init?(bigEndianBytes bytes: [UInt8]) {
+        guard let value = bytes.withUnsafeBytes({ Self(bigEndianBytes: $0) }) else { return nil }
+        self = value
+    }
+}

@@ -12,8 +12,8 @@ struct Cursor: Equatable {
 
     var token: String {
         var bytes = serverID.bytes
-        bytes += ServerStorage.bytes(generation)
-        bytes += ServerStorage.bytes(offset)
+        bytes += generation.bigEndianBytes
+        bytes += offset.bigEndianBytes
         return Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
@@ -30,7 +30,7 @@ struct Cursor: Equatable {
         guard token.utf8.count == 43, token.utf8.allSatisfy({ Cursor.alphabet.contains($0) }) else { return nil }
         let standard = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + "="
         guard let data = Data(base64Encoded: standard), data.count == 32, let id = UUIDv7(bytes: data.prefix(16)),
-            let generation = ServerStorage.u64(Array(data[16..<24])), let offset = ServerStorage.u64(Array(data[24..<32]))
+            let generation = UInt64(bigEndianBytes: Array(data[16..<24])), let offset = UInt64(bigEndianBytes: Array(data[24..<32]))
         else { return nil }
         self.init(serverID: id, generation: generation, offset: offset)
     }
@@ -70,7 +70,7 @@ extension SyncService {
     private func page(user: UInt32, after: UInt64, limit: Int, generation: UInt64, _ txn: borrowing Transaction) throws
         -> PullResponse
     {
-        let prefix = ServerStorage.bytes(user)
+        let prefix = user.bigEndianBytes
         var changes: [PullChange] = []
         var last = after
         var hasMore = false
@@ -80,7 +80,7 @@ extension SyncService {
                 hasMore = true
                 return false
             }
-            let offset = ServerStorage.u64(Array(key[4..<12])) ?? 0
+            let offset = UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
             let entry: Entry
             do {
                 entry = try EntryCodec.decode(value, expectedOffset: offset)

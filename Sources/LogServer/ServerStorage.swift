@@ -76,48 +76,38 @@ final class ServerStorage: Sendable {
     // MARK: Keys and counters
 
     func userNumber(_ user: String, _ txn: borrowing Transaction) throws -> UInt32? {
-        try txn.get(users, key: Array(user.utf8)).flatMap(ServerStorage.u32)
+        try txn.get(users, key: Array(user.utf8)).flatMap { UInt32(bigEndianBytes: $0) }
     }
 
     /// The user's number, assigning the next one on first use.
     func userNumberCreating(_ user: String, _ txn: borrowing Transaction) throws -> UInt32 {
         if let number = try userNumber(user, txn) { return number }
-        let number = (try txn.get(meta, key: MetaKey.nextUser).flatMap(ServerStorage.u32) ?? 0) + 1
-        try txn.put(meta, key: MetaKey.nextUser, value: ServerStorage.bytes(number))
-        try txn.put(users, key: Array(user.utf8), value: ServerStorage.bytes(number))
+        let number = (try txn.get(meta, key: MetaKey.nextUser).flatMap { UInt32(bigEndianBytes: $0) } ?? 0) + 1
+        try txn.put(meta, key: MetaKey.nextUser, value: number.bigEndianBytes)
+        try txn.put(users, key: Array(user.utf8), value: number.bigEndianBytes)
         return number
     }
 
     /// The next offset of the change feed (shared by all users), consumed.
     func takeOffset(_ txn: borrowing Transaction) throws -> UInt64 {
-        let offset = (try txn.get(meta, key: MetaKey.nextOffset).flatMap(ServerStorage.u64) ?? 0) + 1
-        try txn.put(meta, key: MetaKey.nextOffset, value: ServerStorage.bytes(offset))
+        let offset = (try txn.get(meta, key: MetaKey.nextOffset).flatMap { UInt64(bigEndianBytes: $0) } ?? 0) + 1
+        try txn.put(meta, key: MetaKey.nextOffset, value: offset.bigEndianBytes)
         return offset
     }
 
     func generation(_ txn: borrowing Transaction) throws -> UInt64 {
-        try txn.get(meta, key: MetaKey.generation).flatMap(ServerStorage.u64) ?? 0
+        try txn.get(meta, key: MetaKey.generation).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
     }
 
     func setGeneration(_ generation: UInt64, _ txn: borrowing Transaction) throws {
-        try txn.put(meta, key: MetaKey.generation, value: ServerStorage.bytes(generation))
+        try txn.put(meta, key: MetaKey.generation, value: generation.bigEndianBytes)
     }
 
     static func entityKey(_ user: UInt32, _ type: String, _ id: String) -> [UInt8] {
-        bytes(user) + Array(type.utf8) + [0] + Array(id.utf8)
+        user.bigEndianBytes + Array(type.utf8) + [0] + Array(id.utf8)
     }
 
-    static func changeKey(_ user: UInt32, _ offset: UInt64) -> [UInt8] { bytes(user) + bytes(offset) }
+    static func changeKey(_ user: UInt32, _ offset: UInt64) -> [UInt8] { user.bigEndianBytes + offset.bigEndianBytes }
 
-    static func idempotencyKey(_ user: UInt32, _ key: String) -> [UInt8] { bytes(user) + Array(key.utf8) }
-
-    static func bytes<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.bigEndian) { Array($0) } }
-
-    static func u32(_ bytes: [UInt8]) -> UInt32? {
-        bytes.count == 4 ? bytes.reduce(0) { $0 << 8 | UInt32($1) } : nil
-    }
-
-    static func u64(_ bytes: [UInt8]) -> UInt64? {
-        bytes.count == 8 ? bytes.reduce(0) { $0 << 8 | UInt64($1) } : nil
-    }
+    static func idempotencyKey(_ user: UInt32, _ key: String) -> [UInt8] { user.bigEndianBytes + Array(key.utf8) }
 }

@@ -109,7 +109,7 @@ final class SyncService: Sendable {
     ) throws -> PushResult {
         let key = operation.idempotencyKey
         let idempotencyKey = ServerStorage.idempotencyKey(user, key)
-        if let version = try txn.get(storage.idempotency, key: idempotencyKey).flatMap(ServerStorage.u64) {
+        if let version = try txn.get(storage.idempotency, key: idempotencyKey).flatMap({ UInt64(bigEndianBytes: $0) }) {
             return .applied(key, version: version, duplicate: true)
         }
         var effective = operation
@@ -124,7 +124,7 @@ final class SyncService: Sendable {
             }
             try txn.put(storage.entities, key: entityKey, value: after.encoded())
             try appendChange(operation, after, user: user, txn)
-            try txn.put(storage.idempotency, key: idempotencyKey, value: ServerStorage.bytes(after.version))
+            try txn.put(storage.idempotency, key: idempotencyKey, value: after.version.bigEndianBytes)
             return .applied(key, version: after.version)
         }
     }

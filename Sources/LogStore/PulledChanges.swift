@@ -85,9 +85,7 @@ extension Store {
 
     package func projectionState() throws -> (version: UInt32?, watermark: UInt64) {
         try log.environment.read { txn in
-            let version = try txn.get(log.metaDatabase, key: MetaKey.projectionVersion).flatMap { bytes -> UInt32? in
-                bytes.count == 4 ? bytes.reduce(0) { $0 << 8 | UInt32($1) } : nil
-            }
+            let version = try txn.get(log.metaDatabase, key: MetaKey.projectionVersion).flatMap { UInt32(bigEndianBytes: $0) }
             return (version, try watermark(txn))
         }
     }

@@ -26,7 +26,7 @@ enum StoreFormat {
     /// The store version in a marker value, or nil if the value is not a marker.
     static func version(ofMarker bytes: [UInt8]) -> UInt32? {
         guard bytes.count == 12, Array(bytes[0..<8]) == magic else { return nil }
-        return bytes[8..<12].reduce(0) { $0 << 8 | UInt32($1) }
+        return UInt32(bigEndianBytes: Array(bytes[8..<12]))
     }
 }
 
@@ -36,15 +36,4 @@ enum OffsetKey {
 
     /// Nil unless the key is exactly 8 bytes.
     static func decode(_ key: UnsafeRawBufferPointer) -> UInt64? { UInt64(bigEndianBytes: key) }
-}
-
-extension UInt64 {
-    /// The 8 big-endian bytes of the value.
-    var bigEndianBytes: [UInt8] { withUnsafeBytes(of: bigEndian) { Array($0) } }
-
-    /// Nil unless `bytes` is exactly 8 bytes.
-    init?(bigEndianBytes bytes: UnsafeRawBufferPointer) {
-        guard bytes.count == 8 else { return nil }
-        self.init(bigEndian: bytes.loadUnaligned(as: UInt64.self))
-    }
 }

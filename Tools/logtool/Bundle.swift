@@ -83,7 +83,7 @@ struct Bundle: AsyncParsableCommand {
         defer { environment.close() }
         guard let log = try environment.openDatabase("log", create: false) else { throw LogToolError("the copy has no log") }
         try environment.write { txn in
-            for offset in offsets { try txn.delete(log, key: withUnsafeBytes(of: offset.bigEndian) { Array($0) }) }
+            for offset in offsets { try txn.delete(log, key: offset.bigEndianBytes) }
         }
     }
 }

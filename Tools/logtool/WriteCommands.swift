@@ -155,7 +155,7 @@ struct Replay: AsyncParsableCommand {
         let environment = try Environment(path: output)
         defer { environment.close() }
         guard let entries = try environment.openDatabase("log", create: false) else { throw LogToolError("the copy has no log") }
-        let key = withUnsafeBytes(of: (offset + 1).bigEndian) { Array($0) }
+        let key = (offset + 1).bigEndianBytes
         // The tail goes in chunks, each its own transaction: bounded by the log's length.
         while true {
             let removed = try environment.write { txn -> Int in
