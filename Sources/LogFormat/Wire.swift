@@ -142,7 +142,7 @@ public struct PushOperation: Codable, Sendable, Equatable {
         self.baseVersion = baseVersion
     }
 
-    public enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey {
         case idempotencyKey = "idempotency_key"
         case entityType = "entity_type"
         case entityID = "entity_id"

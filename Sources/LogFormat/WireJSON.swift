@@ -108,6 +108,29 @@ extension PullChange {
     }
 }
 
+extension PushOperation {
+    /// One pushed operation read from its JSON (`Format/sync-protocol.md`,
+    /// section 7, "Request"). Absent `data` and `"data": null` both read as
+    /// nil; the server tells them apart where the protocol does.
+    /// - Throws: `WireDecodingError` naming the member at fault.
+    public init(json: JSONValue, path: String = "") throws {
+        guard case .object = json else { throw WireDecodingError(path, "is not an object") }
+        let intentText = try json.string("intent", path)
+        guard let intent = Intent(rawValue: intentText) else {
+            throw WireDecodingError(path.isEmpty ? "intent" : "\(path).intent", "is \(intentText), not create, update or delete")
+        }
+        var data: Fields?
+        if let value = json["data"], value != .null { data = try Fields(json: value, path: path.isEmpty ? "data" : "\(path).data") }
+        guard case .int(let base)? = json["base_version"], base >= 0 else {
+            throw WireDecodingError(path.isEmpty ? "base_version" : "\(path).base_version", "is missing or not a version")
+        }
+        self.init(
+            idempotencyKey: try json.string("idempotency_key", path), entityType: try json.string("entity_type", path),
+            entityID: try json.string("entity_id", path), intent: intent, data: data,
+            clientTimestamp: try json.string("client_timestamp", path), baseVersion: UInt64(base))
+    }
+}
+
 extension JSONValue {
     func string(_ name: String, _ path: String = "") throws(WireDecodingError) -> String {
         guard case .string(let text)? = self[name] else { throw WireDecodingError(join(path, name), "is missing or not a string") }

@@ -14,12 +14,7 @@ struct Routes: Sendable {
     func push(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let identity = try authenticate(request)
         let body = try await collect(request)
-        let pushRequest: ReceivedPush
-        do {
-            pushRequest = try JSONDecoder().decode(ReceivedPush.self, from: body)
-        } catch {
-            throw ServiceError(.validationError, "the push body is not a valid push request: \(describeDecoding(error))")
-        }
+        let pushRequest = try ReceivedPush(body: body)
         let response = try await server.service.push(pushRequest, as: identity)
         if server.configuration.faultInjection, server.faults.takeDrop() {
             // Applied and committed; the answer is cut off mid-body.
@@ -112,5 +107,21 @@ struct Routes: Sendable {
             data.append(contentsOf: buffer.readableBytesView)
         }
         return data
+    }
+}
+
+/// A decoding error in a sentence that names where.
+func describeDecoding(_ error: any Error) -> String {
+    guard let error = error as? DecodingError else { return "\(error)" }
+    let path = { (context: DecodingError.Context) in
+        context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+    }
+    switch error {
+    case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+        return "\(path(context)): \(context.debugDescription)"
+    case .keyNotFound(let key, let context):
+        return "\(path(context)).\(key.stringValue) is missing"
+    @unknown default:
+        return "\(error)"
     }
 }

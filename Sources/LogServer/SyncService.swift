@@ -203,48 +203,43 @@ final class SyncService: Sendable {
     }
 }
 
-/// A push as received: operations that do not decode become per-operation
+/// A push as received: operations that do not read become per-operation
 /// validation errors (with what can be read of their key), so one malformed
 /// operation never fails the batch. The body as a whole must still be JSON
-/// with an `operations` array.
-struct ReceivedPush: Decodable, Sendable {
+/// with an `operations` array. Read with `JSONReader`, as every wire value
+/// is, so the protocol's reading rules live in one place.
+struct ReceivedPush: Sendable {
     var operations: [ReceivedOperation]
+
+    /// - Throws: `ServiceError.validationError` for a body that is not JSON
+    ///   or has no `operations` array.
+    init(body: Data) throws {
+        let root: JSONValue
+        do {
+            root = try JSONReader.parse(body)
+        } catch {
+            throw ServiceError(.validationError, "the push body is not valid JSON: \(error)")
+        }
+        guard case .array(let list)? = root["operations"] else {
+            throw ServiceError(.validationError, "the push body needs an operations array")
+        }
+        operations = list.enumerated().map { index, json in ReceivedOperation(json: json, path: "operations[\(index)]") }
+    }
 }
 
-struct ReceivedOperation: Decodable, Sendable {
+struct ReceivedOperation: Sendable {
     var operation: PushOperation?
     var idempotencyKey: String
     var problem: String?
 
-    init(from decoder: any Decoder) throws {
+    init(json: JSONValue, path: String) {
+        if case .string(let key)? = json["idempotency_key"] { idempotencyKey = key } else { idempotencyKey = "" }
+        let name = "operation \(idempotencyKey.isEmpty ? "without a key" : idempotencyKey)"
         do {
-            let operation = try PushOperation(from: decoder)
-            self.operation = operation
-            idempotencyKey = operation.idempotencyKey
-            let keyed = try decoder.container(keyedBy: PushOperation.CodingKeys.self)
-            if keyed.contains(.data), try keyed.decodeNil(forKey: .data) {
-                problem = "operation \(idempotencyKey): data is null; omit it or send an object"
-            }
+            operation = try PushOperation(json: json, path: path)
+            if json["data"] == .null { problem = "\(name): data is null; omit it or send an object" }
         } catch {
-            let keyed = try? decoder.container(keyedBy: PushOperation.CodingKeys.self)
-            idempotencyKey = (try? keyed?.decode(String.self, forKey: .idempotencyKey)) ?? ""
-            problem = "operation \(idempotencyKey.isEmpty ? "without a key" : idempotencyKey): \(describeDecoding(error))"
+            problem = "\(name): \(error)"
         }
-    }
-}
-
-/// A decoding error in a sentence that names where.
-func describeDecoding(_ error: any Error) -> String {
-    guard let error = error as? DecodingError else { return "\(error)" }
-    let path = { (context: DecodingError.Context) in
-        context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
-    }
-    switch error {
-    case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
-        return "\(path(context)): \(context.debugDescription)"
-    case .keyNotFound(let key, let context):
-        return "\(path(context)).\(key.stringValue) is missing"
-    @unknown default:
-        return "\(error)"
     }
 }

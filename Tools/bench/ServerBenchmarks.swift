@@ -60,7 +60,7 @@ enum ServerBenchmark {
                 "ops/s", target: .atLeast(pullTarget, "ops/s")),
         ]
         section.notes = [
-            "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides (pull pages read with JSONReader, pushes with JSONDecoder); a push commits (with fsync) before it answers.",
+            "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides (the server reads pushes and the client reads pull pages with JSONReader); a push commits (with fsync) before it answers.",
             "each operation creates an entity with four fields (a string, an int, a bool and a timestamp).",
         ]
         return section
