@@ -37,8 +37,9 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
             ]
         ),
-        .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore"]),
-        .target(name: "LogTesting", dependencies: ["LogFormat", "LogStore"]),
+        .target(name: "LogSync", dependencies: ["LogFormat", "LogStore"]),
+        .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore", "LogSync"]),
+        .target(name: "LogTesting", dependencies: ["LogFormat", "LogStore", "LogSync"]),
 
         .executableTarget(
             name: "bench",

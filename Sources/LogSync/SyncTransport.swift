@@ -1,0 +1,73 @@
+import LogFormat
+
+/// The three endpoints of the sync protocol (`Format/sync-protocol.md`), as
+/// the engine uses them. `LogSyncHTTP.HTTPTransport` speaks them over HTTP;
+/// tests may implement them directly.
+///
+/// Every method either returns a response the protocol defines or throws a
+/// `TransportError` that says how the failure is classified (section 10,
+/// "Which failures are retried"). Implementations never retry on their own:
+/// retrying is the engine's decision.
+public protocol SyncTransport: Sendable {
+    /// `GET /v1/health`: returns only for a 200 with the version header and a
+    /// health body whose status is "ok" and protocol version 1.
+    /// - Throws: `TransportError` for anything else (a captive portal's page
+    ///   is `.network`).
+    func health() async throws(TransportError) -> HealthResponse
+
+    /// `POST /v1/push` with one result per operation, in order.
+    /// - Throws: `TransportError`; `.status(413, ...)` when the body was too
+    ///   large for the server.
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse
+
+    /// `GET /v1/pull` from `cursor` (nil: the beginning of the feed).
+    /// - Throws: `TransportError`; `.status(410, .cursorInvalid)` for a
+    ///   cursor the server cannot use.
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse
+}
+
+/// A request that did not produce a protocol response.
+public struct TransportError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: Sendable, Equatable {
+        /// No complete, well-formed protocol response: refused, reset or
+        /// timed-out connections, a response without `Sync-Protocol-Version`
+        /// (a proxy or captive portal), or a 2xx body that is not the JSON the
+        /// protocol defines. Retryable.
+        case network
+        /// The server answered with an error status. `code` is the error
+        /// envelope's code when the body had one.
+        case status(Int, WireErrorCode?)
+        /// The server speaks another protocol version (the header's value).
+        /// Permanent.
+        case protocolVersion(String)
+    }
+
+    public var kind: Kind
+    /// For people: what failed and where.
+    public var message: String
+    /// The `Retry-After` of a 429 or 503, in seconds.
+    public var retryAfterSeconds: Int?
+
+    public init(_ kind: Kind, _ message: String, retryAfterSeconds: Int? = nil) {
+        self.kind = kind
+        self.message = message
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    public var description: String { message }
+
+    /// Network errors, 5xx and 429 are worth retrying; everything else is not.
+    public var isRetryable: Bool {
+        switch kind {
+        case .network: true
+        case .status(let status, _): status >= 500 || status == 429
+        case .protocolVersion: false
+        }
+    }
+
+    /// A 429: counts toward the circuit breaker.
+    public var isRateLimited: Bool {
+        if case .status(429, _) = kind { return true }
+        return false
+    }
+}
