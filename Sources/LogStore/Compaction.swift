@@ -12,7 +12,8 @@ public struct CompactionReport: Sendable, Equatable {
     /// Snapshot entries written in their place.
     public var snapshotsWritten = 0
     /// Entries kept below the watermark: intents still pending or settled
-    /// above it, and their conflicts.
+    /// above it, and their conflicts; intents whose conflict waits for the
+    /// app, with their answers.
     public var entriesKept = 0
     public var dryRun: Bool
 }
@@ -22,7 +23,8 @@ extension Store {
     /// growing without bound.
     ///
     /// Entries below the watermark go, except intents that are still pending
-    /// or were settled at or above it (and their conflict entries): each
+    /// or were settled at or above it (and their conflict entries), and
+    /// intents whose conflict waits for the app (with their answers): each
     /// entity's confirmed state as of the watermark, tombstones included, is
     /// written as one `snapshot` entry, reusing a freed offset below the
     /// watermark. Offsets at and above it, and those of every kept entry, do
@@ -75,19 +77,33 @@ private struct CompactionPlan {
 
 extension Store {
     /// Folds the entries below the watermark with the same rules the
-    /// projections use (`Confirmed`), in one pass.
+    /// projections use (`Confirmed`): one pass reads them, a second decides
+    /// what stays, a third folds what goes.
     private func planCompaction(below watermark: UInt64, _ txn: borrowing Transaction) throws -> CompactionPlan {
         var plan = CompactionPlan(watermark: watermark)
-        var confirmed: [[UInt8]: Confirmed] = [:]
-        var cursor: String?
-        var intents: [UInt64: Intent] = [:]
-        var settled: Set<UInt64> = []
         var entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)] = []
         let path = self.path
         try txn.forEach(log.logDatabase) { key, value in
             let entry = try EventLog.decode(key: key, value: value, path: path)
             guard entry.offset < watermark else { return false }
             entries.append((entry.offset, entry.timestamp, entry.body))
+            return true
+        }
+        plan.entriesBefore = entries.count
+        let kept = try keptBelowWatermark(entries, txn)
+        var confirmed: [[UInt8]: Confirmed] = [:]
+        // Entities whose confirmed state a removed entry set since the last
+        // resync: only they need a snapshot (the kept entries replay the rest).
+        var folded: Set<[UInt8]> = []
+        var cursor: String?
+        var intents: [UInt64: Intent] = [:]
+        var settled: Set<UInt64> = []
+        for entry in entries {
+            let keep = kept.contains(entry.offset)
+            if !keep {
+                plan.removed.append((entry.offset, entry.timestamp))
+                if case .intent(let intent) = entry.body { plan.removedKeys.append((intent.idempotencyKey, entry.offset)) }
+            }
             switch entry.body {
             case .intent(let intent):
                 intents[entry.offset] = intent
@@ -98,43 +114,33 @@ extension Store {
                 guard let intent = intents[ack.intentOffset], settled.insert(ack.intentOffset).inserted else { break }
                 let key = EntityKey.encode(type: intent.entityType, id: intent.entityID)
                 confirmed[key] = (confirmed[key] ?? Confirmed()).applying(ack: intent, version: ack.serverVersion)
+                if !keep { folded.insert(key) }
             case .reject(let reject):
                 settled.insert(reject.intentOffset)
             case .remote(let remote):
                 let key = EntityKey.encode(type: remote.entityType, id: remote.entityID)
                 confirmed[key] = (confirmed[key] ?? Confirmed()).applying(
                     version: remote.serverVersion, state: remote.operation == .upsert ? remote.fields : nil)
+                folded.insert(key)
                 cursor = remote.cursor
             case .snapshot(let snapshot):
                 if !snapshot.entityType.isEmpty {
                     let key = EntityKey.encode(type: snapshot.entityType, id: snapshot.entityID)
                     confirmed[key] = (confirmed[key] ?? Confirmed()).applying(
                         version: snapshot.serverVersion, state: snapshot.deleted ? nil : snapshot.fields)
+                    folded.insert(key)
                 }
                 cursor = snapshot.cursor.isEmpty ? nil : snapshot.cursor
             case .resync:
                 confirmed = [:]
+                folded = []
                 cursor = nil
             case .conflict:
                 break
             }
-            return true
         }
-        plan.entriesBefore = entries.count
-        for entry in entries {
-            switch entry.body {
-            case .intent(let intent) where settled.contains(entry.offset):
-                plan.removed.append((entry.offset, entry.timestamp))
-                plan.removedKeys.append((intent.idempotencyKey, entry.offset))
-            case .intent:
-                break  // Pending, or settled at or above the watermark: stays.
-            case .conflict(let conflict) where !settled.contains(conflict.intentOffset):
-                break  // Its intent stays, and so does the record of the conflict.
-            default:
-                plan.removed.append((entry.offset, entry.timestamp))
-            }
-        }
-        for (key, state) in confirmed.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where state.version > 0 {
+        for (key, state) in confirmed.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) })
+        where state.version > 0 && folded.contains(key) {
             let (type, id) = EntityKey.split(key)
             plan.snapshots.append(
                 Snapshot(
@@ -148,6 +154,73 @@ extension Store {
         // entity's state (or the cursor), so the freed offsets suffice.
         precondition(plan.snapshots.count <= plan.removed.count, "more snapshots than freed offsets")
         return plan
+    }
+
+    /// The offsets below the watermark that compaction keeps:
+    /// - intents not settled below it (pending, or answered at or above it);
+    /// - intents whose conflict waits for the app, with their answers;
+    /// - for an entity with intents not settled below the watermark, every
+    ///   intent answered since its pending set was last empty (and since the
+    ///   last resync), with its answer: replaying them gives the same
+    ///   acknowledged version (`EntityRecord.ackedVersion`), the base its
+    ///   pending intents are pushed with;
+    /// - conflict entries of every kept intent.
+    private func keptBelowWatermark(
+        _ entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)], _ txn: borrowing Transaction
+    ) throws -> Set<UInt64> {
+        let waiting = try waitingConflicts(txn)
+        var intents: [UInt64: RecordKey] = [:]
+        var answers: [UInt64: UInt64] = [:]  // intent -> its first answer
+        var pending: [RecordKey: Set<UInt64>] = [:]
+        var lastEmpty: [RecordKey: UInt64] = [:]
+        var lastResync: UInt64 = 0
+        func answer(_ intent: UInt64, at offset: UInt64) {
+            guard let entity = intents[intent], answers[intent] == nil else { return }
+            answers[intent] = offset
+            pending[entity]?.remove(intent)
+            if pending[entity]?.isEmpty ?? true { lastEmpty[entity] = offset }
+        }
+        for entry in entries {
+            switch entry.body {
+            case .intent(let intent):
+                let entity = RecordKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
+                intents[entry.offset] = entity
+                pending[entity, default: []].insert(entry.offset)
+            case .ack(let ack): answer(ack.intentOffset, at: entry.offset)
+            case .reject(let reject): answer(reject.intentOffset, at: entry.offset)
+            case .resync: lastResync = entry.offset
+            default: break
+            }
+        }
+        var kept: Set<UInt64> = []
+        for (offset, entity) in intents {
+            guard let answer = answers[offset] else {
+                kept.insert(offset)
+                continue
+            }
+            let stillPending = !(pending[entity]?.isEmpty ?? true)
+            let neededForBase = stillPending && answer > max(lastEmpty[entity] ?? 0, lastResync)
+            if waiting.contains(offset) || neededForBase {
+                kept.insert(offset)
+                kept.insert(answer)
+            }
+        }
+        for entry in entries {
+            if case .conflict(let conflict) = entry.body, kept.contains(conflict.intentOffset) || intents[conflict.intentOffset] == nil {
+                kept.insert(entry.offset)
+            }
+        }
+        return kept
+    }
+
+    /// Intent offsets whose conflict waits for the app.
+    private func waitingConflicts(_ txn: borrowing Transaction) throws -> Set<UInt64> {
+        var offsets: Set<UInt64> = []
+        try txn.forEach(projector.conflicts) { key, _ in
+            if let offset = OffsetKey.decode(key) { offsets.insert(offset) }
+            return true
+        }
+        return offsets
     }
 
     private func carryOut(_ plan: CompactionPlan, _ txn: borrowing Transaction) throws {

@@ -14,6 +14,11 @@ struct EntityRecord: Equatable {
     var baseVersion: UInt64 = 0
     /// nil when the server has no such entity (never had, or deleted it).
     var base: Fields?
+    /// The greatest server version the server answered for an intent on this
+    /// entity (0: none). The base version a push sends is at least this
+    /// (`Format/sync-protocol.md` section 7, "The base_version a client
+    /// sends"); unlike `baseVersion`, pulled changes never raise it.
+    var ackedVersion: UInt64 = 0
     /// nil when the entity does not exist for the app.
     var visible: Fields?
     /// Offsets of un-acknowledged intents on this entity, ascending.
@@ -28,10 +33,12 @@ struct EntityRecord: Equatable {
         static let visible: UInt8 = 0x02
         /// Visible equals base and is stored once (the common case: nothing pending).
         static let shared: UInt8 = 0x04
+        /// An acked version follows the base version.
+        static let acked: UInt8 = 0x08
     }
 
     /// Layout (`Format/storage.md`, section 15): version, flags, base
-    /// version, the pending offsets, then the visible fields and the base
+    /// version, the acked version (when not 0), the pending offsets, then the visible fields and the base
     /// fields (one copy when they are equal), so a read of the visible state
     /// decodes one set of fields and stops.
     func encoded() -> [UInt8] {
@@ -39,8 +46,10 @@ struct EntityRecord: Equatable {
         let shared = base != nil && base == visible
         writer.write(EntityRecord.layoutVersion)
         writer.write(
-            (base != nil ? Flag.base : 0) | (visible != nil ? Flag.visible : 0) | (shared ? Flag.shared : 0))
+            (base != nil ? Flag.base : 0) | (visible != nil ? Flag.visible : 0) | (shared ? Flag.shared : 0)
+                | (ackedVersion != 0 ? Flag.acked : 0))
         writer.write(bigEndian: baseVersion)
+        if ackedVersion != 0 { writer.write(bigEndian: ackedVersion) }
         writer.write(bigEndian: UInt32(pending.count))
         for offset in pending { writer.write(bigEndian: offset) }
         visible?.encode(into: &writer)
@@ -54,6 +63,7 @@ struct EntityRecord: Equatable {
         var reader = ByteReader(bytes)
         let head = try EntityRecord.readHead(&reader)
         baseVersion = head.baseVersion
+        ackedVersion = head.ackedVersion
         pending = []
         pending.reserveCapacity(head.pendingCount)
         for _ in 0..<head.pendingCount { pending.append(try reader.read(UInt64.self, "pending offset")) }
@@ -80,21 +90,25 @@ struct EntityRecord: Equatable {
     }
 
     private static func readHead(_ reader: inout ByteReader) throws(FormatError)
-        -> (flags: UInt8, baseVersion: UInt64, pendingCount: Int)
+        -> (flags: UInt8, baseVersion: UInt64, ackedVersion: UInt64, pendingCount: Int)
     {
         let version = try reader.readByte("record version")
         guard version == EntityRecord.layoutVersion else {
             throw reader.error(.unsupportedVersion, "entity record version \(version)", at: 0)
         }
         let flags = try reader.readByte("record flags")
-        let known = Flag.base | Flag.visible | Flag.shared
+        let known = Flag.base | Flag.visible | Flag.shared | Flag.acked
         let sharedNeedsBoth = flags & Flag.shared == 0 || flags & (Flag.base | Flag.visible) == Flag.base | Flag.visible
         guard flags & ~known == 0, sharedNeedsBoth else {
             throw reader.error(.invalidFlags, "record flags \(flags)", at: 1)
         }
         let baseVersion = try reader.read(UInt64.self, "base version")
+        let ackedVersion = flags & Flag.acked != 0 ? try reader.read(UInt64.self, "acked version") : 0
+        guard flags & Flag.acked == 0 || ackedVersion != 0 else {
+            throw reader.error(.invalidFlags, "record flags \(flags) with an acked version of 0", at: 1)
+        }
         let count = try reader.readCount("pending count", minimumElementBytes: 8)
-        return (flags, baseVersion, count)
+        return (flags, baseVersion, ackedVersion, count)
     }
 }
 

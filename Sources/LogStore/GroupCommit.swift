@@ -247,6 +247,8 @@ struct CommitEffects: Sendable {
     var offset: UInt64 = 0
     var touchedTypes: Set<String> = []
     var events: [StoreEvent] = []
+    /// Intents written now (not replayed): the outbox has more to push.
+    var wroteIntents = false
 
-    var isEmpty: Bool { touchedTypes.isEmpty && events.isEmpty }
+    var isEmpty: Bool { touchedTypes.isEmpty && events.isEmpty && !wroteIntents }
 }

@@ -57,6 +57,8 @@ public struct PendingIntent: Sendable, Equatable {
 public enum PushOutcome: Sendable, Equatable {
     case acknowledged(Ack.Outcome, serverVersion: UInt64)
     case rejected(code: String, message: String)
+    /// Rejected with `CONFLICT`: the server's state, and its message.
+    case conflict(ServerState, message: String)
 }
 
 extension Store {
@@ -90,44 +92,41 @@ extension Store {
     /// Records the server's answers: an ack or reject entry per intent, each
     /// applied to the projections, all in one transaction. Answers for
     /// intents no longer in the outbox (a repeated ack) are skipped.
+    ///
+    /// A conflict is recorded as the protocol says (section 10): a
+    /// `conflict` entry with the server's state and `resolve`'s decision,
+    /// a `reject` with code `CONFLICT`, and the intent the decision needs.
+    /// - Parameters:
+    ///   - resolve: decides each conflict; called inside the write
+    ///     transaction, so it must be quick and must not touch the store.
     /// - Returns: the offsets that were settled by this call.
     @discardableResult
-    public func record(_ outcomes: [(offset: UInt64, outcome: PushOutcome)]) async throws -> [UInt64] {
+    public func record(
+        _ outcomes: [(offset: UInt64, outcome: PushOutcome)],
+        resolve: @escaping @Sendable (ConflictCase) -> ConflictDecision = { _ in .askApp }
+    ) async throws -> [UInt64] {
         let outcomes = outcomes.map { OutcomeItem(offset: $0.offset, outcome: $0.outcome) }
+        for item in outcomes {
+            if case .conflict(let server, _) = item.outcome { try Validation.fields(server.data) }
+        }
         return try await write { txn, context, store in
             var settled: [UInt64] = []
             for item in outcomes where try txn.get(store.projector.outbox, key: OffsetKey.encode(item.offset)) != nil {
-                let body: EntryBody =
-                    switch item.outcome {
-                    case .acknowledged(let outcome, let version):
-                        .ack(Ack(intentOffset: item.offset, outcome: outcome, serverVersion: version))
-                    case .rejected(let code, let message):
-                        .reject(Reject(intentOffset: item.offset, code: code, message: message))
-                    }
-                try store.append(body, txn, &context)
+                switch item.outcome {
+                case .acknowledged(let outcome, let version):
+                    try store.append(.ack(Ack(intentOffset: item.offset, outcome: outcome, serverVersion: version)), txn, &context)
+                case .rejected(let code, let message):
+                    try store.append(.reject(Reject(intentOffset: item.offset, code: code, message: message)), txn, &context)
+                case .conflict(let server, let message):
+                    let conflictCase = try store.conflictCase(item.offset, server, txn)
+                    let decision = resolve(conflictCase)
+                    try Store.validate(decision)
+                    try store.append(.reject(Reject(intentOffset: item.offset, code: "CONFLICT", message: message)), txn, &context)
+                    try store.settle(conflictCase, decision, txn, &context)
+                }
                 settled.append(item.offset)
             }
             return settled
-        }
-    }
-
-    /// Schedules another attempt for a pending intent after a retryable
-    /// failure; after `attemptsMax` failures it is marked failed and a
-    /// `.retriesExhausted` event tells the app.
-    public func scheduleRetry(offset: UInt64, error: String, at time: UInt64, attemptsMax: UInt32) async throws {
-        try await write { txn, context, store in
-            let key = OffsetKey.encode(offset)
-            guard var state = try store.outboxState(txn, key: key) else { return }
-            state.attempts += 1
-            state.lastError = error
-            state.nextAttemptAt = time
-            if state.attempts >= attemptsMax {
-                state.status = .failed
-                let intent = try store.projector.readIntent(at: offset, txn)
-                context.effects.events.append(
-                    .retriesExhausted(offset: offset, entityType: intent.entityType, entityID: intent.entityID, lastError: error))
-            }
-            try txn.put(store.projector.outbox, key: key, value: state.encoded())
         }
     }
 

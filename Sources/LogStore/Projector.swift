@@ -12,6 +12,7 @@ struct Projector: Sendable {
     let outbox: Database
     let idempotency: Database
     let counts: Database
+    let conflicts: Database
     let path: String
     /// Set only on the copy a replay chunk uses (see `ProjectionCache`).
     var cache: ProjectionCache?
@@ -31,9 +32,11 @@ struct Projector: Sendable {
             try txn.put(outbox, key: OffsetKey.encode(entry.offset), value: OutboxState().encoded())
             try txn.put(idempotency, key: Array(intent.idempotencyKey.utf8), value: OffsetKey.encode(entry.offset))
             effects.touchedTypes.insert(intent.entityType)
+            if live { effects.wroteIntents = true }
         case .ack(let ack):
             try settle(ack.intentOffset, txn, &effects) { record, intent in
                 record.confirmed = record.confirmed.applying(ack: intent, version: ack.serverVersion)
+                record.ackedVersion = max(record.ackedVersion, ack.serverVersion)
             }
         case .reject(let reject):
             let intent = try settle(reject.intentOffset, txn, &effects) { _, _ in }
@@ -62,6 +65,14 @@ struct Projector: Sendable {
             try cache?.flush(self, txn)
             try resetBase(txn, &effects)
         case .conflict(let conflict):
+            // The `conflicts` database lists those waiting for the app; a
+            // later entry with a resolution takes its intent off the list.
+            let key = OffsetKey.encode(conflict.intentOffset)
+            if conflict.resolution == .pending {
+                try txn.put(conflicts, key: key, value: OffsetKey.encode(entry.offset))
+            } else {
+                try txn.delete(conflicts, key: key)
+            }
             if live { effects.events.append(.conflict(offset: entry.offset, conflict)) }
         }
     }
@@ -104,6 +115,9 @@ struct Projector: Sendable {
         var record = before
         record.pending.remove(at: index)
         confirm(&record, intent)
+        // Only intents made before an answer need its version; once none is
+        // pending, every later intent is made against a base that has it.
+        if record.pending.isEmpty { record.ackedVersion = 0 }
         record.visible = try fold(record.base, record.pending, txn)
         try save(record, replacing: before, intent.entityType, intent.entityID, txn)
         try txn.delete(outbox, key: OffsetKey.encode(offset))
@@ -142,6 +156,8 @@ struct Projector: Sendable {
             var record = before
             record.base = nil
             record.baseVersion = 0
+            // The server's versions may have started over (a new store).
+            record.ackedVersion = 0
             record.visible = try fold(nil, record.pending, txn)
             try save(record, replacing: before, type, id, txn)
             effects.touchedTypes.insert(type)

@@ -91,7 +91,7 @@ extension Store {
     }
 
     private func clearDerived(_ txn: borrowing Transaction) throws {
-        for database in [projector.entities, projector.outbox, projector.idempotency, projector.counts] {
+        for database in [projector.entities, projector.outbox, projector.idempotency, projector.counts, projector.conflicts] {
             try txn.removeAll(database)
         }
         try txn.delete(log.metaDatabase, key: MetaKey.cursor)
@@ -159,6 +159,7 @@ package struct DerivedTables: Equatable, Sendable {
     package var counts: [[UInt8]] = []
     package var idempotency: [[UInt8]] = []
     package var outboxKeys: [[UInt8]] = []
+    package var conflicts: [[UInt8]] = []
     package var cursor: [UInt8]?
     package var watermark: UInt64 = 0
 }
@@ -172,6 +173,7 @@ extension Store {
             tables.counts = try rows(projector.counts, txn)
             tables.idempotency = try rows(projector.idempotency, txn)
             tables.outboxKeys = try rows(projector.outbox, txn, keysOnly: true)
+            tables.conflicts = try rows(projector.conflicts, txn)
             tables.cursor = try txn.get(log.metaDatabase, key: MetaKey.cursor)
             tables.watermark = try watermark(txn)
             return tables

@@ -16,18 +16,19 @@ import LogFormat
 public final class Store: Sendable {
     /// The layout of the derived databases. A store whose derived databases
     /// have another version is rebuilt from the log when opened writable.
-    public static let projectionVersion: UInt32 = 1
+    public static let projectionVersion: UInt32 = 2
     /// Log entries applied per transaction while replaying.
     public static let replayChunkCountMax = 20_000
     /// The most entities `all(type:after:limit:)` returns at once.
     public static let pageCountMax = 10_000
 
-    static let derivedDatabaseNames = ["entities", "outbox", "idempotency", "counts"]
+    static let derivedDatabaseNames = ["entities", "outbox", "idempotency", "counts", "conflicts"]
 
     public let log: EventLog
     let projector: Projector
     private let changeFeed: Broadcast<StoreChange>
     private let eventFeed: Broadcast<StoreEvent>
+    private let intentFeed: Broadcast<UInt64>
 
     public var path: String { log.path }
 
@@ -39,8 +40,10 @@ public final class Store: Sendable {
     public init(path: String, options: EventLog.Options = .init()) throws {
         let changeFeed = Broadcast<StoreChange>()
         let eventFeed = Broadcast<StoreEvent>()
+        let intentFeed = Broadcast<UInt64>()
         self.changeFeed = changeFeed
         self.eventFeed = eventFeed
+        self.intentFeed = intentFeed
         let log = try EventLog(
             path: path, options: options, derivedDatabases: Store.derivedDatabaseNames,
             onCommit: { effects in
@@ -48,6 +51,7 @@ public final class Store: Sendable {
                     changeFeed.publish(StoreChange(entityType: type, offset: effects.offset))
                 }
                 for event in effects.events { eventFeed.publish(event) }
+                if effects.wroteIntents { intentFeed.publish(effects.offset) }
             })
         self.log = log
         let derived = Store.derivedDatabaseNames.compactMap { log.derivedDatabases[$0] ?? nil }
@@ -56,7 +60,7 @@ public final class Store: Sendable {
         }
         projector = Projector(
             log: log.logDatabase, meta: log.metaDatabase, entities: derived[0], outbox: derived[1],
-            idempotency: derived[2], counts: derived[3], path: log.path)
+            idempotency: derived[2], counts: derived[3], conflicts: derived[4], path: log.path)
         if options.readOnly {
             let (version, watermark) = try projectionState()
             guard version == Store.projectionVersion, watermark == (try log.lastOffset()) else {
@@ -74,6 +78,7 @@ public final class Store: Sendable {
         log.close()
         changeFeed.finish()
         eventFeed.finish()
+        intentFeed.finish()
     }
 
     /// Values after each commit that touched entities of `type`.
@@ -83,6 +88,10 @@ public final class Store: Sendable {
 
     /// Rejections, conflicts and exhausted retries, as they are committed.
     public func events() -> AsyncStream<StoreEvent> { eventFeed.subscribe() }
+
+    /// The last offset of each commit that wrote intents: the outbox has
+    /// something new to push (the scheduler's "local write" trigger).
+    public func intentCommits() -> AsyncStream<UInt64> { intentFeed.subscribe() }
 }
 
 // MARK: - Writing

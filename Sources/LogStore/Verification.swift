@@ -94,7 +94,7 @@ extension EventLog {
 
 extension Store {
     /// Compares every derived database (entities, counts, idempotency keys,
-    /// outbox keys, cursor, watermark) with what a replay of the log
+    /// outbox keys, conflicts, cursor, watermark) with what a replay of the log
     /// computes. The replay runs in a copy of the store made in
     /// `scratchDirectory`, so the store itself is only read.
     /// - Returns: one problem per differing row (up to `problemCountMax`).
@@ -113,6 +113,7 @@ extension Store {
         problems += Store.compare("counts", stored.counts, replayed.counts, pairs: true)
         problems += Store.compare("idempotency", stored.idempotency, replayed.idempotency, pairs: true)
         problems += Store.compare("outbox", stored.outboxKeys, replayed.outboxKeys, pairs: false)
+        problems += Store.compare("conflicts", stored.conflicts, replayed.conflicts, pairs: true)
         if stored.cursor != replayed.cursor {
             problems.append(StoreProblem(table: "meta", message: "cursor is \(Store.text(stored.cursor)), the log says \(Store.text(replayed.cursor))"))
         }

@@ -39,13 +39,21 @@ import Testing
         pendingOnly.visible = ["a": 1]
         pendingOnly.pending = [1, 4]
         #expect(try roundTrip(pendingOnly) == pendingOnly)
+        var acked = pendingOnly
+        acked.ackedVersion = 7
+        let bytes = acked.encoded()
+        #expect(bytes.count == pendingOnly.encoded().count + 8)
+        #expect(bytes[1] & 0x08 != 0)
+        #expect(try roundTrip(acked) == acked)
     }
 
     @Test func damagedRecordsAreRefused() {
         for (bytes, code) in [
             ([2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] as [UInt8], FormatError.Code.unsupportedVersion),
             ([1, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),  // shared without base and visible
-            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),
+            ([1, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),
+            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),  // acked version 0
+            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .truncated),
             ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9], .lengthOutOfRange),
             ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], .trailingBytes),
             ([1, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .truncated),

@@ -1,0 +1,200 @@
+import LMDB
+import LogFormat
+
+/// A conflict to decide: the local intent the server refused, what the app
+/// saw, and what the server has.
+public struct ConflictCase: Sendable, Equatable {
+    public var intentOffset: UInt64
+    public var intent: Intent
+    /// When the intent was written (its entry's timestamp).
+    public var writtenAt: HybridTimestamp
+    /// The state the server had confirmed to this store (nil: none).
+    public var base: Fields?
+    /// What the app saw when the conflict was recorded (nil: absent).
+    public var local: Fields?
+    /// The server's state when it refused the intent (the protocol's `server_state`).
+    public var server: ServerState
+}
+
+/// How a conflict is settled.
+public enum ConflictDecision: Sendable, Equatable {
+    /// Push the local change again, on top of the server's version.
+    case keepLocal
+    /// Drop the local change; the server's state stands.
+    case keepRemote
+    /// The entity should become these fields (a merge of both sides).
+    case merged(Fields)
+    /// The entity should become these fields, or be deleted (nil), as the
+    /// app's own rule decided.
+    case custom(Fields?)
+    /// Leave it to the app: listed by `Store.conflicts()` until
+    /// `Store.resolveConflict` is called, across restarts.
+    case askApp
+}
+
+/// A conflict waiting for the app.
+public struct WaitingConflict: Sendable, Equatable {
+    /// The offset of the `conflict` entry.
+    public var offset: UInt64
+    public var conflict: Conflict
+    /// The intent the server refused.
+    public var intent: Intent
+    public var writtenAt: HybridTimestamp
+}
+
+extension Store {
+    /// The conflicts waiting for the app, oldest intent first.
+    public func conflicts() throws -> [WaitingConflict] {
+        try log.environment.read { txn in
+            var rows: [(intent: UInt64, entry: UInt64)] = []
+            try txn.forEach(projector.conflicts) { key, value in
+                guard let intent = OffsetKey.decode(key), let entry = UInt64(bigEndianBytes: value) else {
+                    throw LogStoreError(.corruptEntry, path: path, "conflicts: a row is not two offsets")
+                }
+                rows.append((intent, entry))
+                return true
+            }
+            return try rows.map { row in
+                guard case .conflict(let conflict) = try entryInside(txn, at: row.entry).body else {
+                    throw LogStoreError(.corruptEntry, path: path, offset: row.entry, "conflicts names an entry that is not a conflict")
+                }
+                let intentEntry = try entryInside(txn, at: row.intent)
+                guard case .intent(let intent) = intentEntry.body else {
+                    throw LogStoreError(.corruptEntry, path: path, offset: row.intent, "a conflict names an entry that is not an intent")
+                }
+                return WaitingConflict(offset: row.entry, conflict: conflict, intent: intent, writtenAt: intentEntry.timestamp)
+            }
+        }
+    }
+
+    /// Settles a conflict that waits for the app: writes a `conflict` entry
+    /// with the decision and, when the decision needs it, a new intent that
+    /// pushes the outcome on top of the server's version.
+    /// - Parameters:
+    ///   - intentOffset: the refused intent, as `WaitingConflict.conflict.intentOffset`.
+    ///   - decision: anything but `.askApp`.
+    /// - Throws: `LogStoreError.notFound` when no conflict of that intent
+    ///   waits; `.invalidArgument` for `.askApp` or invalid fields.
+    public func resolveConflict(intentOffset: UInt64, _ decision: ConflictDecision) async throws {
+        guard decision != .askApp else { throw Validation.invalid("a conflict is resolved by a decision other than askApp") }
+        try Store.validate(decision)
+        try await write { txn, context, store in
+            guard let entryOffset = try txn.get(store.projector.conflicts, key: OffsetKey.encode(intentOffset)).flatMap({ UInt64(bigEndianBytes: $0) }),
+                case .conflict(let pending) = try store.entryInside(txn, at: entryOffset).body
+            else {
+                throw LogStoreError(.notFound, path: store.path, offset: intentOffset, "no conflict of intent \(intentOffset) waits for the app")
+            }
+            let server = ServerState(serverVersion: pending.serverVersion, deleted: pending.serverDeleted, data: pending.serverFields)
+            let conflictCase = try store.conflictCase(intentOffset, server, txn)
+            try store.settle(conflictCase, decision, txn, &context)
+        }
+    }
+
+    /// What the conflict looks like from this store, read inside a write.
+    func conflictCase(_ offset: UInt64, _ server: ServerState, _ txn: borrowing Transaction) throws -> ConflictCase {
+        let entry = try entryInside(txn, at: offset)
+        guard case .intent(let intent) = entry.body else {
+            throw LogStoreError(.corruptEntry, path: path, offset: offset, "a conflict names an entry that is not an intent")
+        }
+        let record = try projector.load(intent.entityType, intent.entityID, txn)
+        return ConflictCase(
+            intentOffset: offset, intent: intent, writtenAt: entry.timestamp, base: record?.base, local: record?.visible,
+            server: server)
+    }
+
+    /// Appends the `conflict` entry for `decision` and the intent it needs.
+    func settle(_ conflictCase: ConflictCase, _ decision: ConflictDecision, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
+        let outcome = ConflictOutcome(decision, conflictCase)
+        let intent = conflictCase.intent
+        let server = conflictCase.server
+        try append(
+            .conflict(
+                Conflict(
+                    intentOffset: conflictCase.intentOffset, entityType: intent.entityType, entityID: intent.entityID,
+                    serverVersion: server.serverVersion, serverDeleted: server.deleted, serverFields: server.data,
+                    resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)),
+            txn, &context)
+        if let (operation, fields) = outcome.intent {
+            try append(
+                .intent(
+                    Intent(
+                        operation, idempotencyKey: WriteBatch.newKey(), entityType: intent.entityType,
+                        entityID: intent.entityID, baseVersion: server.serverVersion, fields: fields)),
+                txn, &context)
+        }
+    }
+
+    static func validate(_ decision: ConflictDecision) throws {
+        switch decision {
+        case .merged(let fields), .custom(.some(let fields)): try Validation.fields(fields)
+        case .keepLocal, .keepRemote, .custom(nil), .askApp: break
+        }
+    }
+}
+
+/// What a decision amounts to: the resolution recorded in the log, the
+/// state it settles on, and the intent (if any) that pushes that state.
+struct ConflictOutcome: Equatable {
+    var resolution: Conflict.Resolution
+    var resolvedFields: Fields
+    var intent: (Intent.Operation, Fields)?
+
+    static func == (lhs: ConflictOutcome, rhs: ConflictOutcome) -> Bool {
+        lhs.resolution == rhs.resolution && lhs.resolvedFields == rhs.resolvedFields
+            && lhs.intent?.0 == rhs.intent?.0 && lhs.intent?.1 == rhs.intent?.1
+    }
+
+    init(resolution: Conflict.Resolution, resolvedFields: Fields, intent: (Intent.Operation, Fields)?) {
+        self.resolution = resolution
+        self.resolvedFields = resolvedFields
+        self.intent = intent
+    }
+
+    init(_ decision: ConflictDecision, _ conflictCase: ConflictCase) {
+        let server = conflictCase.server
+        let serverState: Fields? = server.deleted ? nil : server.data
+        switch decision {
+        case .askApp:
+            self.init(resolution: .pending, resolvedFields: [:], intent: nil)
+        case .keepRemote:
+            self.init(resolution: .keepRemote, resolvedFields: serverState ?? [:], intent: nil)
+        case .keepLocal:
+            let local = conflictCase.intent
+            switch local.operation {
+            case .create, .update:
+                guard let serverState else {
+                    // The server deleted it: bring back what the app sees.
+                    let fields = local.operation == .create ? local.fields : (conflictCase.local ?? local.fields)
+                    self.init(resolution: .keepLocal, resolvedFields: fields, intent: (.create, fields))
+                    return
+                }
+                self.init(resolution: .keepLocal, resolvedFields: serverState.merging(local.fields), intent: (.update, local.fields))
+            case .delete:
+                self.init(resolution: .keepLocal, resolvedFields: [:], intent: serverState == nil ? nil : (.delete, [:]))
+            }
+        case .merged(let target):
+            self.init(resolution: .merged, target: target, serverState: serverState)
+        case .custom(let target):
+            self.init(resolution: .custom, target: target, serverState: serverState)
+        }
+    }
+
+    /// Moves the server's state to `target` (nil: deleted) with one intent,
+    /// or none when they already agree. An update cannot remove a field, so
+    /// a field the target lacks is set to null.
+    private init(resolution: Conflict.Resolution, target: Fields?, serverState: Fields?) {
+        switch (target, serverState) {
+        case (nil, nil):
+            self.init(resolution: resolution, resolvedFields: [:], intent: nil)
+        case (nil, .some):
+            self.init(resolution: resolution, resolvedFields: [:], intent: (.delete, [:]))
+        case (.some(let target), nil):
+            self.init(resolution: resolution, resolvedFields: target, intent: (.create, target))
+        case (.some(let target), .some(let server)):
+            var changes: [(String, Value)] = target.filter { server[$0.name] != $0.value }.map { ($0.name, $0.value) }
+            changes += server.filter { target[$0.name] == nil && $0.value != .null }.map { ($0.name, Value.null) }
+            let intent: (Intent.Operation, Fields)? = changes.isEmpty ? nil : (.update, Fields(changes))
+            self.init(resolution: resolution, resolvedFields: server.merging(Fields(changes)), intent: intent)
+        }
+    }
+}

@@ -1,0 +1,125 @@
+import LMDB
+import LogFormat
+
+/// What the outbox holds, for scheduling and for the app's sync health.
+public struct OutboxSummary: Sendable, Equatable {
+    /// Intents waiting to be pushed (due or not).
+    public var pendingCount = 0
+    /// Intents out of retries, waiting for the app (`Store.retryFailed`).
+    public var failedCount = 0
+    /// When the earliest pending intent that is not due yet becomes due
+    /// (Unix milliseconds); nil when none waits for a retry.
+    public var nextAttemptAt: UInt64?
+    /// When the oldest intent in the outbox was written (Unix milliseconds).
+    public var oldestWrittenAt: UInt64?
+}
+
+extension Store {
+    /// The next intents to push, in log order: at most `limit`, each due at
+    /// `now` (Unix milliseconds), with the base version to send.
+    ///
+    /// An intent that is not due, or has failed, holds back every later
+    /// intent on its entity: the server must apply one entity's changes in
+    /// the order the app made them (`Format/sync-protocol.md` section 10).
+    /// Each returned intent's `baseVersion` is the one to send: the greater
+    /// of the version it was made against and the server versions answered
+    /// for earlier intents on its entity (section 7).
+    public func pushBatch(limit: Int, now: UInt64) throws -> [PendingIntent] {
+        precondition(limit >= 0, "negative limit")
+        return try log.environment.read { txn in
+            var batch: [PendingIntent] = []
+            var held: Set<RecordKey> = []
+            try txn.forEach(projector.outbox) { key, value in
+                guard batch.count < limit else { return false }
+                guard let offset = OffsetKey.decode(key) else { return true }
+                let state = try decodeOutboxState(value, key: key)
+                let entry = try entryInside(txn, at: offset)
+                guard case .intent(var intent) = entry.body else {
+                    throw LogStoreError(.corruptEntry, path: path, offset: offset, "the outbox names a \(entry.kind) entry")
+                }
+                let entity = RecordKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
+                guard !held.contains(entity) else { return true }
+                guard state.status == .pending, state.nextAttemptAt <= now else {
+                    held.insert(entity)
+                    return true
+                }
+                if let record = try projector.load(intent.entityType, intent.entityID, txn) {
+                    intent.baseVersion = max(intent.baseVersion, record.ackedVersion)
+                }
+                batch.append(PendingIntent(offset: offset, timestamp: entry.timestamp, intent: intent, state: state))
+                return true
+            }
+            return batch
+        }
+    }
+
+    /// Counts the outbox by status and finds its next retry time and its
+    /// oldest intent, reading only the outbox and one entry.
+    public func outboxSummary() throws -> OutboxSummary {
+        try log.environment.read { txn in
+            var summary = OutboxSummary()
+            var oldest: UInt64?
+            try txn.forEach(projector.outbox) { key, value in
+                let state = try decodeOutboxState(value, key: key)
+                if oldest == nil { oldest = OffsetKey.decode(key) }
+                switch state.status {
+                case .pending:
+                    summary.pendingCount += 1
+                    if state.nextAttemptAt > 0 {
+                        summary.nextAttemptAt = min(summary.nextAttemptAt ?? .max, state.nextAttemptAt)
+                    }
+                case .failed:
+                    summary.failedCount += 1
+                }
+                return true
+            }
+            if let oldest { summary.oldestWrittenAt = try entryInside(txn, at: oldest).timestamp.milliseconds }
+            return summary
+        }
+    }
+
+    /// Schedules another attempt for pending intents after a retryable
+    /// failure, in one transaction. An intent that reaches `attemptsMax`
+    /// failed attempts is marked failed, and a `.retriesExhausted` event
+    /// tells the app. Offsets no longer in the outbox are skipped.
+    public func scheduleRetry(offsets: [UInt64], error: String, at time: UInt64, attemptsMax: UInt32) async throws {
+        try await write { txn, context, store in
+            for offset in offsets {
+                let key = OffsetKey.encode(offset)
+                guard var state = try store.outboxState(txn, key: key) else { continue }
+                state.attempts += 1
+                state.lastError = error
+                state.nextAttemptAt = time
+                if state.attempts >= attemptsMax { try store.fail(offset, &state, txn, &context) }
+                try txn.put(store.projector.outbox, key: key, value: state.encoded())
+            }
+        }
+    }
+
+    /// Marks pending intents failed at once (a permanent failure of the
+    /// whole request they were in, which is no judgement on each of them):
+    /// they wait for the app's `retryFailed`, and a `.retriesExhausted`
+    /// event tells it.
+    public func markFailed(offsets: [UInt64], error: String) async throws {
+        try await write { txn, context, store in
+            for offset in offsets {
+                let key = OffsetKey.encode(offset)
+                guard var state = try store.outboxState(txn, key: key), state.status == .pending else { continue }
+                state.attempts += 1
+                state.lastError = error
+                try store.fail(offset, &state, txn, &context)
+                try txn.put(store.projector.outbox, key: key, value: state.encoded())
+            }
+        }
+    }
+
+    private func fail(
+        _ offset: UInt64, _ state: inout OutboxState, _ txn: borrowing Transaction, _ context: inout WriteContext
+    ) throws {
+        state.status = .failed
+        state.nextAttemptAt = 0
+        let intent = try projector.readIntent(at: offset, txn)
+        context.effects.events.append(
+            .retriesExhausted(offset: offset, entityType: intent.entityType, entityID: intent.entityID, lastError: state.lastError))
+    }
+}
