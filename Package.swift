@@ -38,8 +38,9 @@ let package = Package(
             ]
         ),
         .target(name: "LogSync", dependencies: ["LogFormat", "LogStore"]),
-        .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore", "LogSync"]),
-        .target(name: "LogTesting", dependencies: ["LogFormat", "LogStore", "LogSync"]),
+        .target(name: "LogSyncHTTP", dependencies: ["LogFormat", "LogSync"]),
+        .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore", "LogSync", "LogSyncHTTP"]),
+        .target(name: "LogTesting", dependencies: ["LogFormat", "LMDB", "LogStore", "LogSync", "LogServer"]),
 
         .executableTarget(
             name: "bench",
@@ -80,6 +81,9 @@ let package = Package(
         .testTarget(name: "LMDBTests", dependencies: ["LMDB", "LogTesting"]),
         .testTarget(name: "LogStoreTests", dependencies: ["LogStore", "LMDB", "LogTesting"]),
         .testTarget(name: "LogServerTests", dependencies: ["LogServer", "LogFormat", "LogTesting"]),
+        .testTarget(
+            name: "LogSyncTests",
+            dependencies: ["LogSync", "LogSyncHTTP", "LogStore", "LogServer", "LogFormat", "LogTesting"]),
         .testTarget(name: "LogToolTests", dependencies: ["LogStore", "LogFormat", "LMDB", "LogTesting"]),
     ],
     swiftLanguageModes: [.v6]

@@ -93,6 +93,49 @@ extension PullResponse {
     }
 }
 
+extension PushResponse {
+    /// Reads a push answer with `JSONReader`, so that a conflict's
+    /// `server_state` keeps its number forms (`2.0` stays a double).
+    /// - Throws: `JSONReadError` or `WireDecodingError`.
+    public static func decode(json bytes: some Collection<UInt8>) throws -> PushResponse {
+        let root = try JSONReader.parse(bytes)
+        guard case .array(let list)? = root["results"] else { throw WireDecodingError("results", "is missing or not an array") }
+        return PushResponse(results: try list.enumerated().map { try PushResult(json: $1, path: "results[\($0)]") })
+    }
+}
+
+extension PushResult {
+    init(json: JSONValue, path: String) throws {
+        let statusText = try json.string("status", path)
+        guard let status = Status(rawValue: statusText) else { throw WireDecodingError("\(path).status", "is \(statusText)") }
+        var version: UInt64?
+        if case .int(let value)? = json["server_version"], value >= 0 { version = UInt64(value) }
+        var code: WireErrorCode?
+        if case .string(let text)? = json["error_code"] { code = WireErrorCode(rawValue: text) }
+        var message: String?
+        if case .string(let text)? = json["error_message"] { message = text }
+        var state: ServerState?
+        if let value = json["server_state"], value != .null {
+            guard case .int(let stateVersion)? = value["server_version"], stateVersion >= 0 else {
+                throw WireDecodingError("\(path).server_state.server_version", "is missing or not a version")
+            }
+            guard let data = value["data"] else { throw WireDecodingError("\(path).server_state.data", "is missing") }
+            state = ServerState(
+                serverVersion: UInt64(stateVersion), deleted: try value.bool("deleted", "\(path).server_state"),
+                data: try Fields(json: data, path: "\(path).server_state.data"))
+        }
+        switch status {
+        case .applied, .duplicate:
+            guard version != nil else { throw WireDecodingError("\(path).server_version", "is missing or not a version") }
+        case .rejected:
+            guard code != nil else { throw WireDecodingError("\(path).error_code", "is missing or not a string") }
+        }
+        self.init(
+            idempotencyKey: try json.string("idempotency_key", path), status: status, serverVersion: version, errorCode: code,
+            errorMessage: message, serverState: state)
+    }
+}
+
 extension PullChange {
     init(json: JSONValue, path: String) throws {
         let operation = try json.string("operation", path)

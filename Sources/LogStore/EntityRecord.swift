@@ -126,6 +126,13 @@ struct Confirmed: Equatable {
         version > self.version ? Confirmed(version: version, fields: state) : self
     }
 
+    /// A compaction snapshot at `version`: it holds the confirmed state as of
+    /// its watermark, so it also wins at an equal version (over an ack that
+    /// compaction kept and that replays before it, `storage.md` section 15).
+    func applying(snapshotVersion version: UInt64, state: Fields?) -> Confirmed {
+        version >= self.version && version > 0 ? Confirmed(version: version, fields: state) : self
+    }
+
     /// The server acknowledged `intent` at `version`. A base already at or
     /// past that version includes the intent (it was pulled before the ack
     /// arrived), so it is applied only over older bases. An update over no

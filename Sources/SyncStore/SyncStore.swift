@@ -4,3 +4,4 @@
 @_exported import LogFormat
 @_exported import LogStore
 @_exported import LogSync
+@_exported import LogSyncHTTP

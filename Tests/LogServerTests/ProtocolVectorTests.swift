@@ -1,3 +1,4 @@
+import LogTesting
 import Foundation
 import Testing
 

@@ -1,7 +1,7 @@
 import Foundation
 import LogFormat
 import LogServer
-import LogTesting
+import LMDB
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -10,21 +10,21 @@ import LogTesting
 /// A real sync server on a loopback port of its own, for one test, spoken
 /// to over real HTTP. `stop()` shuts it down; `restart()` serves the same
 /// data directory again.
-final class TestServer: @unchecked Sendable {
-    static let tokens: [String: Identity] = [
+public final class TestServer: @unchecked Sendable {
+    public static let tokens: [String: Identity] = [
         "alice-token": Identity(user: "alice"), "bob-token": Identity(user: "bob"),
         "reader-token": Identity(user: "carol", readOnly: true),
     ]
 
-    let directory: TemporaryDirectory
-    var configuration: SyncServer.Configuration
-    private(set) var server: SyncServer
-    private(set) var port = 0
+    public let directory: TemporaryDirectory
+    public var configuration: SyncServer.Configuration
+    public private(set) var server: SyncServer
+    public private(set) var port = 0
     private var task: Task<Void, any Error>?
-    let session: URLSession
+    public let session: URLSession
 
     /// - Parameter dataDirectory: serve this store instead of a new one.
-    init(
+    public init(
         _ name: String, rateLimit: (Double, Int)? = nil, faultInjection: Bool = true, durability: LMDBDurability = .process,
         dataDirectory: String? = nil
     ) async throws {
@@ -57,7 +57,7 @@ final class TestServer: @unchecked Sendable {
     }
 
     /// Stops serving (in-flight requests finish) and closes the store.
-    func stop() async {
+    public func stop() async {
         task?.cancel()
         _ = await task?.result
         task = nil
@@ -65,23 +65,23 @@ final class TestServer: @unchecked Sendable {
     }
 
     /// Stops, then serves the same directory again on a new port.
-    func restart() async throws {
+    public func restart() async throws {
         await stop()
         server = try SyncServer(configuration: configuration)
         try await start()
     }
 
-    struct Reply {
-        var status: Int
-        var headers: [String: String]
-        var body: Data
+    public struct Reply {
+        public var status: Int
+        public var headers: [String: String]
+        public var body: Data
 
-        func decode<T: Decodable>(_: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: body) }
-        var error: ErrorEnvelope? { try? decode(ErrorEnvelope.self) }
-        var json: Any? { try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) }
+        public func decode<T: Decodable>(_: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: body) }
+        public var error: ErrorEnvelope? { try? decode(ErrorEnvelope.self) }
+        public var json: Any? { try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) }
     }
 
-    func send(
+    public func send(
         _ method: String, _ path: String, token: String? = "alice-token", query: [String: String] = [:], body: Data? = nil,
         headers: [String: String] = [:]
     ) async throws -> Reply {
@@ -104,21 +104,36 @@ final class TestServer: @unchecked Sendable {
         return Reply(status: http.statusCode, headers: fields, body: data)
     }
 
-    func push(_ operations: [PushOperation], token: String = "alice-token") async throws
+    public func push(_ operations: [PushOperation], token: String = "alice-token") async throws
         -> Reply
     {
         try await send("POST", "/v1/push", token: token, body: try JSONEncoder().encode(PushRequest(operations: operations)))
     }
 
-    func pull(cursor: String? = nil, limit: Int? = nil, token: String = "alice-token") async throws -> Reply {
+    public func pull(cursor: String? = nil, limit: Int? = nil, token: String = "alice-token") async throws -> Reply {
         var query: [String: String] = [:]
         if let cursor { query["cursor"] = cursor }
         if let limit { query["limit"] = String(limit) }
         return try await send("GET", "/v1/pull", token: token, query: query)
     }
 
+    /// The server's base URL, `http://127.0.0.1:<port>`.
+    public var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
+
+    /// Sets the injected faults (`POST /v1/admin/faults`).
+    public func faults(_ settings: FaultSettings) async throws {
+        let reply = try await send("POST", "/v1/admin/faults", token: "admin-token", body: try JSONEncoder().encode(settings))
+        guard reply.status == 200 else { throw CocoaError(.fileWriteUnknown) }
+    }
+
+    /// Forces every client to resync (`POST /v1/admin/resync`).
+    public func forceResync() async throws {
+        let reply = try await send("POST", "/v1/admin/resync", token: "admin-token")
+        guard reply.status == 200 else { throw CocoaError(.fileWriteUnknown) }
+    }
+
     /// Every change in the user's feed, page by page.
-    func pullAll(token: String = "alice-token", limit: Int = 1000) async throws -> [PullChange] {
+    public func pullAll(token: String = "alice-token", limit: Int = 1000) async throws -> [PullChange] {
         var changes: [PullChange] = []
         var cursor: String?
         for _ in 0..<10_000 {
@@ -131,10 +146,10 @@ final class TestServer: @unchecked Sendable {
     }
 }
 
-typealias LMDBDurability = SyncServer.Configuration.Durability
+public typealias LMDBDurability = SyncServer.Configuration.Durability
 
 /// A push operation with defaults for the fields a test does not care about.
-func operation(
+public func operation(
     _ intent: PushOperation.Intent, _ id: String, _ data: Fields? = nil, key: String? = nil, base: UInt64 = 0,
     type: String = "te"
 ) -> PushOperation {

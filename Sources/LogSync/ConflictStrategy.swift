@@ -1,0 +1,78 @@
+import LogFormat
+import LogStore
+
+/// How conflicts of one entity type are settled (`SyncConfiguration`).
+/// Every conflict is written to the log whatever the strategy; only
+/// `.askApp` leaves it open, listed by `Store.conflicts()` until the app
+/// calls `Store.resolveConflict`.
+public enum ConflictStrategy: Sendable {
+    /// Push the local change again on top of the server's version.
+    case keepLocal
+    /// Drop the local change.
+    case keepRemote
+    /// The side whose `field` (a timestamp, integer or double) is greater
+    /// wins; a tie keeps the server's. When either side lacks a comparable
+    /// value the app decides.
+    case newerWins(field: String)
+    /// Field by field: what only one side changed is kept; a field both
+    /// changed goes to `prefer`. A delete against a change goes to `prefer`.
+    case fieldMerge(prefer: Side)
+    /// The app's own rule, called inside a write transaction: it must be
+    /// quick and must not touch the store.
+    case custom(@Sendable (ConflictCase) -> ConflictDecision)
+    /// Leave it to the app.
+    case askApp
+
+    public enum Side: Sendable { case local, remote }
+
+    public func decide(_ conflict: ConflictCase) -> ConflictDecision {
+        switch self {
+        case .keepLocal: .keepLocal
+        case .keepRemote: .keepRemote
+        case .askApp: .askApp
+        case .custom(let rule): rule(conflict)
+        case .newerWins(let field): ConflictStrategy.newer(field, conflict)
+        case .fieldMerge(let prefer): ConflictStrategy.merge(conflict, prefer: prefer)
+        }
+    }
+
+    private static func newer(_ field: String, _ conflict: ConflictCase) -> ConflictDecision {
+        let local = conflict.intent.fields[field] ?? conflict.local?[field]
+        guard !conflict.server.deleted, let local, let remote = conflict.server.data[field],
+            let order = compare(local, remote)
+        else { return .askApp }
+        return order > 0 ? .keepLocal : .keepRemote
+    }
+
+    /// Orders two timestamps, or two numbers; nil for anything else.
+    private static func compare(_ a: Value, _ b: Value) -> Int? {
+        func number(_ value: Value) -> Double? {
+            switch value {
+            case .int(let n): Double(n)
+            case .double(let d): d
+            default: nil
+            }
+        }
+        switch (a, b) {
+        case (.timestamp(let x), .timestamp(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case (.int(let x), .int(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        default:
+            guard let x = number(a), let y = number(b), !x.isNaN, !y.isNaN else { return nil }
+            return x == y ? 0 : (x < y ? -1 : 1)
+        }
+    }
+
+    private static func merge(_ conflict: ConflictCase, prefer: Side) -> ConflictDecision {
+        let intent = conflict.intent
+        guard intent.operation != .delete, !conflict.server.deleted else { return prefer == .local ? .keepLocal : .keepRemote }
+        var merged = conflict.server.data
+        var changes: [(String, Value)] = []
+        for (name, value) in intent.fields {
+            let serverValue = conflict.server.data[name]
+            let serverChanged = serverValue != conflict.base?[name]
+            if !serverChanged || prefer == .local { changes.append((name, value)) }
+        }
+        merged = merged.merging(Fields(changes))
+        return .merged(merged)
+    }
+}

@@ -1,0 +1,74 @@
+import LogFormat
+import LogStore
+
+/// What to do with one pushed intent's result (`Format/sync-protocol.md`,
+/// section 10, "How a client records answers" and "Which failures are
+/// retried"). Pure, so the rules are tested without a server.
+enum ResultDecision: Equatable {
+    /// Record this answer in the log.
+    case record(PushOutcome)
+    /// A code this client does not know: try again later, never drop it.
+    case retry(String)
+}
+
+/// What to do when a whole push request failed.
+enum RequestFailureDecision: Equatable {
+    /// Retry every intent of the request later.
+    case retryAll
+    /// The request was too large: push it in two halves.
+    case split
+    /// Mark every intent failed for the app (a permanent failure that is no
+    /// judgement on each operation), and end the run in error.
+    case failAll
+    /// End the run in error without touching the intents (the server
+    /// speaks another protocol version).
+    case stop
+}
+
+enum PushDecisions {
+    /// Codes the protocol defines as permanent for one operation.
+    static let permanentCodes: Set<WireErrorCode> = [.validationError, .permissionDenied, .entityNotFound]
+
+    static func decide(_ result: PushResult) -> ResultDecision {
+        switch result.status {
+        case .applied, .duplicate:
+            // `PushResponse.decode` guarantees a version for these.
+            let version = result.serverVersion ?? 0
+            return .record(.acknowledged(result.status == .applied ? .applied : .duplicate, serverVersion: version))
+        case .rejected:
+            let code = result.errorCode ?? WireErrorCode(rawValue: "")
+            let message = result.errorMessage ?? ""
+            if code == .conflict {
+                guard let state = result.serverState else { return .record(.rejected(code: code.rawValue, message: message)) }
+                return .record(.conflict(state, message: message))
+            }
+            if permanentCodes.contains(code) { return .record(.rejected(code: code.rawValue, message: message)) }
+            return .retry("\(code.rawValue): \(message)")
+        }
+    }
+
+    static func decide(_ error: TransportError, batchCount: Int) -> RequestFailureDecision {
+        switch error.kind {
+        case .status(413, _): batchCount > 1 ? .split : .failAll
+        case .protocolVersion: .stop
+        default: error.isRetryable ? .retryAll : .failAll
+        }
+    }
+
+    /// The operation sent for a pending intent, with the base version
+    /// `Store.pushBatch` computed.
+    static func operation(_ pending: PendingIntent) -> PushOperation {
+        let intent = pending.intent
+        let kind: PushOperation.Intent =
+            switch intent.operation {
+            case .create: .create
+            case .update: .update
+            case .delete: .delete
+            }
+        return PushOperation(
+            idempotencyKey: intent.idempotencyKey, entityType: intent.entityType, entityID: intent.entityID, intent: kind,
+            data: intent.operation == .delete ? nil : intent.fields,
+            clientTimestamp: Value.rfc3339(microseconds: Int64(pending.timestamp.milliseconds) * 1_000),
+            baseVersion: intent.baseVersion)
+    }
+}

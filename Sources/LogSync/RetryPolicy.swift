@@ -1,0 +1,67 @@
+/// When a retryable failure is tried again (`Format/sync-protocol.md`,
+/// section 10, "Retry timing"): exponential backoff with jitter, at least
+/// the server's `Retry-After`, and a bounded number of attempts.
+public struct RetryPolicy: Sendable, Equatable {
+    /// The delay before the first retry.
+    public var baseDelayMilliseconds: UInt64 = 1_000
+    /// No delay is longer than this (before `Retry-After`).
+    public var delayMaxMilliseconds: UInt64 = 300_000
+    /// An intent is attempted at most this many times, then marked failed.
+    public var attemptsMax: UInt32 = 10
+    /// Each delay is multiplied by a factor from 1 - jitter to 1 + jitter.
+    public var jitter = 0.2
+
+    public init() {}
+
+    /// The delay before retry `retry` (1 for the first), in milliseconds.
+    public func delay(beforeRetry retry: UInt32, retryAfterSeconds: Int? = nil, random: inout some RandomNumberGenerator)
+        -> UInt64
+    {
+        precondition(retry >= 1, "retries count from 1")
+        let doublings = min(retry - 1, 32)
+        let backoff = min(baseDelayMilliseconds << UInt64(doublings), delayMaxMilliseconds)
+        let factor = 1 + Double.random(in: -jitter...jitter, using: &random)
+        let jittered = UInt64((Double(backoff) * factor).rounded())
+        let floor = UInt64(max(0, retryAfterSeconds ?? 0)) * 1_000
+        return max(jittered, floor)
+    }
+}
+
+/// The client's circuit breaker (section 10, "Circuit breaker"): three
+/// consecutive 429 answers, on any endpoint, stop all requests for 30 s, then
+/// 60 s after the next trip, up to 300 s, and at least the last `Retry-After`.
+/// Any other answer resets the count; a successful push or pull also resets
+/// the delay.
+public struct CircuitBreaker: Sendable, Equatable {
+    /// Consecutive 429s that open the breaker.
+    public static let thresholdCount = 3
+    public static let delayBaseMilliseconds: UInt64 = 30_000
+    public static let delayMaxMilliseconds: UInt64 = 300_000
+
+    public private(set) var consecutiveRateLimits = 0
+    /// The delay the next trip waits.
+    public private(set) var nextDelayMilliseconds = CircuitBreaker.delayBaseMilliseconds
+    /// While now is before this (Unix milliseconds), no request is sent.
+    public private(set) var openUntil: UInt64 = 0
+
+    public init() {}
+
+    public func isOpen(at now: UInt64) -> Bool { now < openUntil }
+
+    /// Records a 429. - Returns: whether this one opened the breaker.
+    public mutating func recordRateLimited(retryAfterSeconds: Int?, at now: UInt64) -> Bool {
+        consecutiveRateLimits += 1
+        guard consecutiveRateLimits >= CircuitBreaker.thresholdCount else { return false }
+        let floor = UInt64(max(0, retryAfterSeconds ?? 0)) * 1_000
+        openUntil = now + max(nextDelayMilliseconds, floor)
+        nextDelayMilliseconds = min(nextDelayMilliseconds * 2, CircuitBreaker.delayMaxMilliseconds)
+        consecutiveRateLimits = 0
+        return true
+    }
+
+    /// Records any answer other than 429; `success` for a 2xx push or pull.
+    public mutating func recordAnswer(success: Bool) {
+        consecutiveRateLimits = 0
+        if success { nextDelayMilliseconds = CircuitBreaker.delayBaseMilliseconds }
+    }
+}

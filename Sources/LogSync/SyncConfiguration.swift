@@ -1,0 +1,33 @@
+import LogStore
+
+/// The engine's settings. The defaults are the protocol's recommendations.
+public struct SyncConfiguration: Sendable {
+    /// Intents per push request (at most `Wire.pushOperationCountMax`).
+    public var pushBatchCountMax = 100
+    /// Changes asked for per pull page (at most `Wire.pullPageCountMax`).
+    public var pullPageCountMax = 500
+    public var retry = RetryPolicy()
+    /// The strategy for each entity type; others use `defaultConflictStrategy`.
+    public var conflictStrategies: [String: ConflictStrategy] = [:]
+    public var defaultConflictStrategy = ConflictStrategy.askApp
+    /// The oldest pending intent is "stuck" once it waited this long while
+    /// the server was reachable.
+    public var stuckAfterMilliseconds: UInt64 = 10 * 60 * 1_000
+    /// Full resyncs one run may start before it gives up (a server that
+    /// keeps asking for one is broken).
+    public var resyncsPerRunMax = 3
+
+    public init() {}
+
+    func strategy(for type: String) -> ConflictStrategy { conflictStrategies[type] ?? defaultConflictStrategy }
+}
+
+/// Set from anywhere to stop a running sync at its next page boundary.
+public final class SyncCancellation: Sendable {
+    private let flag = Locked(false)
+
+    public init() {}
+
+    public func cancel() { flag.set(true) }
+    public var isCancelled: Bool { flag.get() }
+}

@@ -1,0 +1,263 @@
+import LogFormat
+import LogStore
+
+/// Syncs one store with its server: pushes the outbox, then pulls the change
+/// feed, as `Format/sync-protocol.md` section 10 describes.
+///
+/// - One run at a time: a `sync()` while one runs joins it.
+/// - A health check comes first; without real connectivity the run ends
+///   quietly (`.offline`), with no error and no retry counted.
+/// - Each intent's answer is recorded on its own; retryable failures are
+///   retried with backoff and jitter, permanent ones are reported through
+///   `Store.events()`; conflicts go to the entity type's strategy.
+/// - Three consecutive 429s open the circuit breaker.
+/// - Every pulled page is applied with its cursor in one transaction;
+///   cancellation is checked between pages.
+///
+/// Caveats: the engine never holds a store transaction across an `await`
+/// (every store call is one synchronous transaction). Intents in flight are
+/// not marked in the store: after a crash they are simply pushed again, and
+/// the server answers `duplicate` for those it had applied.
+public actor SyncEngine {
+    public let store: Store
+    private let transport: any SyncTransport
+    private let clock: any SyncClock
+    private let configuration: SyncConfiguration
+    private var random: any RandomNumberGenerator & Sendable
+
+    private var breaker = CircuitBreaker()
+    private var running: Task<SyncReport, Never>?
+    private let stateFeed = StateBroadcast(SyncState.idle)
+    public private(set) var state = SyncState.idle
+    /// Whether the last health check reached the server.
+    public private(set) var isOnline = false
+    public private(set) var lastSuccessAt: UInt64?
+    public private(set) var lastError: String?
+
+    public init(
+        store: Store, transport: any SyncTransport, clock: any SyncClock = SystemClock(),
+        configuration: SyncConfiguration = .init(), random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
+    ) {
+        precondition((1...Wire.pushOperationCountMax).contains(configuration.pushBatchCountMax), "push batch size out of range")
+        precondition((1...Wire.pullPageCountMax).contains(configuration.pullPageCountMax), "pull page size out of range")
+        self.store = store
+        self.transport = transport
+        self.clock = clock
+        self.configuration = configuration
+        self.random = random
+    }
+
+    /// The current state, then every change.
+    public nonisolated func states() -> AsyncStream<SyncState> { stateFeed.subscribe() }
+
+    /// Runs a sync, or joins the one running.
+    /// - Parameter cancellation: checked between pulled pages.
+    @discardableResult
+    public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
+        if let running { return await running.value }
+        let task = Task { await self.run(cancellation) }
+        running = task
+        let report = await task.value
+        running = nil
+        return report
+    }
+
+    /// Closes the circuit breaker, for an app whose user asked to retry now.
+    public func resetCircuitBreaker() { breaker = CircuitBreaker() }
+
+    /// When the circuit breaker lets requests through again (Unix ms), if open.
+    public var breakerOpenUntil: UInt64? { breaker.isOpen(at: clock.nowMilliseconds) ? breaker.openUntil : nil }
+
+    private func set(_ newState: SyncState) {
+        guard newState != state else { return }
+        state = newState
+        stateFeed.publish(newState)
+    }
+
+    private func run(_ cancellation: SyncCancellation) async -> SyncReport {
+        var report = SyncReport(outcome: .completed)
+        if let stop = rateLimitedStop() { return finish(&report, stop) }
+        do {
+            _ = try await transport.health()
+            isOnline = true
+        } catch {
+            isOnline = false
+            return finish(&report, .offline)
+        }
+        do {
+            if let stop = try await push(&report) { return finish(&report, stop) }
+            return finish(&report, try await pull(&report, cancellation))
+        } catch {
+            return finish(&report, .failed("store: \(error)"))
+        }
+    }
+
+    private func finish(_ report: inout SyncReport, _ outcome: SyncOutcome) -> SyncReport {
+        report.outcome = outcome
+        switch outcome {
+        case .completed:
+            lastSuccessAt = clock.nowMilliseconds
+            lastError = nil
+            set(.idle)
+        case .offline, .cancelled:
+            set(.idle)
+        case .rateLimited:
+            let now = clock.nowMilliseconds
+            let wait = breaker.openUntil > now ? Double(breaker.openUntil - now) / 1000 : 0
+            set(.rateLimited(retryAfter: wait, pending: (try? store.outboxSummary().pendingCount) ?? 0))
+        case .failed(let message):
+            lastError = message
+            set(.error(message))
+        }
+        return report
+    }
+
+    private func rateLimitedStop() -> SyncOutcome? { breaker.isOpen(at: clock.nowMilliseconds) ? .rateLimited : nil }
+
+    /// Records a transport failure with the circuit breaker.
+    /// - Returns: `.rateLimited` when it opened the breaker.
+    private func noteFailure(_ error: TransportError) -> SyncOutcome? {
+        if error.isRateLimited {
+            return breaker.recordRateLimited(retryAfterSeconds: error.retryAfterSeconds, at: clock.nowMilliseconds) ? .rateLimited : nil
+        }
+        breaker.recordAnswer(success: false)
+        return nil
+    }
+
+    // MARK: - Push
+
+    /// Pushes due intents batch by batch until none is due.
+    /// - Returns: an outcome that ends the run, or nil to go on to pull.
+    private func push(_ report: inout SyncReport) async throws -> SyncOutcome? {
+        let total = try store.outboxSummary().pendingCount
+        var synced = 0
+        set(.pushing(synced: 0, total: total))
+        // Each batch settles its intents or defers them, so the due set
+        // shrinks; conflict resolutions may add a few intents.
+        let batchesMax = 2 * (total / configuration.pushBatchCountMax + 1) + 8
+        for _ in 0..<batchesMax {
+            let batch = try store.pushBatch(limit: configuration.pushBatchCountMax, now: clock.nowMilliseconds)
+            guard !batch.isEmpty else { return nil }
+            if let stop = try await pushBatch(batch, &report) { return stop }
+            synced += batch.count
+            set(.pushing(synced: min(synced, max(total, synced)), total: max(total, synced)))
+        }
+        return nil
+    }
+
+    private func pushBatch(_ batch: [PendingIntent], _ report: inout SyncReport) async throws -> SyncOutcome? {
+        let response: PushResponse
+        do {
+            response = try await transport.push(PushRequest(operations: batch.map(PushDecisions.operation)))
+            guard response.results.count == batch.count else {
+                throw TransportError(.network, "push: \(response.results.count) results for \(batch.count) operations")
+            }
+        } catch let error as TransportError {
+            return try await pushFailed(batch, error, &report)
+        }
+        breaker.recordAnswer(success: true)
+        var outcomes: [(offset: UInt64, outcome: PushOutcome)] = []
+        var retries: [(PendingIntent, String)] = []
+        for (item, result) in zip(batch, response.results) {
+            switch PushDecisions.decide(result) {
+            case .record(let outcome):
+                outcomes.append((item.offset, outcome))
+                switch outcome {
+                case .acknowledged: report.acknowledged += 1
+                case .rejected: report.rejected += 1
+                case .conflict:
+                    report.rejected += 1
+                    report.conflicts += 1
+                }
+            case .retry(let message):
+                retries.append((item, message))
+            }
+        }
+        let strategies = configuration
+        try await store.record(outcomes) { strategies.strategy(for: $0.intent.entityType).decide($0) }
+        for (item, message) in retries { try await scheduleRetry([item], message, retryAfterSeconds: nil, &report) }
+        return nil
+    }
+
+    private func pushFailed(_ batch: [PendingIntent], _ error: TransportError, _ report: inout SyncReport) async throws -> SyncOutcome? {
+        let rateLimited = noteFailure(error)
+        switch PushDecisions.decide(error, batchCount: batch.count) {
+        case .split:
+            let half = batch.count / 2
+            if let stop = try await pushBatch(Array(batch[..<half]), &report) { return stop }
+            return try await pushBatch(Array(batch[half...]), &report)
+        case .retryAll:
+            try await scheduleRetry(batch, "push: \(error.message)", retryAfterSeconds: error.retryAfterSeconds, &report)
+            return rateLimited ?? .failed("push: \(error.message)")
+        case .failAll:
+            try await store.markFailed(offsets: batch.map(\.offset), error: "push: \(error.message)")
+            report.retried += batch.count
+            return .failed("push: \(error.message)")
+        case .stop:
+            return .failed("push: \(error.message)")
+        }
+    }
+
+    /// Schedules the next attempt of each intent by its own attempt count.
+    private func scheduleRetry(_ items: [PendingIntent], _ message: String, retryAfterSeconds: Int?, _ report: inout SyncReport) async throws {
+        let now = clock.nowMilliseconds
+        let policy = configuration.retry
+        var byTime: [UInt64: [UInt64]] = [:]
+        for item in items {
+            let delay = policy.delay(beforeRetry: item.state.attempts + 1, retryAfterSeconds: retryAfterSeconds, random: &random)
+            byTime[now + delay, default: []].append(item.offset)
+        }
+        for (time, offsets) in byTime.sorted(by: { $0.key < $1.key }) {
+            try await store.scheduleRetry(offsets: offsets, error: message, at: time, attemptsMax: policy.attemptsMax)
+        }
+        report.retried += items.count
+    }
+
+    // MARK: - Pull
+
+    /// Pulls pages until the feed's end, a failure, or cancellation.
+    private func pull(_ report: inout SyncReport, _ cancellation: SyncCancellation) async throws -> SyncOutcome {
+        set(.pulling)
+        var resyncs = 0
+        for _ in 0..<SyncEngine.pullPagesPerRunMax {
+            if cancellation.isCancelled { return .cancelled }
+            let page: PullResponse
+            do {
+                page = try await transport.pull(cursor: try store.pullCursor(), limit: configuration.pullPageCountMax)
+            } catch let error as TransportError {
+                if case .status(410, _) = error.kind {
+                    breaker.recordAnswer(success: false)
+                    guard resyncs < configuration.resyncsPerRunMax else { return .failed("pull: the server keeps refusing the cursor") }
+                    resyncs += 1
+                    report.resyncs += 1
+                    try await store.resync(reason: "the server refused the pull cursor: \(error.message)")
+                    continue
+                }
+                return noteFailure(error) ?? .failed("pull: \(error.message)")
+            }
+            breaker.recordAnswer(success: true)
+            if page.forceResync {
+                guard resyncs < configuration.resyncsPerRunMax else { return .failed("pull: the server keeps forcing a resync") }
+                resyncs += 1
+                report.resyncs += 1
+                try await store.resync(reason: "the server forced a full resync")
+                continue
+            }
+            let changes = page.changes.map {
+                PulledChange(
+                    $0.operation == .upsert ? .upsert : .delete, entityType: $0.entityType, entityID: $0.entityID,
+                    serverVersion: $0.serverVersion, fields: $0.data ?? [:])
+            }
+            try await store.applyPulledPage(changes, cursor: page.cursor)
+            report.pages += 1
+            report.changes += changes.count
+            if !page.hasMore { return .completed }
+            // A server must return a change when more exist (section 8).
+            guard !changes.isEmpty else { return .failed("pull: an empty page with has_more") }
+        }
+        return .failed("pull: more than \(SyncEngine.pullPagesPerRunMax) pages in one run")
+    }
+
+    /// Pages one run pulls at most: a bound, far above any real feed.
+    static let pullPagesPerRunMax = 10_000_000
+}

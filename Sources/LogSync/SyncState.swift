@@ -1,0 +1,65 @@
+/// What the engine is doing, as `Format/sync-protocol.md` section 10 and the
+/// state machine of the design draw it:
+///
+///     idle -> pushing -> pulling -> idle
+///     pushing -> rateLimited | error;  pulling -> rateLimited | error
+///     rateLimited, error -> (next sync) -> pushing ...
+public enum SyncState: Sendable, Equatable, CustomStringConvertible {
+    /// Not syncing; ready for the next run.
+    case idle
+    /// Pushing pending intents: `synced` of `total` answered so far.
+    case pushing(synced: Int, total: Int)
+    /// Pulling server changes, a page at a time.
+    case pulling
+    /// The circuit breaker is open: no request for `retryAfter` seconds;
+    /// `pending` intents wait.
+    case rateLimited(retryAfter: Double, pending: Int)
+    /// The last run failed; the next run starts over.
+    case error(String)
+
+    public var description: String {
+        switch self {
+        case .idle: "idle"
+        case .pushing(let synced, let total): "pushing \(synced)/\(total)"
+        case .pulling: "pulling"
+        case .rateLimited(let retryAfter, let pending): "rate limited: retry in \(Int(retryAfter.rounded(.up))) s, \(pending) pending"
+        case .error(let message): "error: \(message)"
+        }
+    }
+}
+
+/// How a sync run ended.
+public enum SyncOutcome: Sendable, Equatable {
+    /// Pushed and pulled to the end of the feed.
+    case completed
+    /// The health check failed (no real connectivity): nothing was tried,
+    /// and nothing counts as a failure.
+    case offline
+    /// Stopped at a page boundary by cancellation; what was applied stays,
+    /// and it does not count as a failure.
+    case cancelled
+    /// The circuit breaker is open.
+    case rateLimited
+    /// A failure ended the run; the state says which.
+    case failed(String)
+}
+
+/// What one run did.
+public struct SyncReport: Sendable, Equatable {
+    public var outcome: SyncOutcome
+    /// Intents answered applied or duplicate.
+    public var acknowledged = 0
+    /// Intents rejected (conflicts included).
+    public var rejected = 0
+    /// Intents whose conflict was recorded.
+    public var conflicts = 0
+    /// Intents scheduled for another attempt or marked failed.
+    public var retried = 0
+    /// Pulled pages applied, and the changes in them.
+    public var pages = 0
+    public var changes = 0
+    /// Full resyncs started by the server.
+    public var resyncs = 0
+
+    public init(outcome: SyncOutcome) { self.outcome = outcome }
+}

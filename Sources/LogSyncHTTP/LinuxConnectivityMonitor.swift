@@ -1,0 +1,65 @@
+import Foundation
+import LogSync
+
+/// Whether the machine has a network path, read from the kernel: an
+/// interface other than loopback that is up (`/sys/class/net/*/operstate`)
+/// and a default route (`/proc/net/route`). It polls at an interval, on the
+/// engine's clock; that is simpler than a netlink socket and quick enough
+/// for a 2.5 s debounce. On systems without these files it reports a path
+/// (the health check still decides whether the server is reachable).
+public struct LinuxConnectivityMonitor: ConnectivityMonitor {
+    public var pollMilliseconds: UInt64
+    private let clock: any SyncClock
+    private let root: String
+
+    /// - Parameter root: where `sys` and `proc` are (tests point it at a
+    ///   directory of fake files).
+    public init(pollMilliseconds: UInt64 = 1_000, clock: any SyncClock = SystemClock(), root: String = "/") {
+        self.pollMilliseconds = pollMilliseconds
+        self.clock = clock
+        self.root = root
+    }
+
+    public func paths() -> AsyncStream<Bool> {
+        let (stream, continuation) = AsyncStream<Bool>.makeStream()
+        let task = Task { [self] in
+            var last: Bool?
+            while !Task.isCancelled {
+                let now = hasPath()
+                if now != last {
+                    continuation.yield(now)
+                    last = now
+                }
+                do { try await clock.sleep(milliseconds: pollMilliseconds) } catch { break }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    /// Reads the kernel's view once.
+    public func hasPath() -> Bool {
+        let net = (root as NSString).appendingPathComponent("sys/class/net")
+        let route = (root as NSString).appendingPathComponent("proc/net/route")
+        guard let interfaces = try? FileManager.default.contentsOfDirectory(atPath: net) else { return true }
+        let up = interfaces.contains { name in
+            guard name != "lo" else { return false }
+            let state = try? String(contentsOfFile: "\(net)/\(name)/operstate", encoding: .utf8)
+            // "unknown" is what many virtual interfaces (tun, some veth) report while working.
+            return ["up", "unknown"].contains(state?.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        return up && Self.hasDefaultRoute(try? String(contentsOfFile: route, encoding: .utf8))
+    }
+
+    /// A line of `/proc/net/route` whose destination is 00000000 (and whose
+    /// flags have RTF_UP) is a default route. No file means no knowledge: true.
+    static func hasDefaultRoute(_ table: String?) -> Bool {
+        guard let table else { return true }
+        return table.split(separator: "\n").dropFirst().contains { line in
+            let columns = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
+            guard columns.count > 3, columns[1] == "00000000", let flags = Int(columns[3], radix: 16) else { return false }
+            return flags & 0x1 != 0
+        }
+    }
+}

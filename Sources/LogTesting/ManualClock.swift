@@ -1,0 +1,62 @@
+import Foundation
+import LogSync
+
+/// A clock that moves only when a test says so: `advance(by:)` wakes every
+/// sleeper whose deadline has come. Timers of the engine and the scheduler
+/// run on it without real waiting.
+public final class ManualClock: SyncClock, @unchecked Sendable {
+    private struct Sleeper {
+        var deadline: UInt64
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private let lock = NSLock()
+    private var now: UInt64
+    private var sleepers: [UUID: Sleeper] = [:]
+
+    public init(startingAt milliseconds: UInt64 = 1_795_000_000_000) { now = milliseconds }
+
+    public var nowMilliseconds: UInt64 { lock.withLock { now } }
+
+    /// How many tasks sleep on this clock now.
+    public var sleeperCount: Int { lock.withLock { sleepers.count } }
+
+    public func sleep(untilMilliseconds deadline: UInt64) async throws {
+        let id = UUID()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let ready = lock.withLock { () -> Bool in
+                    if deadline <= now || Task.isCancelled { return true }
+                    sleepers[id] = Sleeper(deadline: deadline, continuation: continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            let sleeper = lock.withLock { sleepers.removeValue(forKey: id) }
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+        try Task.checkCancellation()
+    }
+
+    /// Moves time forward and wakes the sleepers whose deadline has come.
+    public func advance(by milliseconds: UInt64) {
+        let due = lock.withLock { () -> [Sleeper] in
+            now += milliseconds
+            let ready = sleepers.filter { $0.value.deadline <= now }
+            for id in ready.keys { sleepers.removeValue(forKey: id) }
+            return Array(ready.values)
+        }
+        for sleeper in due { sleeper.continuation.resume() }
+    }
+
+    /// Waits (really, briefly) until `count` tasks sleep on the clock, so a
+    /// test advances time only once its timers are set.
+    public func waitForSleepers(_ count: Int, timeoutSeconds: Double = 10) async throws {
+        let deadline = Date().addingTimeInterval(timeoutSeconds)
+        while sleeperCount < count {
+            guard Date() < deadline else { throw CancellationError() }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+    }
+}

@@ -1,0 +1,309 @@
+import Foundation
+import LogFormat
+import LogServer
+import LogStore
+import LogSync
+import LogSyncHTTP
+import LogTesting
+import Testing
+
+/// The engine against the real reference server over loopback HTTP: the
+/// rows of the seed's "Reliability Guarantees Summary" that apply off iOS,
+/// and the issue's named cases.
+@Suite struct EngineTests {
+    @Test func offlineWritesSyncAndAnotherReplicaSeesThem() async throws {
+        let server = try await TestServer("converge")
+        let a = try Replica("a", server: server)
+        let b = try Replica("b", server: server)
+        let id = try await a.store.create(type: "task", fields: ["title": "Buy milk", "weight": .double(2)])
+        try await a.store.update(type: "task", id: id, changes: ["done": true])
+        let report = await a.sync()
+        #expect(report.outcome == .completed)
+        #expect(report.acknowledged == 2)
+        #expect(try a.store.outboxCount() == 0)
+        await b.sync()
+        #expect(try b.entities("task") == [id: ["title": "Buy milk", "weight": .double(2), "done": true]])
+        #expect(try a.entities("task") == b.entities("task"))
+        // The second update was pushed with the version its create's ack gave.
+        try await a.store.update(type: "task", id: id, changes: ["done": false])
+        #expect(await a.sync().acknowledged == 1)
+    }
+
+    /// "App crashes after user action": the intent is in the log before the
+    /// write returns, and is pushed after a restart.
+    @Test func anIntentWrittenBeforeACrashIsPushedAfterRestart() async throws {
+        let server = try await TestServer("restart")
+        let a = try Replica("a", server: server)
+        let id = try await a.store.create(type: "task", fields: ["title": "kept"])
+        try a.restart()
+        #expect(try a.store.outboxCount() == 1)
+        #expect(await a.sync().acknowledged == 1)
+        #expect(try await server.pullAll().map(\.entityID) == [id])
+    }
+
+    /// "Network fails mid-push": retried with backoff; the operations stay.
+    @Test func aNetworkFailureSchedulesARetryWithBackoff() async throws {
+        let server = try await TestServer("network")
+        let a = try Replica("a", server: server)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        // Health passes, then the push meets a closed connection.
+        try await server.faults(FaultSettings(dropAfterPush: 0))
+        await server.stop()
+        let report = await a.sync()
+        #expect(report.outcome == .offline)
+        try await server.restart()
+        let replica = try Replica("a2", server: server)
+        try await replica.store.create(type: "task", fields: ["n": 2])
+        try await server.faults(FaultSettings(failNext: 1, status: 503))
+        let failed = await replica.sync()
+        guard case .failed = failed.outcome else { Issue.record("expected a failure, got \(failed.outcome)"); return }
+        let pending = try #require(try replica.store.outbox().first)
+        #expect(pending.state.attempts == 1)
+        let delay = pending.state.nextAttemptAt - replica.clock.nowMilliseconds
+        #expect((800...1_200).contains(delay) || delay == 1_000, "first retry after about 1 s (Retry-After 1), got \(delay) ms")
+        // Not due yet: the next run pushes nothing and pulls.
+        #expect(await replica.sync().acknowledged == 0)
+        replica.clock.advance(by: 1_300)
+        #expect(await replica.sync().acknowledged == 1)
+    }
+
+    /// "Server returns 500": retried up to 10 times, then failed and reported.
+    @Test func fiveHundredsAreRetriedTenTimesThenFailed() async throws {
+        let server = try await TestServer("five-hundreds")
+        let a = try Replica("a", server: server)
+        let events = a.store.events()
+        try await a.store.create(type: "task", fields: ["n": 1])
+        try await server.faults(FaultSettings(failNext: 1_000, status: 500))
+        for _ in 0..<12 {
+            await a.sync()
+            a.clock.advance(by: 400_000)
+        }
+        let state = try #require(try a.store.outbox().first?.state)
+        #expect(state.attempts == 10)
+        #expect(state.status == .failed)
+        var iterator = events.makeAsyncIterator()
+        guard case .retriesExhausted? = await iterator.next() else { Issue.record("no retriesExhausted event"); return }
+        try await server.faults(FaultSettings(failNext: 0))
+        try await a.store.retryFailed()
+        #expect(await a.sync().acknowledged == 1)
+    }
+
+    /// "3/10 operations rejected": each handled on its own.
+    @Test func threeOfTenRejectedAreEachHandledOnTheirOwn() async throws {
+        let server = try await TestServer("three-of-ten")
+        let a = try Replica("a", server: server)
+        let b = try Replica("b", server: server)
+        var doomed: [String] = []
+        for n in 0..<3 { doomed.append(try await b.store.create(type: "task", fields: ["n": .int(Int64(n))])) }
+        await b.sync()
+        await a.sync()
+        for id in doomed { try await b.store.delete(type: "task", id: id) }
+        await b.sync()
+        let events = a.store.events()
+        for (n, id) in doomed.enumerated() { try await a.store.update(type: "task", id: id, changes: ["n": .int(Int64(n + 10))]) }
+        for n in 0..<7 { try await a.store.create(type: "task", fields: ["fresh": .int(Int64(n))]) }
+        let report = await a.sync()
+        #expect(report.acknowledged == 7)
+        #expect(report.rejected == 3)
+        var rejected: [String] = []
+        var iterator = events.makeAsyncIterator()
+        while rejected.count < 3, let event = await iterator.next() {
+            if case .rejected(let intent) = event {
+                #expect(intent.code == "ENTITY_NOT_FOUND")
+                rejected.append(intent.entityID)
+            }
+        }
+        #expect(Set(rejected) == Set(doomed))
+        #expect(try a.store.outboxCount() == 0)
+        #expect(try a.entities("task").count == 7)
+    }
+
+    /// A push whose answer is lost after the server applied it: the retry
+    /// answers duplicate, the server applied it once, the client acks once.
+    @Test func aLostAnswerIsRetriedAndAnsweredDuplicate() async throws {
+        let server = try await TestServer("lost-answer")
+        let a = try Replica("a", server: server)
+        try await a.store.create(type: "task", fields: ["title": "once"])
+        try await server.faults(FaultSettings(dropAfterPush: 1))
+        let first = await a.sync()
+        guard case .failed = first.outcome else { Issue.record("expected the dropped answer to fail the run, got \(first.outcome)"); return }
+        a.clock.advance(by: 2_000)
+        let second = await a.sync()
+        #expect(second.acknowledged == 1)
+        let acks = try a.entries(.ack)
+        #expect(acks.count == 1)
+        guard case .ack(let ack)? = acks.first?.body else { return }
+        #expect(ack.outcome == .duplicate)
+        #expect(try await server.pullAll().count == 1)
+    }
+
+    /// The circuit breaker trips after three 429s, waits, and recovers; the
+    /// states follow the state machine.
+    @Test func theCircuitBreakerTripsWaitsAndRecovers() async throws {
+        let server = try await TestServer("breaker")
+        let a = try Replica("a", server: server)
+        let states = a.engine.states()
+        try await a.store.create(type: "task", fields: ["n": 1])
+        try await server.faults(FaultSettings(failNext: 3, status: 429))
+        #expect(await a.sync().outcome == .failed("push: /v1/push: HTTP 429, RATE_LIMITED: injected fault: rate limited"))
+        #expect(await a.sync().outcome != .completed)  // nothing due; the pull meets the second 429
+        #expect(await a.sync().outcome == .rateLimited)  // the third opens the breaker
+        // While open, no request is sent at all.
+        #expect(await a.sync().outcome == .rateLimited)
+        a.clock.advance(by: 30_000)
+        let recovered = await a.sync()
+        #expect(recovered.outcome == .completed)
+        #expect(recovered.acknowledged == 1)
+        var seen: [SyncState] = []
+        for await state in states {
+            seen.append(state)
+            if seen.count > 3, state == .idle, seen.contains(where: { if case .rateLimited = $0 { true } else { false } }) { break }
+        }
+        let names = seen.map { state -> String in
+            switch state {
+            case .idle: "idle"
+            case .pushing: "pushing"
+            case .pulling: "pulling"
+            case .rateLimited: "rateLimited"
+            case .error: "error"
+            }
+        }
+        #expect(names.first == "idle")
+        #expect(names.contains("pushing") && names.contains("error") && names.contains("rateLimited"))
+        #expect(names.last == "idle")
+        // Every transition is one the state machine draws.
+        let allowed: Set<[String]> = [
+            ["idle", "pushing"], ["pushing", "pulling"], ["pushing", "error"], ["pushing", "rateLimited"], ["pulling", "idle"],
+            ["pulling", "error"], ["pulling", "rateLimited"], ["error", "pushing"], ["rateLimited", "pushing"], ["error", "rateLimited"],
+            ["rateLimited", "rateLimited"], ["pushing", "pushing"],
+        ]
+        for (from, to) in zip(names, names.dropFirst()) { #expect(allowed.contains([from, to]), "\(from) -> \(to)") }
+    }
+
+    /// Pagination over 10,000 changes, cancelled after the first page and resumed.
+    @Test func tenThousandChangesPageWithCancellationAndResume() async throws {
+        let server = try await TestServer("pages")
+        var configuration = SyncConfiguration()
+        configuration.pushBatchCountMax = 500
+        configuration.pullPageCountMax = 1_000
+        let writer = try Replica("writer", server: server, configuration: configuration)
+        var batch = WriteBatch()
+        for n in 0..<10_000 { try batch.create(type: "item", fields: ["n": .int(Int64(n))]) }
+        try await writer.store.write(batch)
+        #expect(await writer.sync().acknowledged == 10_000)
+        let cancellation = SyncCancellation()
+        let counting = CancellingTransport(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), cancellation)
+        let reader = try Replica("reader", server: server, configuration: configuration, transport: counting)
+        let first = await reader.engine.sync(cancellation: cancellation)
+        #expect(first.outcome == .cancelled)
+        #expect(first.pages == 1)
+        #expect(try reader.store.count(type: "item") == 1_000)
+        #expect(await reader.engine.state == .idle)
+        #expect(await reader.engine.lastError == nil)
+        let rest = await reader.sync()
+        #expect(rest.outcome == .completed)
+        #expect(rest.changes == 9_000)
+        #expect(try reader.store.count(type: "item") == 10_000)
+    }
+
+    /// "Cursor becomes invalid": a full resync keeps pending intents, and
+    /// the replicas converge; so does a forced resync. The pending intent
+    /// waits for a retry, so it is still pending when the pull resyncs.
+    @Test func cursorInvalidAndForcedResyncKeepPendingIntents() async throws {
+        let server = try await TestServer("resync")
+        let a = try Replica("a", server: server)
+        let b = try Replica("b", server: server)
+        let shared = try await b.store.create(type: "task", fields: ["title": "shared"])
+        await b.sync()
+        await a.sync()
+        try await server.forceResync()
+        let local = try await a.store.create(type: "task", fields: ["title": "offline"])
+        try await server.faults(FaultSettings(failNext: 1, status: 503))
+        _ = await a.sync()
+        let forced = await a.sync()
+        #expect(forced.outcome == .completed)
+        #expect(forced.resyncs == 1)
+        #expect(try a.store.outboxCount() == 1)
+        #expect(try a.entities("task").keys.sorted() == [local, shared].sorted())
+        try await a.syncUntilQuiet()
+        await b.sync()
+        #expect(try a.entities("task") == b.entities("task"))
+
+        // A new server store: the old cursor names another server (410).
+        await server.stop()
+        server.configuration.dataDirectory = server.directory.appending("data-2")
+        try await server.restart()
+        try a.connect(to: server)
+        let second = try await a.store.create(type: "task", fields: ["title": "after the move"])
+        try await server.faults(FaultSettings(failNext: 1, status: 503))
+        _ = await a.sync()
+        let invalid = await a.sync()
+        #expect(invalid.outcome == .completed)
+        #expect(invalid.resyncs == 1)
+        // The new server has nothing yet: only the pending create is visible.
+        #expect(try a.entities("task").keys.sorted() == [second])
+        try await a.syncUntilQuiet()
+        #expect(try await server.pullAll().map(\.entityID) == [second])
+    }
+
+    /// A conflict with `askApp` waits, survives a restart, and is resolved
+    /// by the app; `keepLocal` re-pushes on the server's version.
+    @Test func conflictsAreKeptListedAndResolved() async throws {
+        let server = try await TestServer("conflicts")
+        var configuration = SyncConfiguration()
+        configuration.conflictStrategies["note"] = .keepLocal
+        let a = try Replica("a", server: server, configuration: configuration)
+        let b = try Replica("b", server: server)
+        let task = try await b.store.create(type: "task", fields: ["title": "v1"])
+        let note = try await b.store.create(type: "note", fields: ["text": "v1"])
+        await b.sync()
+        await a.sync()
+        try await b.store.update(type: "task", id: task, changes: ["title": "from b"])
+        try await b.store.update(type: "note", id: note, changes: ["text": "from b"])
+        await b.sync()
+        try await a.store.update(type: "task", id: task, changes: ["title": "from a"])
+        try await a.store.update(type: "note", id: note, changes: ["text": "from a"])
+        let report = await a.sync()
+        #expect(report.conflicts >= 2)
+        try a.restart()
+        let waiting = try a.store.conflicts()
+        #expect(waiting.map(\.intent.entityID) == [task])
+        #expect(waiting.first?.conflict.serverFields == ["title": "from b"])
+        // keepLocal made a new intent on the server's version, already pushed.
+        try await a.syncUntilQuiet()
+        #expect(try a.entities("note")[note] == ["text": "from a"])
+        try await a.store.resolveConflict(intentOffset: waiting[0].conflict.intentOffset, .merged(["title": "from a and b"]))
+        #expect(try a.store.conflicts().isEmpty)
+        try await a.syncUntilQuiet()
+        await b.sync()
+        #expect(try b.entities("task")[task] == ["title": "from a and b"])
+        #expect(try a.entities("task") == b.entities("task"))
+        #expect(try a.entities("note") == b.entities("note"))
+    }
+}
+
+let loopback: HTTPTransport.Options = {
+    var options = HTTPTransport.Options()
+    options.ignoreProxies = true
+    options.requestTimeout = 10
+    return options
+}()
+
+/// Cancels the run once the first pull page has arrived.
+struct CancellingTransport: SyncTransport {
+    let inner: HTTPTransport
+    let cancellation: SyncCancellation
+
+    init(inner: HTTPTransport, _ cancellation: SyncCancellation) {
+        self.inner = inner
+        self.cancellation = cancellation
+    }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        let page = try await inner.pull(cursor: cursor, limit: limit)
+        cancellation.cancel()
+        return page
+    }
+}

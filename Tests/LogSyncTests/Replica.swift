@@ -1,0 +1,88 @@
+import Foundation
+import LogFormat
+import LogStore
+import LogSync
+import LogSyncHTTP
+import LogTesting
+
+/// One client of a test server: a store of its own, an engine over real
+/// HTTP, and a manual clock, so retries and breakers run without waiting.
+final class Replica: @unchecked Sendable {
+    let directory: TemporaryDirectory
+    private(set) var store: Store
+    private(set) var engine: SyncEngine
+    let clock: ManualClock
+    private var transport: any SyncTransport
+    private let configuration: SyncConfiguration
+
+    init(
+        _ name: String, server: TestServer, token: String = "alice-token", clock: ManualClock = ManualClock(),
+        configuration: SyncConfiguration = .init(), transport: (any SyncTransport)? = nil
+    ) throws {
+        directory = try TemporaryDirectory("replica-\(name)")
+        self.clock = clock
+        self.configuration = configuration
+        var options = HTTPTransport.Options()
+        options.ignoreProxies = true
+        options.requestTimeout = 10
+        self.transport = transport ?? HTTPTransport(baseURL: server.url, token: token, options: options)
+        store = try Store(path: directory.path, options: .init(durability: .process))
+        engine = SyncEngine(store: store, transport: self.transport, clock: clock, configuration: configuration)
+    }
+
+    /// Closes the store and opens it again with a new engine, as after a crash or restart.
+    func restart() throws {
+        store.close()
+        store = try Store(path: directory.path, options: .init(durability: .process))
+        engine = SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
+    }
+
+    /// Talks to `server` from now on (it may have moved to another port).
+    func connect(to server: TestServer, token: String = "alice-token") throws {
+        var options = HTTPTransport.Options()
+        options.ignoreProxies = true
+        options.requestTimeout = 10
+        transport = HTTPTransport(baseURL: server.url, token: token, options: options)
+        engine = SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
+    }
+
+    @discardableResult
+    func sync() async -> SyncReport { await engine.sync() }
+
+    /// Syncs until nothing is pending or due, moving the clock past every retry.
+    func syncUntilQuiet(roundsMax: Int = 40) async throws {
+        for _ in 0..<roundsMax {
+            let report = await engine.sync()
+            let summary = try store.outboxSummary()
+            if case .completed = report.outcome, summary.pendingCount == 0 { return }
+            clock.advance(by: 301_000)
+        }
+        throw SyncTestError("\(directory.path): still not quiet after \(roundsMax) rounds: \(await engine.state)")
+    }
+
+    /// Every visible entity of `type`, by id.
+    func entities(_ type: String) throws -> [String: Fields] {
+        var all: [String: Fields] = [:]
+        var after: String?
+        while true {
+            let page = try store.all(type: type, after: after, limit: 1_000)
+            for entity in page { all[entity.id] = entity.fields }
+            guard let last = page.last, page.count == 1_000 else { return all }
+            after = last.id
+        }
+    }
+
+    func entries(_ kind: EntryKind) throws -> [Entry] {
+        var scanner = store.log.entries(from: 1)
+        var found: [Entry] = []
+        while let entry = try scanner.next() {
+            if entry.kind == kind { found.append(entry) }
+        }
+        return found
+    }
+}
+
+struct SyncTestError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
