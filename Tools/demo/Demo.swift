@@ -25,6 +25,12 @@ struct Demo: AsyncParsableCommand {
     @Option(help: "Durability: full, metaAsync or process.")
     var durability: Durability = .full
 
+    @Option(help: "A sync server's URL: run the two-replica sync demo against it instead (Tools/run-demo starts one).")
+    var server: String?
+
+    @Option(help: "The bearer token for --server.")
+    var token = "demo-token"
+
     func validate() throws {
         guard (1...256).contains(writers) else { throw ValidationError("--writers must be 1...256") }
         guard (1...10_000).contains(entriesPerWriter) else {
@@ -35,6 +41,10 @@ struct Demo: AsyncParsableCommand {
     func run() async throws {
         let directory = path ?? NSTemporaryDirectory() + "syncstore-demo-\(UUIDv7.Generator.shared.next().ulidString)"
         defer { if path == nil { try? FileManager.default.removeItem(atPath: directory) } }
+        if let server {
+            guard let url = URL(string: server) else { throw ValidationError("--server \(server) is not a URL") }
+            return try await SyncDemo.run(server: url, token: token, directory: directory)
+        }
         print("Store: \(directory) (durability \(durability))")
 
         let store = try Store(path: directory, options: .init(durability: durability))

@@ -1,0 +1,102 @@
+import LogStore
+
+/// Runs `SchedulerCore`'s rules: it listens to the store's intent commits,
+/// the connectivity monitor and server nudges, keeps the timers on the
+/// engine's clock, and starts syncs (the engine's single flight merges
+/// overlapping ones). Also runs time-boxed background syncs.
+public actor SyncScheduler {
+    private let engine: SyncEngine
+    private let clock: any SyncClock
+    private let monitor: any ConnectivityMonitor
+    private var core: SchedulerCore
+    private var timers: [SchedulerCore.Timer: (generation: UInt64, task: Task<Void, Never>)] = [:]
+    private var generation: UInt64 = 0
+    private var listeners: [Task<Void, Never>] = []
+    private var syncs: [Task<Void, Never>] = []
+    /// Why each sync was started, in order (for tests and diagnostics).
+    public private(set) var triggered: [SchedulerCore.Reason] = []
+
+    public init(engine: SyncEngine, clock: any SyncClock = SystemClock(), monitor: any ConnectivityMonitor, core: SchedulerCore = .init()) {
+        self.engine = engine
+        self.clock = clock
+        self.monitor = monitor
+        self.core = core
+    }
+
+    /// Starts listening; the first connectivity report starts the rules.
+    public func start() {
+        guard listeners.isEmpty else { return }
+        let store = engine.store
+        let monitor = self.monitor
+        listeners.append(Task { [weak self] in
+            var first = true
+            for await online in monitor.paths() {
+                await self?.handle(first ? .started(online: online) : .connectivity(online))
+                first = false
+            }
+        })
+        listeners.append(Task { [weak self] in
+            for await _ in store.intentCommits() { await self?.handle(.localWrite) }
+        })
+    }
+
+    /// Stops listening and cancels the timers; a running sync finishes.
+    public func stop() {
+        for task in listeners + timers.values.map(\.task) { task.cancel() }
+        listeners = []
+        timers = [:]
+    }
+
+    /// A server nudge (a push notification, a websocket message): sync now.
+    public func nudge() { handle(.nudge) }
+
+    /// A sync that must end within `budgetMilliseconds` (an OS background
+    /// window): when the budget runs out it stops at the next page boundary,
+    /// keeping what it applied.
+    public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
+        let cancellation = SyncCancellation()
+        let clock = self.clock
+        let deadline = Task {
+            try? await clock.sleep(milliseconds: budgetMilliseconds)
+            cancellation.cancel()
+        }
+        defer { deadline.cancel() }
+        return await engine.sync(cancellation: cancellation)
+    }
+
+    /// Waits for the syncs started so far (tests).
+    public func settle() async {
+        let running = syncs
+        syncs = []
+        for task in running { await task.value }
+    }
+
+    private func handle(_ event: SchedulerCore.Event) {
+        for action in core.handle(event, at: clock.nowMilliseconds) {
+            switch action {
+            case .sync(let reason):
+                triggered.append(reason)
+                let engine = self.engine
+                syncs.append(Task { await engine.sync() })
+            case .setTimer(let timer, let deadline):
+                timers[timer]?.task.cancel()
+                let clock = self.clock
+                generation += 1
+                let current = generation
+                timers[timer] = (current, Task { [weak self] in
+                    guard (try? await clock.sleep(untilMilliseconds: deadline)) != nil else { return }
+                    await self?.fire(timer, current)
+                })
+            case .cancelTimer(let timer):
+                timers.removeValue(forKey: timer)?.task.cancel()
+            }
+        }
+    }
+
+    /// A timer's sleep ended; it counts only if it was not replaced or cancelled since.
+    private func fire(_ timer: SchedulerCore.Timer, _ generation: UInt64) {
+        guard timers[timer]?.generation == generation else { return }
+        timers[timer] = nil
+        handle(.timerFired(timer))
+    }
+}

@@ -1,0 +1,70 @@
+import Foundation
+import SyncStore
+
+/// The sync half of the demo: two replicas of one user write offline, sync
+/// through the server, meet a conflict that waits for the app, resolve it,
+/// and converge.
+enum SyncDemo {
+    static func run(server: URL, token: String, directory: String) async throws {
+        var options = HTTPTransport.Options()
+        options.ignoreProxies = true
+        let transport = HTTPTransport(baseURL: server, token: token, options: options)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let laptop = try Store(path: directory + "/laptop", options: .init(durability: .full))
+        let phone = try Store(path: directory + "/phone", options: .init(durability: .full))
+        defer {
+            laptop.close()
+            phone.close()
+        }
+        let laptopSync = SyncEngine(store: laptop, transport: transport)
+        let phoneSync = SyncEngine(store: phone, transport: transport)
+
+        print("\n== Two replicas write offline")
+        let groceries = try await laptop.create(type: "task", fields: ["title": "Buy milk", "done": false])
+        try await laptop.create(type: "task", fields: ["title": "Call mum", "done": false])
+        try await phone.create(type: "task", fields: ["title": "Book dentist", "done": false])
+        print("laptop: \(try laptop.count(type: "task")) tasks, \(try laptop.outboxCount()) pending")
+        print("phone:  \(try phone.count(type: "task")) tasks, \(try phone.outboxCount()) pending")
+
+        print("\n== Both sync (push, then pull)")
+        try report("laptop", await laptopSync.sync())
+        try report("phone", await phoneSync.sync())
+        try report("laptop", await laptopSync.sync())
+
+        print("\n== Both edit the same task's title offline")
+        try await phone.update(type: "task", id: groceries, changes: ["title": "Buy oat milk"])
+        try await laptop.update(type: "task", id: groceries, changes: ["title": "Buy milk and bread"])
+        try report("phone", await phoneSync.sync())
+        try report("laptop", await laptopSync.sync())
+        let waiting = try laptop.conflicts()
+        for conflict in waiting {
+            print("laptop: conflict on \(conflict.intent.entityType)/\(conflict.intent.entityID): ")
+            print("  mine:   \(conflict.intent.fields)")
+            print("  server: \(conflict.conflict.serverFields) (version \(conflict.conflict.serverVersion))")
+        }
+
+        print("\n== The app resolves it: a merge of both titles")
+        for conflict in waiting {
+            try await laptop.resolveConflict(intentOffset: conflict.conflict.intentOffset, .merged(["title": "Buy oat milk and bread", "done": false]))
+        }
+        try report("laptop", await laptopSync.sync())
+        try report("phone", await phoneSync.sync())
+
+        print("\n== Converged")
+        let mine = try laptop.all(type: "task").map { "\($0.id) \($0.fields)" }
+        let theirs = try phone.all(type: "task").map { "\($0.id) \($0.fields)" }
+        for line in mine { print("  \(line)") }
+        print(mine == theirs ? "laptop and phone hold the same \(mine.count) tasks" : "NOT CONVERGED")
+        guard mine == theirs, try laptop.conflicts().isEmpty else { throw DemoError("the replicas did not converge") }
+    }
+
+    private static func report(_ name: String, _ report: SyncReport) throws {
+        print("\(name): \(report.outcome); acked \(report.acknowledged), rejected \(report.rejected), conflicts \(report.conflicts), pulled \(report.changes)")
+        if case .failed(let message) = report.outcome { throw DemoError("\(name): sync failed: \(message)") }
+    }
+}
+
+struct DemoError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
