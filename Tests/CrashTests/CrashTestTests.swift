@@ -8,9 +8,13 @@ import Testing
         "crashtest",
         root: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent())
 
+    /// Runs crashtest with its stores in a temporary directory, removed
+    /// afterwards even when the run keeps them (after a violation).
     static func run(_ arguments: [String]) async throws -> ToolRun {
         try #require(FileManager.default.isExecutableFile(atPath: executable), "build the crashtest product first")
-        return try await ToolRun.running(executable, arguments)
+        let stores = try TemporaryDirectory("crashtest-tests")
+        defer { stores.remove() }
+        return try await ToolRun.running(executable, arguments + ["--directory", stores.path])
     }
 
     struct Summary {

@@ -128,6 +128,10 @@ private final class PipeCollector: Sendable {
                 if chunk.isEmpty { break }
                 state.withLock { $0.data.append(chunk) }
             }
+            // Closed here, not when the last reference goes: Foundation's
+            // Process keeps its pipes alive, and a harness that starts
+            // thousands of children would run out of descriptors.
+            try? handle.close()
             state.withLock { $0.finished = true }
         }
         thread.name = label

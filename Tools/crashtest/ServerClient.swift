@@ -27,6 +27,10 @@ final class ServerClient: Sendable {
         session = URLSession(configuration: configuration)
     }
 
+    /// A session holds connections and threads until it is invalidated; a
+    /// run starts hundreds of servers, each with a client of its own.
+    deinit { session.invalidateAndCancel() }
+
     /// Pushes the operations and returns the result for each, in order.
     /// - Throws: a transport error, or `HarnessError` for an answer that is
     ///   not a 200 with one result per operation.
