@@ -22,13 +22,17 @@ struct Harness {
         let started = ContinuousClock.now
         var tally = Tally()
         var workload = W(directory: directory(W.self, store: 0))
+        var violationsBefore = 0
         do {
             for iteration in 0..<options.iterations {
                 if iteration > 0 && iteration % Harness.iterationsPerStoreMax == 0 {
                     await workload.finish()
                     let store = iteration / Harness.iterationsPerStoreMax
                     // A store that broke a promise is kept for a look.
-                    if tally.violations.isEmpty { try? FileManager.default.removeItem(atPath: directory(W.self, store: store - 1)) }
+                    if tally.violations.count == violationsBefore {
+                        try? FileManager.default.removeItem(atPath: directory(W.self, store: store - 1))
+                    }
+                    violationsBefore = tally.violations.count
                     workload = W(directory: directory(W.self, store: store))
                 }
                 var context = IterationContext(
