@@ -12,6 +12,7 @@ let package = Package(
         .executable(name: "demo", targets: ["demo"]),
         .executable(name: "syncserver", targets: ["syncserver"]),
         .executable(name: "logtool", targets: ["logtool"]),
+        .executable(name: "crashtest", targets: ["crashtest"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -69,6 +70,14 @@ let package = Package(
             path: "Tools/syncserver"
         ),
         .executableTarget(
+            name: "crashtest",
+            dependencies: [
+                "LogFormat", "LMDB", "LogStore", "LogTesting",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/crashtest"
+        ),
+        .executableTarget(
             name: "demo",
             dependencies: [
                 "SyncStore",
@@ -85,6 +94,7 @@ let package = Package(
             name: "LogSyncTests",
             dependencies: ["LogSync", "LogSyncHTTP", "LogStore", "LogServer", "LogFormat", "LogTesting"]),
         .testTarget(name: "LogToolTests", dependencies: ["LogStore", "LogFormat", "LMDB", "LogTesting"]),
+        .testTarget(name: "CrashTests", dependencies: ["LogTesting"]),
     ],
     swiftLanguageModes: [.v6]
 )

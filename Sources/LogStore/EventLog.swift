@@ -28,6 +28,14 @@ public final class EventLog: Sendable {
             self.durability = durability
             self.readOnly = readOnly
         }
+
+        /// Read-only, and refusing a directory that holds no store: how
+        /// tools open a store they inspect or verify.
+        public static var inspecting: Options {
+            var options = Options(readOnly: true)
+            options.createIfMissing = false
+            return options
+        }
     }
 
     /// The store layout version this build reads and writes (the `meta`

@@ -92,7 +92,39 @@ extension EventLog {
     }
 }
 
+/// What `Store.verify(path:scratchDirectory:)` found.
+public struct VerificationReport: Sendable, Equatable {
+    /// Log entries read.
+    public var checked: Int
+    /// Every problem found, each with where it is (up to `problemCountMax`).
+    public var problems: [StoreProblem]
+}
+
 extension Store {
+    /// Verifies the store at `path` without writing to it, as `logtool
+    /// verify` does: every entry of the log (key, checksum, encoding, dense
+    /// offsets) and then, when the log is sound, every derived table against
+    /// a replay made in a copy under `scratchDirectory`.
+    ///
+    /// The store is opened read-only (no writer lock), so it may run while
+    /// another process writes; this process must not have it open.
+    /// - Throws: `LogStoreError.notAStore` and what a read-only open throws;
+    ///   stale projections are a problem of the report, not an error.
+    public static func verify(path: String, scratchDirectory: String) async throws -> VerificationReport {
+        let log = try EventLog(path: path, options: .inspecting)
+        let (checked, entryProblems) = try log.verifyEntries()
+        log.close()
+        guard entryProblems.isEmpty else { return VerificationReport(checked: checked, problems: entryProblems) }
+        do {
+            let store = try Store(path: path, options: .inspecting)
+            defer { store.close() }
+            let problems = try await store.verifyProjections(scratchDirectory: scratchDirectory)
+            return VerificationReport(checked: checked, problems: problems)
+        } catch let error as LogStoreError where error.code == .projectionsStale {
+            return VerificationReport(checked: checked, problems: [StoreProblem(table: "meta", message: error.detail)])
+        }
+    }
+
     /// Compares every derived database (entities, counts, idempotency keys,
     /// outbox keys, conflicts, cursor, watermark) with what a replay of the log
     /// computes. The replay runs in a copy of the store made in

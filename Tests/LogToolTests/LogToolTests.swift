@@ -10,38 +10,22 @@ enum Tool {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    static func path(_ name: String) -> String { root.appendingPathComponent(".build/debug/\(name)").path }
+    static func path(_ name: String) -> String { ToolRun.builtProduct(name, root: root) }
 
-    struct Run {
-        var status: Int32
-        var output: String
-        var errors: String
-        var lines: [String] { output.split(separator: "\n").map(String.init) }
-
-        /// Each output line parsed as a JSON object.
-        func objects() throws -> [[String: Any]] {
-            try lines.map { line in
-                guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
-                    throw CocoaError(.fileReadCorruptFile)
-                }
-                return object
-            }
-        }
+    static func run(_ arguments: [String], executable: String = "logtool") throws -> ToolRun {
+        try ToolRun.run(path(executable), arguments)
     }
+}
 
-    static func run(_ arguments: [String], executable: String = "logtool") throws -> Run {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path(executable))
-        process.arguments = arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), errors: String(decoding: err, as: UTF8.self))
+extension ToolRun {
+    /// Each output line parsed as a JSON object.
+    func objects() throws -> [[String: Any]] {
+        try lines.map { line in
+            guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                throw CocoaError(.fileReadCorruptFile)
+            }
+            return object
+        }
     }
 }
 

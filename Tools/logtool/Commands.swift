@@ -240,21 +240,10 @@ struct Verify: AsyncParsableCommand {
     @OptionGroup var store: StoreOptions
 
     func run() async throws {
-        let log = try store.openLog()
-        let (checked, entryProblems) = try log.verifyEntries()
-        log.close()
-        var problems = entryProblems
-        if entryProblems.isEmpty {
-            do {
-                let opened = try store.openStore()
-                defer { opened.close() }
-                let scratch = NSTemporaryDirectory() + "logtool-verify-\(UUIDv7.Generator.shared.next().ulidString)"
-                defer { try? FileManager.default.removeItem(atPath: scratch) }
-                problems += try await opened.verifyProjections(scratchDirectory: scratch)
-            } catch let error as LogStoreError where error.code == .projectionsStale {
-                problems.append(StoreProblem(table: "meta", message: error.detail))
-            }
-        }
+        let scratch = NSTemporaryDirectory() + "logtool-verify-\(UUIDv7.Generator.shared.next().ulidString)"
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let report = try await Store.verify(path: store.path, scratchDirectory: scratch)
+        let (checked, problems) = (report.checked, report.problems)
         for problem in problems {
             if store.json {
                 try Output.line(["table": problem.table, "offset": problem.offset.map(String.init) ?? "", "message": problem.message])

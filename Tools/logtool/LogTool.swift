@@ -55,21 +55,13 @@ struct StoreOptions: ParsableArguments {
     var json = false
 
     /// The log, opened read-only.
-    func openLog() throws -> EventLog {
-        var options = EventLog.Options(readOnly: true)
-        options.createIfMissing = false
-        return try EventLog(path: path, options: options)
-    }
+    func openLog() throws -> EventLog { try EventLog(path: path, options: .inspecting) }
 
     /// The store with its projections, opened read-only.
     func openStore() throws -> Store { try StoreOptions.open(path) }
 
     /// The store at `path` with its projections, opened read-only.
-    static func open(_ path: String) throws -> Store {
-        var options = EventLog.Options(readOnly: true)
-        options.createIfMissing = false
-        return try Store(path: path, options: options)
-    }
+    static func open(_ path: String) throws -> Store { try Store(path: path, options: .inspecting) }
 }
 
 /// Prints values as JSON lines.

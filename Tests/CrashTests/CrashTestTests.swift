@@ -1,0 +1,89 @@
+import Foundation
+import LogTesting
+import Testing
+
+/// Runs the built `crashtest` briefly, as CI does, and reads its summary.
+@Suite struct CrashTestTests {
+    static let executable = ToolRun.builtProduct(
+        "crashtest",
+        root: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent())
+
+    /// Runs crashtest with its stores in a temporary directory, removed
+    /// afterwards even when the run keeps them (after a violation).
+    static func run(_ arguments: [String]) async throws -> ToolRun {
+        try #require(FileManager.default.isExecutableFile(atPath: executable), "build the crashtest product first")
+        let stores = try TemporaryDirectory("crashtest-tests")
+        defer { stores.remove() }
+        return try await ToolRun.running(executable, arguments + ["--directory", stores.path])
+    }
+
+    struct Summary {
+        var iterations: Int
+        var kills: Int
+        var faults: Int
+        var acknowledged: Int
+        var violations: Int
+    }
+
+    /// The numbers of the last line: `crashtest: I iterations, K kills[, F
+    /// I/O faults (...)], A acknowledged writes checked C times, V violations (seed S, ...)`.
+    static func summary(_ run: ToolRun) throws -> Summary {
+        let line = try #require(run.lines.last { $0.hasPrefix("crashtest: ") && $0.contains(" violations (seed ") }, "no summary in \(run.output)")
+        let words = line.split(separator: " ").map(String.init)
+        func number(before word: String) -> Int {
+            guard let index = words.firstIndex(where: { $0.hasPrefix(word) }), index > 0 else { return 0 }
+            return Int(words[index - 1]) ?? -1
+        }
+        return Summary(
+            iterations: number(before: "iterations"), kills: number(before: "kills"), faults: number(before: "I/O"),
+            acknowledged: number(before: "acknowledged"), violations: number(before: "violations"))
+    }
+
+    static var straceInstalled: Bool {
+        (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").contains {
+            FileManager.default.isExecutableFile(atPath: "\($0)/strace")
+        }
+    }
+
+    @Test func killedStoreWorkloadsKeepEveryAcknowledgedWrite() async throws {
+        let run = try await Self.run(["--workload", "append,app,pull,outbox,compact,replay", "--iterations", "2", "--seed", "11"])
+        #expect(run.status == 0, "\(run.output)\(run.errors)")
+        let summary = try Self.summary(run)
+        #expect(summary.iterations == 12 && summary.kills == 12 && summary.violations == 0, "\(run.output)")
+        #expect(summary.acknowledged > 0, "no worker got to write before its kill: \(run.output)")
+    }
+
+    @Test func aKilledServerKeepsEveryAppliedPush() async throws {
+        let run = try await Self.run(["--workload", "server", "--iterations", "2", "--seed", "12"])
+        #expect(run.status == 0, "\(run.output)\(run.errors)")
+        let summary = try Self.summary(run)
+        #expect(summary.kills == 2 && summary.violations == 0, "\(run.output)")
+    }
+
+    @Test(.enabled(if: straceInstalled, "strace is not installed"))
+    func injectedIOFaultsFailCleanly() async throws {
+        // Four runs: one of each kind of fault.
+        let run = try await Self.run(["--workload", "io-faults", "--iterations", "4", "--seed", "13"])
+        #expect(run.status == 0, "\(run.output)\(run.errors)")
+        let summary = try Self.summary(run)
+        #expect(summary.faults == 4 && summary.kills == 0 && summary.violations == 0, "\(run.output)")
+    }
+
+    /// The checker can fail: a writer that reports one write as
+    /// acknowledged without making it is caught, with the seed and
+    /// iteration to replay it, and the run exits 1.
+    @Test(arguments: ["append", "app", "pull", "outbox", "compact", "replay", "server"])
+    func aLyingWriterIsCaught(workload: String) async throws {
+        let run = try await Self.run(["--workload", workload, "--iterations", "1", "--seed", "5", "--inject-violation"])
+        #expect(run.status == 1, "\(run.output)\(run.errors)")
+        #expect(run.output.contains("VIOLATION (seed 5) \(workload) iteration 0: "), "\(run.output)")
+        #expect(run.output.contains("replay with: crashtest --seed 5 --workload \(workload) --iterations 1 "), "\(run.output)")
+        #expect(try Self.summary(run).violations >= 1)
+    }
+
+    @Test func anUnknownWorkloadIsAUsageError() async throws {
+        let run = try await Self.run(["--workload", "append,nonsense"])
+        #expect(run.status == 64)
+        #expect(run.errors.contains("--workload nonsense is none of append, app, pull"), "\(run.errors)")
+    }
+}

@@ -1,0 +1,113 @@
+import LogFormat
+import LogStore
+
+/// What app writers promised, read from their reports, and the checks of
+/// a store against it.
+struct AppPromises {
+    struct Batch {
+        var id: String
+        var operations: [AppOperation]
+        var acknowledged = false
+    }
+
+    private(set) var batches: [Batch] = []
+    private var batchIndex: [String: Int] = [:]
+    private var operations: [String: (batch: Int, operation: AppOperation)] = [:]
+
+    init(_ reports: [Report], _ context: inout IterationContext) {
+        for report in reports {
+            switch report.verb {
+            case "try":
+                let parsed = report.words.dropFirst().compactMap(AppOperation.init(word:))
+                guard let id = report.words.first, parsed.count == report.words.count - 1 else {
+                    context.violation("a malformed report: \(report)")
+                    continue
+                }
+                batchIndex[id] = batches.count
+                for operation in parsed { operations[operation.identity] = (batches.count, operation) }
+                batches.append(Batch(id: id, operations: parsed))
+            case "ack":
+                guard let id = report.words.first, let index = batchIndex[id] else {
+                    context.violation("an acknowledgement of batch \(report.words.first ?? "?"), which was never tried")
+                    continue
+                }
+                batches[index].acknowledged = true
+            default:
+                break
+            }
+        }
+    }
+
+    /// Acknowledged batches (each one `Store.write` call).
+    var acknowledgedCount: Int { batches.filter(\.acknowledged).count }
+
+    /// Every check below, for a store that was never compacted.
+    /// - Parameter rejected: intents whose first answer is a reject; they
+    ///   leave what the app sees.
+    /// - Returns: how many acknowledged batches it checked.
+    func check(_ store: Store, log: [Entry], rejected: Set<UInt64>, _ context: inout IterationContext) throws -> Int {
+        let present = checkIntents(log, &context)
+        checkBatches(present, &context)
+        try checkVisible(store, present, rejected: rejected, &context)
+        return acknowledgedCount
+    }
+
+    /// Checks that every app intent in the log was tried, once, and holds
+    /// what was written.
+    /// - Returns: the offset of each operation found, by identity.
+    func checkIntents(_ log: [Entry], _ context: inout IterationContext) -> [String: UInt64] {
+        var present: [String: UInt64] = [:]
+        for entry in log {
+            guard case .intent(let intent) = entry.body, intent.entityType == AppOperation.entityType else { continue }
+            guard let identity = AppOperation.identity(of: intent), let (_, operation) = operations[identity] else {
+                context.violation("log at offset \(entry.offset): an intent on te/\(intent.entityID) that was never tried")
+                continue
+            }
+            if let earlier = present[identity] {
+                context.violation("log: \(operation.word) is there twice, at offsets \(earlier) and \(entry.offset)")
+            }
+            present[identity] = entry.offset
+            if intent.operation != operation.intentOperation || intent.entityID != operation.id || intent.fields != operation.fields {
+                context.violation("log at offset \(entry.offset): the intent of \(operation.word) is not what was written")
+            }
+        }
+        return present
+    }
+
+    /// Checks that each acknowledged batch is in the log whole, and each
+    /// other batch whole or not at all.
+    func checkBatches(_ present: [String: UInt64], _ context: inout IterationContext) {
+        for batch in batches {
+            let found = batch.operations.filter { present[$0.identity] != nil }.count
+            if batch.acknowledged && found != batch.operations.count {
+                context.violation("the acknowledged batch \(batch.id) has \(found) of its \(batch.operations.count) intents in the log")
+            } else if found != 0 && found != batch.operations.count {
+                context.violation("batch \(batch.id) (in flight at a kill) has \(found) of \(batch.operations.count) intents in the log; a batch commits whole or not at all")
+            }
+        }
+    }
+
+    /// Checks that each entity's intents are in the order they were made
+    /// and that the app sees what they make, leaving out `rejected` ones.
+    func checkVisible(
+        _ store: Store, _ present: [String: UInt64], rejected: Set<UInt64>, _ context: inout IterationContext
+    ) throws {
+        var byEntity: [String: [(offset: UInt64, operation: AppOperation)]] = [:]
+        for batch in batches {
+            for operation in batch.operations {
+                byEntity[operation.id, default: []] += present[operation.identity].map { [($0, operation)] } ?? []
+            }
+        }
+        for (id, found) in byEntity.sorted(by: { $0.key < $1.key }) {
+            let inLogOrder = found.sorted { $0.offset < $1.offset }
+            if inLogOrder.map(\.operation.sequence) != found.map(\.operation.sequence).sorted() {
+                context.violation("log: the intents on te/\(id) are not in the order they were made")
+            }
+            let expected = inLogOrder.filter { !rejected.contains($0.offset) }.reduce(nil as Fields?) { $1.operation.applied(to: $0) }
+            let seen = try store.get(type: AppOperation.entityType, id: id)?.fields
+            if seen != expected {
+                context.violation("te/\(id): the app sees \(seen.map(\.description) ?? "nothing"), its intents make \(expected.map(\.description) ?? "nothing")")
+            }
+        }
+    }
+}

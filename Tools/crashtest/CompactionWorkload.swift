@@ -1,0 +1,110 @@
+import LogFormat
+import LogStore
+import LogTesting
+
+/// Compaction (`Store.compact`) again and again while creates come and
+/// are acknowledged: settled intents below the watermark fold into
+/// snapshots, so an acknowledged create may leave the log, but never what
+/// the app sees.
+///
+/// Reports: those of `AppWriter` (creates only), `settled OFFSET ID` for
+/// each intent recorded as applied, and `compacted WATERMARK`.
+enum CompactionWorkload: StoreWorkload {
+    static let name = "compact"
+    static let summary = "Store.compact in a loop while creates come and are acknowledged"
+
+    /// The most pending intents one `record` call acknowledges.
+    static let settleCountMax = 8
+    /// How far below the log's end a compaction's watermark may be.
+    static let watermarkLagMax: UInt64 = 40
+    /// The pause between compactions, in milliseconds.
+    static let pauseMillisecondsMax = 30
+
+    static func work(_ worker: Worker) async throws {
+        let store = try worker.openStore()
+        let writer = AppWriter.loop(task: 0, store, worker, createsOnly: true)
+        try await Worker.runAll([writer, { try await settle(store, worker) }, { try await compact(store, worker) }])
+    }
+
+    /// Acknowledges pending intents as applied, and reports each.
+    private static func settle(_ store: Store, _ worker: Worker) async throws {
+        for _ in 0..<worker.writesMax {
+            let pending = try store.outbox(limit: settleCountMax)
+            guard !pending.isEmpty else {
+                try await Task.sleep(for: .milliseconds(1))
+                continue
+            }
+            let settled = Set(try await store.record(pending.map { ($0.offset, .acknowledged(.applied, serverVersion: 1)) }))
+            for item in pending where settled.contains(item.offset) {
+                worker.reporter.send("settled", [String(item.offset), item.intent.entityID])
+            }
+        }
+    }
+
+    private static func compact(_ store: Store, _ worker: Worker) async throws {
+        var random = SeededRandom(seed: ~worker.seed)
+        for _ in 0..<worker.writesMax {
+            try await Task.sleep(for: .milliseconds(Int.random(in: 1...pauseMillisecondsMax, using: &random)))
+            let last = try store.log.lastOffset()
+            guard last > 1 else { continue }
+            let watermark = max(1, last - min(last, UInt64.random(in: 0...watermarkLagMax, using: &random)))
+            // The lie: a compaction reported, far past the log's end, that never ran.
+            if worker.reporter.lie("compacted", [String(last + Reporter.lieDistance)]) { continue }
+            _ = try await store.compact(below: watermark)
+            worker.reporter.send("compacted", [String(watermark)])
+        }
+    }
+
+    static func check(_ ledger: Ledger, _ store: Store, log: [Entry], _ context: inout IterationContext) throws -> Int {
+        let promises = AppPromises(ledger.reports, &context)
+        _ = promises.checkIntents(log, &context)
+        let promised = ledger.with("compacted").compactMap { $0.words.first.flatMap { UInt64($0) } }.max() ?? 0
+        let compactedBelow = try store.compactedBelow()
+        if compactedBelow < promised {
+            context.violation("the log is compacted below \(compactedBelow), but a compaction below \(promised) was acknowledged")
+        }
+        var tried = Set<String>()
+        for batch in promises.batches {
+            for operation in batch.operations {
+                tried.insert(operation.id)
+                let seen = try store.get(type: AppOperation.entityType, id: operation.id)?.fields
+                if batch.acknowledged ? seen != operation.fields : seen != nil && seen != operation.fields {
+                    let state = batch.acknowledged ? "acknowledged" : "in flight at a kill"
+                    context.violation("te/\(operation.id), \(state), the app sees \(seen.map(\.description) ?? "nothing"), not what was created")
+                }
+            }
+        }
+        try checkSettled(ledger, store, &context)
+        try checkNoStrangers(store, tried: tried, &context)
+        return promises.acknowledgedCount + ledger.with("settled").count + ledger.with("compacted").count
+    }
+
+    /// Each acknowledged intent is confirmed at server version 1.
+    private static func checkSettled(_ ledger: Ledger, _ store: Store, _ context: inout IterationContext) throws {
+        for report in ledger.with("settled") {
+            guard report.words.count == 2 else {
+                context.violation("a malformed report: \(report)")
+                continue
+            }
+            let entity = try store.get(type: AppOperation.entityType, id: report.words[1])
+            if entity?.serverVersion != 1 || entity?.pendingIntentCount != 0 {
+                let seen = entity.map { "version \($0.serverVersion) with \($0.pendingIntentCount) pending" } ?? "nothing"
+                context.violation("te/\(report.words[1]): acknowledged at server version 1 (intent \(report.words[0])), but the app sees \(seen)")
+            }
+        }
+    }
+
+    /// Every entity the app sees was created by a worker.
+    private static func checkNoStrangers(_ store: Store, tried: Set<String>, _ context: inout IterationContext) throws {
+        var after: String?
+        // Each page moves past its last id, so this ends with the table.
+        while true {
+            let page = try store.all(type: AppOperation.entityType, after: after, limit: Store.pageCountMax)
+            for entity in page where !tried.contains(entity.id) {
+                context.violation("te/\(entity.id): the app sees an entity no worker created")
+            }
+            guard let last = page.last, page.count == Store.pageCountMax else { return }
+            after = last.id
+        }
+    }
+}

@@ -1,0 +1,100 @@
+import ArgumentParser
+import Foundation
+import LogStore
+
+/// The crash-recovery harness: kills a store's writer with SIGKILL at
+/// random moments (or fails its syncs and writes under `strace`), reopens
+/// the store, and checks that nothing acknowledged was lost.
+@main
+struct CrashTest: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "crashtest",
+        abstract: "Kill a store's writer at random moments and check that nothing acknowledged is lost.",
+        discussion: """
+            Workloads: \(Workloads.all.map { "\($0.name) (\($0.summary))" }.joined(separator: "; ")).
+            Exit status: 0 every check passed, 1 a violation (its seed and iteration are printed), \
+            2 the harness could not run, 64 usage.
+            """,
+        subcommands: [RunCommand.self, WorkerCommand.self],
+        defaultSubcommand: RunCommand.self)
+}
+
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run", abstract: "Run the workloads, each for a number of iterations (the default command).")
+
+    @Option(help: "Iterations per workload: one kill (or one injected fault) each.")
+    var iterations = 20
+
+    @Option(help: "The seed of every random choice (default: from the clock). A failing run prints it.")
+    var seed: UInt64?
+
+    @Option(help: ArgumentHelp("The workloads, comma-separated, or all.", discussion: "One or more of: \(Workloads.names)."))
+    var workload = "all"
+
+    @Option(help: "Durability of the stores and the server: full, metaAsync or process.")
+    var durability = "full"
+
+    @Option(help: "The longest a writer runs before its kill, in milliseconds.")
+    var delayMax = 250
+
+    @Option(help: "Where the stores go (default: a new temporary directory, removed unless a check failed).")
+    var directory: String?
+
+    @Option(help: "The syncserver executable (default: the one beside this executable).")
+    var syncserver: String?
+
+    @Flag(help: ArgumentHelp("Make each writer lie once about an acknowledgement, to show the checks catch it.", visibility: .hidden))
+    var injectViolation = false
+
+    func validate() throws {
+        guard iterations >= 1 else { throw ValidationError("--iterations must be 1 or more") }
+        guard delayMax >= 0 else { throw ValidationError("--delay-max must be 0 or more") }
+        guard Durability(rawValue: durability) != nil else { throw ValidationError("--durability must be full, metaAsync or process") }
+        _ = try selectedWorkloads()
+    }
+
+    func selectedWorkloads() throws -> [any Workload.Type] {
+        guard workload != "all" else { return Workloads.all }
+        return try workload.split(separator: ",").map { name in
+            guard let found = Workloads.named(String(name)) else {
+                throw ValidationError("--workload \(name) is none of \(Workloads.names)")
+            }
+            return found
+        }
+    }
+
+    func run() async throws {
+        let executable = Bundle.main.executableURL?.path ?? CommandLine.arguments[0]
+        let base = try directory ?? TemporaryStores.make()
+        let options = HarnessOptions(
+            iterations: iterations, seed: seed ?? UInt64(Date().timeIntervalSince1970 * 1000), durability: Durability(rawValue: durability) ?? .full,
+            delayMillisecondsMax: delayMax, directory: base, executable: executable,
+            syncserver: syncserver ?? ((executable as NSString).deletingLastPathComponent as NSString).appendingPathComponent("syncserver"),
+            injectViolation: injectViolation)
+        let tally: Tally
+        do {
+            tally = try await Harness(options: options).run(try selectedWorkloads())
+        } catch {
+            FileHandle.standardError.write(Data("crashtest: \(error) (seed \(options.seed); stores in \(base))\n".utf8))
+            throw ExitCode(2)
+        }
+        Harness.say(Harness.summary(tally, options))
+        if tally.violations.isEmpty {
+            if directory == nil { try? FileManager.default.removeItem(atPath: base) }
+        } else {
+            Harness.say("crashtest: the stores are kept in \(base)")
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// A fresh directory for the stores of a run.
+enum TemporaryStores {
+    static func make() throws -> String {
+        let template = NSTemporaryDirectory() + "crashtest-XXXXXX"
+        var bytes = Array(template.utf8CString)
+        guard let made = mkdtemp(&bytes) else { throw HarnessError("cannot make a directory like \(template)") }
+        return String(cString: made)
+    }
+}

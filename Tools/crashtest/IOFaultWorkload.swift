@@ -1,0 +1,138 @@
+import Foundation
+import LogFormat
+import LogStore
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// I/O faults instead of kills: the append worker, one append per commit,
+/// runs under `strace`, which makes the Nth call of one syscall fail. The
+/// failed write must not be acknowledged, the error must reach the caller
+/// as an `LMDBError` naming the failure, the next write must be refused,
+/// and the store must reopen with every acknowledged append intact.
+///
+/// What a `.full` commit calls, measured with `strace -f -c` on this
+/// worker (24 appends: 24 `fdatasync`, 53 `pwrite64`, 26 `writev`) and
+/// read in a full trace, with Debian's liblmdb 0.9.24:
+/// - the dirty pages: `pwrite64` for a run of one page, `lseek` and
+///   `writev` for a run of several (this build of LMDB has no
+///   `MDB_USE_PWRITEV`, so `pwritev` is never called);
+/// - one `fdatasync` of the data file (LMDB's first sync);
+/// - one 120-byte `pwrite64` of the meta page to a second descriptor of
+///   `data.mdb` opened with `O_DSYNC`: that write is LMDB's second sync,
+///   which is why no second `fdatasync`, no `fsync` and no `msync` shows
+///   (`msync` is used only with `MDB_WRITEMAP`, which the store does not set).
+/// `writer.lock` also gets one `pwrite64` (the pid) at open, on another
+/// thread; its failure is ignored by design. strace counts calls per
+/// syscall and per thread, and all commits run on the store's writer
+/// thread, so N counts that thread's calls: the Nth `fdatasync` is the Nth
+/// commit's, and the Nth `pwrite64` lands on a data page or a meta page.
+struct IOFaultWorkload: Workload {
+    static let name = "io-faults"
+    static let summary = "the append worker under strace with EIO or ENOSPC injected into the Nth sync or write"
+
+    /// Appends a fault run makes, one commit each.
+    static let appendCount = 24
+
+    /// One kind of fault, and how many calls of its syscall a run of
+    /// `appendCount` appends makes at most (so N is drawn up to it).
+    struct Fault: Sendable {
+        var syscall: String
+        var error: String
+        /// What `strerror` says for the error, which the worker must print.
+        var message: String
+        /// From the Nth call on (a full disk), rather than the Nth alone.
+        var persistent: Bool
+        var callsMax: Int
+
+        func rule(_ n: Int) -> String { "inject=\(syscall):error=\(error):when=\(n)\(persistent ? "+" : "")" }
+    }
+
+    static let faults = [
+        Fault(syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount),
+        Fault(syscall: "pwrite64", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount * 2 + 4),
+        Fault(syscall: "pwrite64", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount * 2 + 4),
+        Fault(syscall: "writev", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount + 2),
+    ]
+
+    /// A worker under `strace` runs a few times slower; this bounds a hang.
+    static let runDurationMax = Duration.seconds(120)
+
+    let directory: String
+    private var ledger = Ledger()
+
+    init(directory: String) { self.directory = directory }
+
+    mutating func iterate(_ context: inout IterationContext) async throws {
+        guard let strace = Self.findExecutable("strace") else {
+            throw HarnessError("strace is not installed (Tools/ensure-packages installs it); the io-faults workload needs it")
+        }
+        try prepareStore()
+        let fault = Self.faults[context.iteration % Self.faults.count]
+        let n = Int.random(in: 1...fault.callsMax, using: &context.random)
+        var options = context.options
+        options.durability = .full
+        let arguments =
+            ["-f", "-qq", "-o", "/dev/null", "-e", "trace=\(fault.syscall)", "-e", fault.rule(n), options.executable]
+            + WorkerRun.arguments(AppendWorkload.name, store: directory, seed: context.workerSeed(), options)
+            + ["--count", String(Self.appendCount)]
+        let child = try ChildProcess("strace", executable: strace, arguments: arguments)
+        guard await child.waitForExit(timeout: Self.runDurationMax) else {
+            child.kill()
+            throw HarnessError("the worker under strace \(fault.rule(n)) did not end within \(Self.runDurationMax)")
+        }
+        let reports = WorkerRun.parse(child.outputLines, &context)
+        ledger.append(reports)
+        context.tally.faults += 1
+        context.tally.acknowledged += AppendWorkload.acknowledgedCount(reports)
+        judge(child, reports, fault.rule(n), fault, &context)
+        await StoreCheck.afterCrash(AppendWorkload.self, directory: directory, ledger: ledger, &context)
+    }
+
+    /// The worker must have made every append (the fault hit nothing a
+    /// commit depends on) or failed with a clear `LMDBError`, without
+    /// acknowledging the failed append, and refused the next one.
+    private func judge(_ child: ChildProcess, _ reports: [Report], _ rule: String, _ fault: Fault, _ context: inout IterationContext) {
+        let acknowledged = reports.filter { $0.verb == "ack" }.count
+        let failed = reports.filter { $0.verb == "fail" }.flatMap(\.words)
+        let errors = child.errorText
+        switch child.ending {
+        case .exit(0):
+            if acknowledged != Self.appendCount {
+                context.violation("under \(rule) the worker ended well after \(acknowledged) of \(Self.appendCount) appends")
+            }
+        case .exit(3):
+            context.tally.failedCommits += 1
+            if !errors.contains("LMDBError") || !errors.contains(fault.message) {
+                context.violation("under \(rule) the worker failed without an LMDBError saying \"\(fault.message)\": \(errors)")
+            }
+            if !failed.isEmpty && !errors.contains("the next append: LMDBError") {
+                context.violation("under \(rule) the store took another append after a failed commit: \(errors)")
+            }
+            for key in failed where reports.contains(where: { $0.verb == "ack" && $0.words.contains(key) }) {
+                context.violation("under \(rule) the failed append \(key) was acknowledged")
+            }
+        default:
+            context.violation("under \(rule) the worker ended with \(child.ending): \(errors)")
+        }
+    }
+
+    /// Creates the store before the faulty run, so that every run starts
+    /// from an existing store, as a store's life is mostly spent.
+    private func prepareStore() throws {
+        guard !FileManager.default.fileExists(atPath: directory) else { return }
+        do {
+            try Store(path: directory, options: .init(durability: .full)).close()
+        } catch {
+            throw HarnessError("cannot create the store at \(directory): \(error)")
+        }
+    }
+
+    static func findExecutable(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+}

@@ -1,0 +1,36 @@
+import LogFormat
+import LogStore
+
+/// Full replays (`Store.rebuildProjections`) over and over while app
+/// writes go on. A replay clears the derived tables in one transaction and
+/// refills them in others, so a kill can leave them empty or half full;
+/// the reopen must bring them back in line with the log.
+///
+/// Reports: those of `AppWriter`, and `rebuilt` after each replay.
+enum ReplayWorkload: StoreWorkload {
+    static let name = "replay"
+    static let summary = "Store.rebuildProjections in a loop while app writes go on"
+
+    /// Entries the log gets before replays start, so that each replay has
+    /// something to do (written in batches of `seedBatchCount` creates).
+    static let seedEntryCount: UInt64 = 2_000
+    static let seedBatchCount = 50
+
+    static func work(_ worker: Worker) async throws {
+        let store = try worker.openStore()
+        var seeder = AppWriter(task: 0, worker: worker, createsOnly: true, operationsMax: seedBatchCount)
+        // Each batch adds at least one entry, so this ends.
+        while try store.log.lastOffset() < seedEntryCount { try await seeder.writeBatch(store, worker) }
+        let replayer: Worker.Loop = {
+            for _ in 0..<worker.writesMax {
+                try await store.rebuildProjections()
+                worker.reporter.send("rebuilt")
+            }
+        }
+        try await Worker.runAll([AppWriter.loop(task: 1, store, worker), replayer])
+    }
+
+    static func check(_ ledger: Ledger, _ store: Store, log: [Entry], _ context: inout IterationContext) throws -> Int {
+        try AppPromises(ledger.reports, &context).check(store, log: log, rejected: [], &context)
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import LogStore
+
+/// A `syncserver` child process on a data directory, and a client for it.
+final class ServerProcess: Sendable {
+    /// A debug server starts in about a second; this allows a slow machine.
+    static let startWaitMax = Duration.seconds(60)
+    static let stopWaitMax = Duration.seconds(60)
+    static let token = "crashtest-token"
+    static let user = "crashtest"
+
+    let child: ChildProcess
+    let client: ServerClient
+
+    private init(child: ChildProcess, port: Int) {
+        self.child = child
+        client = ServerClient(port: port, token: ServerProcess.token)
+    }
+
+    /// Starts the server and waits for its banner.
+    /// - Returns: the server, or why it did not come up.
+    static func start(executable: String, data: String, durability: Durability) async throws -> Result<ServerProcess, Failure> {
+        let child = try ChildProcess(
+            "syncserver", executable: executable,
+            arguments: [
+                "--data", data, "--host", "127.0.0.1", "--port", "0", "--token", "\(token):\(user)", "--durability",
+                durability.rawValue,
+            ])
+        let banner = await child.waitForLine(timeout: startWaitMax) { $0.contains(" listening on http://127.0.0.1:") }
+        guard let banner, let port = port(in: banner) else {
+            child.kill()
+            _ = await child.waitForExit(timeout: stopWaitMax)
+            return .failure(Failure(description: "syncserver on \(data) did not start: \(child.errorText)"))
+        }
+        return .success(ServerProcess(child: child, port: port))
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// The port in `... listening on http://127.0.0.1:PORT (data ...)`.
+    static func port(in banner: String) -> Int? {
+        guard let start = banner.range(of: "127.0.0.1:")?.upperBound else { return nil }
+        return Int(banner[start...].prefix { $0.isNumber })
+    }
+
+    /// Stops it with SIGTERM, as an operator does, and waits.
+    func stop() async {
+        child.kill(SIGTERM)
+        _ = await child.waitForExit(timeout: ServerProcess.stopWaitMax)
+    }
+}

@@ -1,0 +1,205 @@
+import Foundation
+import LogFormat
+import LogStore
+import LogTesting
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The reference server killed with SIGKILL while clients push to it: the
+/// parent is the client (over HTTP), `syncserver` the process killed.
+/// After a restart, every push answered `applied` must be in the feed,
+/// intact, once, and pushing it again must answer `duplicate`.
+///
+/// Every operation creates an entity of its own (`te_KEY`), so the feed
+/// holds exactly one change per key applied.
+struct ServerWorkload: Workload {
+    static let name = "server"
+    static let summary = "syncserver killed during concurrent pushes; no applied push lost, none applied twice"
+
+    /// Concurrent pushing clients.
+    static let pusherCount = 4
+    /// The most operations in one push.
+    static let operationsPerPushMax = 20
+    /// Keys acknowledged in earlier iterations that are pushed again after
+    /// each restart (with all of this iteration's).
+    static let repushSampleMax = 200
+
+    let directory: String
+    private var server: ServerProcess?
+    /// Every key the server acknowledged as applied, in order.
+    private var acknowledged: [String] = []
+
+    init(directory: String) { self.directory = directory }
+
+    static func operation(key: String) -> PushOperation {
+        PushOperation(
+            idempotencyKey: key, entityType: "te", entityID: "te_\(key)", intent: .create, data: Payload.fields(key: key),
+            clientTimestamp: "2026-01-01T00:00:00.000000Z", baseVersion: 0)
+    }
+
+    mutating func iterate(_ context: inout IterationContext) async throws {
+        guard let server = try await running(&context) else { return }
+        let tag = String(context.workerSeed(), radix: 36)
+        let delay = context.randomDelay()
+        let pushes = await Self.pushUntilKilled(server, tag: tag, delay: delay)
+        self.server = nil
+        guard await server.child.waitForExit(timeout: ServerProcess.stopWaitMax) else {
+            throw HarnessError("syncserver pid \(server.child.pid) did not end within \(ServerProcess.stopWaitMax) of SIGKILL")
+        }
+        if server.child.ending == .signal(SIGKILL) {
+            context.tally.kills += 1
+        } else {
+            context.violation("syncserver ended with \(server.child.ending) before its kill: \(server.child.errorText)")
+        }
+        var applied = pushes.flatMap(\.applied)
+        for problem in pushes.flatMap(\.problems) { context.violation(problem) }
+        if context.options.injectViolation { applied.append("\(tag)-lie") }  // The lie: never pushed.
+        context.tally.acknowledged += applied.count
+        guard let restarted = try await running(&context) else { return }
+        do {
+            try await check(restarted.client, applied: applied, unknown: pushes.flatMap(\.unknown), &context)
+        } catch {
+            context.violation("the restarted syncserver failed: \(error)")
+        }
+    }
+
+    mutating func finish() async {
+        await server?.stop()
+        server = nil
+    }
+
+    /// The server, started when none runs; nil (with a violation) when it
+    /// does not come up on its data.
+    private mutating func running(_ context: inout IterationContext) async throws -> ServerProcess? {
+        if let server { return server }
+        switch try await ServerProcess.start(
+            executable: context.options.syncserver, data: directory, durability: context.options.durability)
+        {
+        case .success(let started):
+            server = started
+            return started
+        case .failure(let failure):
+            context.violation(failure.description)
+            return nil
+        }
+    }
+
+    /// What one pushing client saw before the server died.
+    struct Pushes: Sendable {
+        /// Keys answered `applied`.
+        var applied: [String] = []
+        /// Keys of pushes without an answer: they may or may not be applied.
+        var unknown: [String] = []
+        var problems: [String] = []
+    }
+
+    /// Pushes from `pusherCount` clients until the server, killed after
+    /// `delay`, stops answering.
+    static func pushUntilKilled(_ server: ServerProcess, tag: String, delay: Duration) async -> [Pushes] {
+        await withTaskGroup(of: Pushes?.self) { group in
+            for client in 0..<pusherCount {
+                group.addTask { await pushLoop(server.client, name: "\(tag)-\(client)") }
+            }
+            group.addTask {
+                try? await Task.sleep(for: delay)
+                server.child.kill()
+                return nil
+            }
+            var all: [Pushes] = []
+            for await pushes in group { if let pushes { all.append(pushes) } }
+            return all
+        }
+    }
+
+    private static func pushLoop(_ client: ServerClient, name: String) async -> Pushes {
+        var pushes = Pushes()
+        var random = SeededRandom(seed: Payload.fnv1a(name))
+        for number in 0..<Worker.writeCountMax {
+            let keys = (0..<Int.random(in: 1...operationsPerPushMax, using: &random)).map { "\(name)-\(number)-\($0)" }
+            let results: [PushResult]
+            do {
+                results = try await client.push(keys.map(operation(key:)))
+            } catch {
+                pushes.unknown += keys
+                return pushes
+            }
+            for result in results {
+                if result.status == .applied && result.serverVersion == 1 {
+                    pushes.applied.append(result.idempotencyKey)
+                } else {
+                    pushes.problems.append("the first push of \(result.idempotencyKey) answered \(describe(result))")
+                }
+            }
+        }
+        return pushes
+    }
+
+    static func describe(_ result: PushResult) -> String {
+        "\(result.status) (version \(result.serverVersion.map(String.init) ?? "none")\(result.errorCode.map { ", \($0): \(result.errorMessage ?? "")" } ?? ""))"
+    }
+}
+
+// MARK: - Checks after a restart
+
+extension ServerWorkload {
+    /// Settles the pushes that had no answer, then checks the feed against
+    /// every acknowledged key, then pushes acknowledged keys again.
+    private mutating func check(_ client: ServerClient, applied: [String], unknown: [String], _ context: inout IterationContext) async throws {
+        // A push without an answer may have been applied; pushing it again
+        // says which (applied now, or duplicate), and either is an answer.
+        for chunk in Self.chunks(unknown) {
+            for result in try await client.push(chunk.map(Self.operation(key:))) {
+                if result.status == .rejected || result.serverVersion != 1 {
+                    context.violation("the repeated push of \(result.idempotencyKey), unanswered at the kill, answered \(Self.describe(result))")
+                }
+            }
+        }
+        let earlier = acknowledged
+        acknowledged += applied + unknown
+        context.tally.checks += acknowledged.count
+        try await checkFeed(client, &context)
+        var sample = earlier
+        if earlier.count > Self.repushSampleMax {
+            sample = (0..<Self.repushSampleMax).map { _ in earlier[Int.random(in: 0..<earlier.count, using: &context.random)] }
+        }
+        for chunk in Self.chunks(applied + sample) {
+            for result in try await client.push(chunk.map(Self.operation(key:))) where result.status != .duplicate || result.serverVersion != 1 {
+                let twice = result.status == .applied ? " (so it was applied twice)" : ""
+                context.violation("the repeated push of \(result.idempotencyKey), acknowledged as applied, answered \(Self.describe(result))\(twice)")
+            }
+        }
+    }
+
+    /// The feed holds one change per acknowledged key, with its data, and
+    /// nothing else.
+    private func checkFeed(_ client: ServerClient, _ context: inout IterationContext) async throws {
+        var feed: [String: PullChange] = [:]
+        for change in try await client.pullAll() {
+            if feed.updateValue(change, forKey: change.entityID) != nil {
+                context.violation("the feed has \(change.entityID) twice")
+            }
+        }
+        for key in acknowledged {
+            guard let change = feed.removeValue(forKey: "te_\(key)") else {
+                context.violation("the acknowledged push of \(key) is not in the server's feed")
+                continue
+            }
+            if change.operation != .upsert || change.data != Payload.fields(key: key) || change.serverVersion != 1 {
+                context.violation("the feed's change for \(key) is not what was pushed (version \(change.serverVersion))")
+            }
+        }
+        for id in feed.keys.sorted().prefix(StoreCheck.differencesShownMax) {
+            context.violation("the feed has \(id), which was never pushed")
+        }
+    }
+
+    private static func chunks(_ keys: [String]) -> [[String]] {
+        stride(from: 0, to: keys.count, by: Wire.pushOperationCountMax).map {
+            Array(keys[$0..<min($0 + Wire.pushOperationCountMax, keys.count)])
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import ArgumentParser
+import Foundation
+import LogStore
+
+/// What a workload's writer gets in the worker process.
+struct Worker: Sendable {
+    /// The most writes one worker makes; a bound it never meets before
+    /// its kill, there only so that every loop has one.
+    static let writeCountMax = 100_000_000
+
+    let store: String
+    let durability: Durability
+    let seed: UInt64
+    let reporter: Reporter
+    /// Stop after this many writes, made one at a time (fault runs need
+    /// a known order of syscalls); nil: write concurrently until killed.
+    let count: Int?
+
+    var options: EventLog.Options { EventLog.Options(durability: durability) }
+    var writesMax: Int { count ?? Worker.writeCountMax }
+    /// Short and unique per worker, for keys and entity ids.
+    var tag: String { String(seed, radix: 36) }
+
+    /// Opens the store as a `Store` and tells the parent it is ready.
+    func openStore() throws -> Store {
+        let opened = try Store(path: store, options: options)
+        reporter.send("ready")
+        return opened
+    }
+
+    /// One of a worker's concurrent loops.
+    typealias Loop = @Sendable () async throws -> Void
+
+    /// Runs the loops concurrently until all end; the first error ends them
+    /// all, and the worker.
+    static func runAll(_ loops: [Loop]) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for loop in loops { group.addTask(operation: loop) }
+            try await group.waitForAll()
+        }
+    }
+}
+
+struct WorkerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "Run one workload's writer on a store, reporting to stdout (the harness starts it).",
+        discussion: "Exit status 3: a write failed; the error is on stderr.",
+        shouldDisplay: false)
+
+    @Option var workload: String
+    @Option var store: String
+    @Option var durability = "full"
+    @Option var seed: UInt64
+    @Option(help: "Stop after this many writes, made one at a time.") var count: Int?
+    @Flag(help: "Report one write as acknowledged without making it.") var lie = false
+
+    func validate() throws {
+        guard Workloads.store(named: workload) != nil else {
+            throw ValidationError("--workload \(workload) has no worker")
+        }
+        guard Durability(rawValue: durability) != nil else { throw ValidationError("--durability \(durability) is unknown") }
+        if let count, count < 1 { throw ValidationError("--count must be 1 or more") }
+    }
+
+    func run() async throws {
+        guard let kind = Workloads.store(named: workload) else { throw ExitCode(64) }
+        let worker = Worker(
+            store: store, durability: Durability(rawValue: durability) ?? .full, seed: seed, reporter: Reporter(lying: lie),
+            count: count)
+        do {
+            try await kind.work(worker)
+        } catch {
+            FileHandle.standardError.write(Data("crashtest worker (\(workload) on \(store)): \(type(of: error)): \(error)\n".utf8))
+            throw ExitCode(3)
+        }
+    }
+}

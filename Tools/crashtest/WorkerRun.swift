@@ -1,0 +1,60 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Starting a worker and killing it.
+enum WorkerRun {
+    /// Generous bounds for a slow machine: a debug worker opens its store
+    /// in well under a second.
+    static let readyWaitMax = Duration.seconds(60)
+    static let exitWaitMax = Duration.seconds(60)
+
+    /// The arguments that start a worker of `workload` on `store`.
+    static func arguments(_ workload: String, store: String, seed: UInt64, _ options: HarnessOptions) -> [String] {
+        ["worker", "--workload", workload, "--store", store, "--durability", options.durability.rawValue, "--seed", String(seed)]
+            + (options.injectViolation ? ["--lie"] : [])
+    }
+
+    /// Starts a worker on `store`, kills it with SIGKILL after a random
+    /// delay, and returns what it reported. Most kills wait for the worker
+    /// to report `ready` first, so they land among its writes; one in
+    /// `openKillShare` counts from the start, so some land while it opens.
+    static func killed(_ workload: String, store: String, _ context: inout IterationContext) async throws -> [Report] {
+        let seed = context.workerSeed()
+        let worker = try ChildProcess(
+            "worker", executable: context.options.executable, arguments: arguments(workload, store: store, seed: seed, context.options))
+        let afterReady = Int.random(in: 0..<openKillShare, using: &context.random) != 0
+        let delay = context.randomDelay()
+        // A lying worker is killed only after its lie, so that it is told.
+        let start = context.options.injectViolation ? "lied" : afterReady ? "ready" : nil
+        if let start { _ = await worker.waitForLine(timeout: readyWaitMax) { $0 == start } }
+        try? await Task.sleep(for: delay)
+        worker.kill()
+        guard await worker.waitForExit(timeout: exitWaitMax) else {
+            throw HarnessError("worker pid \(worker.pid) on \(store) did not end within \(exitWaitMax) of SIGKILL")
+        }
+        if worker.ending == .signal(SIGKILL) {
+            context.tally.kills += 1
+        } else {
+            context.violation("the worker (seed \(seed)) ended by itself with \(worker.ending) before its kill: \(worker.errorText)")
+        }
+        return parse(worker.outputLines, &context)
+    }
+
+    /// One kill in this many is timed from the start instead of from `ready`.
+    static let openKillShare = 8
+
+    static func parse(_ lines: [String], _ context: inout IterationContext) -> [Report] {
+        lines.compactMap { line in
+            guard let report = Report(line: line) else {
+                context.violation("the worker wrote a line that is no report: \"\(line.prefix(80))\"")
+                return nil
+            }
+            return report
+        }
+    }
+}

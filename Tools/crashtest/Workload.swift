@@ -1,0 +1,52 @@
+/// One way of crashing a writer: what runs, how it is stopped, and what
+/// must hold afterwards. Adding a workload is one new file: a type
+/// conforming to `StoreWorkload` (a worker process on a store, killed) or to
+/// `Workload` (anything else), named in `Workloads`.
+protocol Workload {
+    /// The name `--workload` takes.
+    static var name: String { get }
+    /// One line for `--help`.
+    static var summary: String { get }
+
+    /// The parent's state for a fresh store (or server data directory) at
+    /// `directory`, which does not exist yet.
+    init(directory: String)
+
+    /// Runs one iteration: start the writer, stop it (SIGKILL, or an
+    /// injected fault), reopen and check, reporting every broken promise
+    /// to `context`.
+    /// - Throws: `HarnessError` when the harness itself cannot go on.
+    mutating func iterate(_ context: inout IterationContext) async throws
+
+    /// Stops what the workload left running (a server) after its last
+    /// iteration.
+    mutating func finish() async
+}
+
+extension Workload {
+    mutating func finish() async {}
+}
+
+/// The workloads, in the order `--workload all` runs them.
+enum Workloads {
+    /// Those whose writer is a worker process on a store.
+    static var stores: [any StoreWorkload.Type] {
+        [
+            AppendWorkload.self, AppWritesWorkload.self, PullWorkload.self, OutboxWorkload.self, CompactionWorkload.self,
+            ReplayWorkload.self,
+        ]
+    }
+
+    static var all: [any Workload.Type] {
+        stores.map { killed($0) } + [ServerWorkload.self, IOFaultWorkload.self]
+    }
+
+    private static func killed<Recipe: StoreWorkload>(_: Recipe.Type) -> any Workload.Type { KilledWriter<Recipe>.self }
+
+    static func named(_ name: String) -> (any Workload.Type)? { all.first { $0.name == name } }
+
+    static func store(named name: String) -> (any StoreWorkload.Type)? { stores.first { $0.name == name } }
+
+    /// The names, comma-separated, for help texts.
+    static var names: String { all.map { $0.name }.joined(separator: ", ") }
+}
