@@ -73,15 +73,20 @@ extension Store {
                 let state = try decodeOutboxState(value, key: key)
                 guard let offset = OffsetKey.decode(key) else { return true }
                 if let now, state.status != .pending || state.nextAttemptAt > now { return true }
-                let entry = try entryInside(txn, at: offset)
-                guard case .intent(let intent) = entry.body else {
-                    throw LogStoreError(.corruptEntry, path: path, offset: offset, "the outbox names a \(entry.kind) entry")
-                }
-                items.append(PendingIntent(offset: offset, timestamp: entry.timestamp, intent: intent, state: state))
+                items.append(try pendingIntent(at: offset, state, txn))
                 return true
             }
             return items
         }
+    }
+
+    /// The intent an outbox row names, with its state.
+    func pendingIntent(at offset: UInt64, _ state: OutboxState, _ txn: borrowing Transaction) throws -> PendingIntent {
+        let entry = try entryInside(txn, at: offset)
+        guard case .intent(let intent) = entry.body else {
+            throw LogStoreError(.corruptEntry, path: path, offset: offset, "the outbox names a \(entry.kind) entry")
+        }
+        return PendingIntent(offset: offset, timestamp: entry.timestamp, intent: intent, state: state)
     }
 
     /// How many intents wait in the outbox (pending or failed).

@@ -32,21 +32,18 @@ extension Store {
             try txn.forEach(projector.outbox) { key, value in
                 guard batch.count < limit else { return false }
                 guard let offset = OffsetKey.decode(key) else { return true }
-                let state = try decodeOutboxState(value, key: key)
-                let entry = try entryInside(txn, at: offset)
-                guard case .intent(var intent) = entry.body else {
-                    throw LogStoreError(.corruptEntry, path: path, offset: offset, "the outbox names a \(entry.kind) entry")
-                }
+                var item = try pendingIntent(at: offset, try decodeOutboxState(value, key: key), txn)
+                let intent = item.intent
                 let entity = RecordKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
                 guard !held.contains(entity) else { return true }
-                guard state.status == .pending, state.nextAttemptAt <= now else {
+                guard item.state.status == .pending, item.state.nextAttemptAt <= now else {
                     held.insert(entity)
                     return true
                 }
                 if let record = try projector.load(intent.entityType, intent.entityID, txn) {
-                    intent.baseVersion = max(intent.baseVersion, record.ackedVersion)
+                    item.intent.baseVersion = max(intent.baseVersion, record.ackedVersion)
                 }
-                batch.append(PendingIntent(offset: offset, timestamp: entry.timestamp, intent: intent, state: state))
+                batch.append(item)
                 return true
             }
             return batch
@@ -83,16 +80,9 @@ extension Store {
     /// failed attempts is marked failed, and a `.retriesExhausted` event
     /// tells the app. Offsets no longer in the outbox are skipped.
     public func scheduleRetry(offsets: [UInt64], error: String, at time: UInt64, attemptsMax: UInt32) async throws {
-        try await write { txn, context, store in
-            for offset in offsets {
-                let key = OffsetKey.encode(offset)
-                guard var state = try store.outboxState(txn, key: key) else { continue }
-                state.attempts += 1
-                state.lastError = error
-                state.nextAttemptAt = time
-                if state.attempts >= attemptsMax { try store.fail(offset, &state, txn, &context) }
-                try txn.put(store.projector.outbox, key: key, value: state.encoded())
-            }
+        try await recordFailedAttempt(offsets, error: error) { state in
+            state.nextAttemptAt = time
+            return state.attempts >= attemptsMax
         }
     }
 
@@ -101,25 +91,30 @@ extension Store {
     /// they wait for the app's `retryFailed`, and a `.retriesExhausted`
     /// event tells it.
     public func markFailed(offsets: [UInt64], error: String) async throws {
+        try await recordFailedAttempt(offsets, error: error) { _ in true }
+    }
+
+    /// Counts a failed attempt for each pending intent in `offsets` (others
+    /// are skipped), lets `update` set its next attempt, and marks it failed,
+    /// with an event for the app, when `update` says so.
+    private func recordFailedAttempt(
+        _ offsets: [UInt64], error: String, _ update: @escaping @Sendable (inout OutboxState) -> Bool
+    ) async throws {
         try await write { txn, context, store in
             for offset in offsets {
                 let key = OffsetKey.encode(offset)
                 guard var state = try store.outboxState(txn, key: key), state.status == .pending else { continue }
                 state.attempts += 1
                 state.lastError = error
-                try store.fail(offset, &state, txn, &context)
+                if update(&state) {
+                    state.status = .failed
+                    state.nextAttemptAt = 0
+                    let intent = try store.projector.readIntent(at: offset, txn)
+                    context.effects.events.append(
+                        .retriesExhausted(offset: offset, entityType: intent.entityType, entityID: intent.entityID, lastError: error))
+                }
                 try txn.put(store.projector.outbox, key: key, value: state.encoded())
             }
         }
-    }
-
-    private func fail(
-        _ offset: UInt64, _ state: inout OutboxState, _ txn: borrowing Transaction, _ context: inout WriteContext
-    ) throws {
-        state.status = .failed
-        state.nextAttemptAt = 0
-        let intent = try projector.readIntent(at: offset, txn)
-        context.effects.events.append(
-            .retriesExhausted(offset: offset, entityType: intent.entityType, entityID: intent.entityID, lastError: state.lastError))
     }
 }

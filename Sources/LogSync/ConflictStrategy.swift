@@ -65,14 +65,12 @@ public enum ConflictStrategy: Sendable {
     private static func merge(_ conflict: ConflictCase, prefer: Side) -> ConflictDecision {
         let intent = conflict.intent
         guard intent.operation != .delete, !conflict.server.deleted else { return prefer == .local ? .keepLocal : .keepRemote }
-        var merged = conflict.server.data
         var changes: [(String, Value)] = []
         for (name, value) in intent.fields {
             let serverValue = conflict.server.data[name]
             let serverChanged = serverValue != conflict.base?[name]
             if !serverChanged || prefer == .local { changes.append((name, value)) }
         }
-        merged = merged.merging(Fields(changes))
-        return .merged(merged)
+        return .merged(conflict.server.data.merging(Fields(changes)))
     }
 }

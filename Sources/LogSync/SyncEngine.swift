@@ -140,7 +140,7 @@ public actor SyncEngine {
             guard !batch.isEmpty else { return nil }
             if let stop = try await pushBatch(batch, &report) { return stop }
             synced += batch.count
-            set(.pushing(synced: min(synced, max(total, synced)), total: max(total, synced)))
+            set(.pushing(synced: synced, total: max(total, synced)))
         }
         return nil
     }

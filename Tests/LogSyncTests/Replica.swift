@@ -22,10 +22,7 @@ final class Replica: @unchecked Sendable {
         directory = try TemporaryDirectory("replica-\(name)")
         self.clock = clock
         self.configuration = configuration
-        var options = HTTPTransport.Options()
-        options.ignoreProxies = true
-        options.requestTimeout = 10
-        self.transport = transport ?? HTTPTransport(baseURL: server.url, token: token, options: options)
+        self.transport = transport ?? HTTPTransport(baseURL: server.url, token: token, options: loopback)
         store = try Store(path: directory.path, options: .init(durability: .process))
         engine = SyncEngine(store: store, transport: self.transport, clock: clock, configuration: configuration)
     }
@@ -39,10 +36,7 @@ final class Replica: @unchecked Sendable {
 
     /// Talks to `server` from now on (it may have moved to another port).
     func connect(to server: TestServer, token: String = "alice-token") throws {
-        var options = HTTPTransport.Options()
-        options.ignoreProxies = true
-        options.requestTimeout = 10
-        transport = HTTPTransport(baseURL: server.url, token: token, options: options)
+        transport = HTTPTransport(baseURL: server.url, token: token, options: loopback)
         engine = SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
     }
 
