@@ -12,6 +12,8 @@ public struct OutboxSummary: Sendable, Equatable {
     public var nextAttemptAt: UInt64?
     /// When the oldest intent in the outbox was written (Unix milliseconds).
     public var oldestWrittenAt: UInt64?
+    /// When the oldest pending intent (not failed) was written.
+    public var oldestPendingWrittenAt: UInt64?
 }
 
 extension Store {
@@ -51,17 +53,19 @@ extension Store {
     }
 
     /// Counts the outbox by status and finds its next retry time and its
-    /// oldest intent, reading only the outbox and one entry.
+    /// oldest intents, reading only the outbox and at most two entries.
     public func outboxSummary() throws -> OutboxSummary {
         try log.environment.read { txn in
             var summary = OutboxSummary()
             var oldest: UInt64?
+            var oldestPending: UInt64?
             try txn.forEach(projector.outbox) { key, value in
                 let state = try decodeOutboxState(value, key: key)
                 if oldest == nil { oldest = OffsetKey.decode(key) }
                 switch state.status {
                 case .pending:
                     summary.pendingCount += 1
+                    if oldestPending == nil { oldestPending = OffsetKey.decode(key) }
                     if state.nextAttemptAt > 0 {
                         summary.nextAttemptAt = min(summary.nextAttemptAt ?? .max, state.nextAttemptAt)
                     }
@@ -71,6 +75,10 @@ extension Store {
                 return true
             }
             if let oldest { summary.oldestWrittenAt = try entryInside(txn, at: oldest).timestamp.milliseconds }
+            if let oldestPending {
+                summary.oldestPendingWrittenAt =
+                    oldestPending == oldest ? summary.oldestWrittenAt : try entryInside(txn, at: oldestPending).timestamp.milliseconds
+            }
             return summary
         }
     }

@@ -30,7 +30,9 @@ public actor SyncEngine {
     private let stateFeed = StateBroadcast(SyncState.idle)
     public private(set) var state = SyncState.idle
     /// Whether the last health check reached the server.
-    public private(set) var isOnline = false
+    public var isOnline: Bool { onlineSince != nil }
+    /// When the health checks started reaching the server (nil while they fail).
+    private var onlineSince: UInt64?
     public private(set) var lastSuccessAt: UInt64?
     public private(set) var lastError: String?
 
@@ -62,6 +64,14 @@ public actor SyncEngine {
         return report
     }
 
+    /// The outbox and the engine's view of the server, now.
+    public func health() throws -> SyncHealth {
+        SyncHealth(
+            summary: try store.outboxSummary(), now: clock.nowMilliseconds, onlineSince: onlineSince,
+            stuckAfter: configuration.stuckAfterMilliseconds, lastSuccessAt: lastSuccessAt, lastError: lastError,
+            breakerOpenUntil: breakerOpenUntil, state: state)
+    }
+
     /// Closes the circuit breaker, for an app whose user asked to retry now.
     public func resetCircuitBreaker() { breaker = CircuitBreaker() }
 
@@ -79,9 +89,9 @@ public actor SyncEngine {
         if let stop = rateLimitedStop() { return finish(&report, stop) }
         do {
             _ = try await transport.health()
-            isOnline = true
+            if onlineSince == nil { onlineSince = clock.nowMilliseconds }
         } catch {
-            isOnline = false
+            onlineSince = nil
             return finish(&report, .offline)
         }
         do {

@@ -55,6 +55,7 @@ enum SyncDemo {
         let theirs = try phone.all(type: "task").map { "\($0.id) \($0.fields)" }
         for line in mine { print("  \(line)") }
         print(mine == theirs ? "laptop and phone hold the same \(mine.count) tasks" : "NOT CONVERGED")
+        print("laptop health: \(try await laptopSync.health())")
         guard mine == theirs, try laptop.conflicts().isEmpty else { throw DemoError("the replicas did not converge") }
     }
 

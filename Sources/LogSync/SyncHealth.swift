@@ -1,0 +1,72 @@
+import LogStore
+
+/// How well a store is syncing, in one value an app can show or log
+/// (`SyncEngine.health()`). Times are Unix milliseconds on the engine's
+/// clock.
+public struct SyncHealth: Sendable, Equatable {
+    /// Intents waiting to be pushed (due or waiting for a retry).
+    public var pendingCount: Int
+    /// Intents out of retries, waiting for the app (`Store.retryFailed`);
+    /// `Store.outbox()` lists them with their last error.
+    public var failedCount: Int
+    /// How long the oldest pending intent has waited since it was written;
+    /// nil when none is pending.
+    public var oldestPendingAgeMilliseconds: UInt64?
+    /// When the next intent waiting for a retry becomes due.
+    public var nextAttemptAt: UInt64?
+    /// When a run last completed (pushed and pulled to the feed's end).
+    public var lastSuccessAt: UInt64?
+    /// The message of the last failed run, cleared by a completed one.
+    public var lastError: String?
+    /// Whether the last health check reached the server.
+    public var isOnline: Bool
+    /// When the circuit breaker lets requests through again, if it is open.
+    public var breakerOpenUntil: UInt64?
+    public var state: SyncState
+    /// The oldest pending intent has waited longer than
+    /// `SyncConfiguration.stuckAfterMilliseconds` while the server was
+    /// reachable: something other than connectivity keeps it from the
+    /// server (a retry loop, an open breaker, a server that never answers).
+    public var isStuck: Bool
+}
+
+extension SyncHealth {
+    /// - Parameters:
+    ///   - onlineSince: when the engine last went from unreachable to
+    ///     reachable (nil while offline); waiting before it is not counted.
+    init(
+        summary: OutboxSummary, now: UInt64, onlineSince: UInt64?, stuckAfter: UInt64, lastSuccessAt: UInt64?,
+        lastError: String?, breakerOpenUntil: UInt64?, state: SyncState
+    ) {
+        pendingCount = summary.pendingCount
+        failedCount = summary.failedCount
+        oldestPendingAgeMilliseconds = summary.oldestPendingWrittenAt.map { now - min(now, $0) }
+        nextAttemptAt = summary.nextAttemptAt
+        self.lastSuccessAt = lastSuccessAt
+        self.lastError = lastError
+        isOnline = onlineSince != nil
+        self.breakerOpenUntil = breakerOpenUntil
+        self.state = state
+        if let onlineSince, let written = summary.oldestPendingWrittenAt {
+            let waitingSince = max(onlineSince, written)
+            isStuck = now > waitingSince && now - waitingSince > stuckAfter
+        } else {
+            isStuck = false
+        }
+    }
+}
+
+extension SyncHealth: CustomStringConvertible {
+    /// One line, for logs: `2 pending (oldest 4 s), 0 failed, online, last success at 1795…, state idle`.
+    public var description: String {
+        var parts = ["\(pendingCount) pending" + (oldestPendingAgeMilliseconds.map { " (oldest \($0 / 1_000) s)" } ?? "")]
+        parts.append("\(failedCount) failed")
+        parts.append(isOnline ? "online" : "offline")
+        if isStuck { parts.append("STUCK") }
+        if let breakerOpenUntil { parts.append("breaker open until \(breakerOpenUntil)") }
+        parts.append(lastSuccessAt.map { "last success at \($0)" } ?? "never synced")
+        if let lastError { parts.append("last error: \(lastError)") }
+        parts.append("state \(state)")
+        return parts.joined(separator: ", ")
+    }
+}

@@ -1,0 +1,108 @@
+import LogFormat
+import LogServer
+import LogStore
+import LogSync
+import LogTesting
+import Testing
+
+/// `SyncEngine.health()`: what an app can show about its sync, and the
+/// `stuck` flag that only waiting while the server is reachable raises.
+@Suite struct HealthTests {
+    /// The store stamps entries with the wall clock; the engine's manual
+    /// clock starts there so ages are real differences.
+    private static func replica(_ name: String, _ server: TestServer, stuckAfter: UInt64 = 600_000) throws -> Replica {
+        var configuration = SyncConfiguration()
+        configuration.stuckAfterMilliseconds = stuckAfter
+        return try Replica(name, server: server, clock: ManualClock(startingAt: wallClockMilliseconds()), configuration: configuration)
+    }
+
+    @Test func aFreshEngineIsHealthyAndOffline() async throws {
+        let server = try await TestServer("health-fresh")
+        let a = try Self.replica("a", server)
+        let health = try await a.engine.health()
+        #expect(health.pendingCount == 0 && health.failedCount == 0)
+        #expect(health.oldestPendingAgeMilliseconds == nil && health.lastSuccessAt == nil && health.lastError == nil)
+        #expect(!health.isOnline && !health.isStuck)
+        #expect(health.state == .idle)
+    }
+
+    /// Waiting offline is not being stuck; waiting as long while the
+    /// server answers, with every push failing, is.
+    @Test func stuckCountsOnlyTheWaitWhileOnline() async throws {
+        let server = try await TestServer("health-stuck")
+        let a = try Self.replica("a", server)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        a.clock.advance(by: 5_000)
+        var health = try await a.engine.health()
+        #expect(health.pendingCount == 1)
+        let age = try #require(health.oldestPendingAgeMilliseconds)
+        #expect((4_000...65_000).contains(age), "the intent waited about 5 s, got \(age) ms")
+        // Offline for an hour: never synced, so not stuck.
+        a.clock.advance(by: 3_600_000)
+        health = try await a.engine.health()
+        #expect(!health.isOnline && !health.isStuck)
+        #expect(try #require(health.oldestPendingAgeMilliseconds) >= 3_600_000)
+
+        // Online now, and every push fails: the wait counts from here.
+        try await server.faults(FaultSettings(failNext: 1_000, status: 500))
+        guard case .failed(let message) = await a.sync().outcome else { Issue.record("the push should fail"); return }
+        health = try await a.engine.health()
+        #expect(health.isOnline && !health.isStuck)
+        #expect(health.lastError == message)
+        #expect(health.nextAttemptAt != nil && health.lastSuccessAt == nil)
+        a.clock.advance(by: 599_000)
+        #expect(try await a.engine.health().isStuck == false)
+        a.clock.advance(by: 2_000)
+        #expect(await a.sync().outcome != .completed)
+        health = try await a.engine.health()
+        #expect(health.isOnline && health.isStuck)
+        #expect(health.pendingCount == 1)
+
+        // The server recovers: nothing pending, nothing stuck, a success time.
+        try await server.faults(FaultSettings(failNext: 0))
+        a.clock.advance(by: 301_000)
+        #expect(await a.sync().outcome == .completed)
+        health = try await a.engine.health()
+        #expect(health.pendingCount == 0 && health.oldestPendingAgeMilliseconds == nil)
+        #expect(!health.isStuck && health.lastError == nil)
+        #expect(health.lastSuccessAt == a.clock.nowMilliseconds)
+    }
+
+    /// Losing the server resets the online time: a later stretch online
+    /// must be long enough on its own.
+    @Test func goingOfflineRestartsTheOnlineWait() async throws {
+        let server = try await TestServer("health-offline")
+        let a = try Self.replica("a", server, stuckAfter: 60_000)
+        try await server.faults(FaultSettings(failNext: 1_000, status: 503))
+        try await a.store.create(type: "task", fields: ["n": 1])
+        await a.sync()
+        a.clock.advance(by: 50_000)
+        await server.stop()
+        #expect(await a.sync().outcome == .offline)
+        a.clock.advance(by: 50_000)
+        try await server.restart()
+        try a.connect(to: server)
+        try await server.faults(FaultSettings(failNext: 1_000, status: 503))
+        await a.sync()
+        a.clock.advance(by: 50_000)
+        #expect(try await a.engine.health().isStuck == false, "100 s online in two stretches of 50 s is not 60 s")
+        a.clock.advance(by: 20_000)
+        #expect(try await a.engine.health().isStuck)
+    }
+
+    /// Intents out of retries are counted as failed, not as pending, and do
+    /// not make the store stuck: they wait for the app.
+    @Test func failedIntentsAreCountedApart() async throws {
+        let server = try await TestServer("health-failed")
+        let a = try Self.replica("a", server)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        try await server.faults(FaultSettings(failNext: 1_000, status: 500))
+        for _ in 0..<10 {
+            await a.sync()
+            a.clock.advance(by: 400_000)
+        }
+        let health = try await a.engine.health()
+        #expect(health.failedCount == 1 && health.pendingCount == 0)
+        #expect(health.oldestPendingAgeMilliseconds == nil && !health.isStuck)
+    }
+}
