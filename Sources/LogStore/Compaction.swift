@@ -127,7 +127,7 @@ extension Store {
                 if !snapshot.entityType.isEmpty {
                     let key = EntityKey.encode(type: snapshot.entityType, id: snapshot.entityID)
                     confirmed[key] = (confirmed[key] ?? Confirmed()).applying(
-                        snapshotVersion: snapshot.serverVersion, state: snapshot.deleted ? nil : snapshot.fields)
+                        version: snapshot.serverVersion, state: snapshot.deleted ? nil : snapshot.fields)
                     folded.insert(key)
                 }
                 cursor = snapshot.cursor.isEmpty ? nil : snapshot.cursor

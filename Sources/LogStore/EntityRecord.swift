@@ -120,16 +120,13 @@ struct Confirmed: Equatable {
     /// nil when the server has no such entity (never had, or deleted it).
     var fields: Fields?
 
-    /// A server change (pulled, or in a snapshot) at `version`; an older or
-    /// equal version is stale and changes nothing.
+    /// A server change (pulled, or in a snapshot) at `version`: the server's
+    /// own state at that version, so it replaces the base unless the base is
+    /// newer. It wins at an equal version too, over a base that an `ack`
+    /// produced by applying the intent locally: when the server merged that
+    /// intent over changes the client had not pulled yet, only the pulled
+    /// state is right (`storage.md` section 15). An older version is stale.
     func applying(version: UInt64, state: Fields?) -> Confirmed {
-        version > self.version ? Confirmed(version: version, fields: state) : self
-    }
-
-    /// A compaction snapshot at `version`: it holds the confirmed state as of
-    /// its watermark, so it also wins at an equal version (over an ack that
-    /// compaction kept and that replays before it, `storage.md` section 15).
-    func applying(snapshotVersion version: UInt64, state: Fields?) -> Confirmed {
         version >= self.version && version > 0 ? Confirmed(version: version, fields: state) : self
     }
 

@@ -57,7 +57,7 @@ struct Projector: Sendable {
             if !snapshot.entityType.isEmpty {
                 try confirm(
                     snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion,
-                    state: snapshot.deleted ? nil : snapshot.fields, snapshot: true, txn, &effects)
+                    state: snapshot.deleted ? nil : snapshot.fields, txn, &effects)
             }
             try setCursor(snapshot.cursor, txn)
         case .resync:
@@ -125,18 +125,15 @@ struct Projector: Sendable {
         return intent
     }
 
-    /// The server confirmed `state` (nil: deleted) at `version`. Older
-    /// versions than the base are stale and ignored.
+    /// The server confirmed `state` (nil: deleted) at `version`; see
+    /// `Confirmed.applying(version:state:)`.
     private func confirm(
-        _ type: String, _ id: String, version: UInt64, state: Fields?, snapshot: Bool = false, _ txn: borrowing Transaction,
+        _ type: String, _ id: String, version: UInt64, state: Fields?, _ txn: borrowing Transaction,
         _ effects: inout CommitEffects
     ) throws {
         let before = try load(type, id, txn)
         var record = before ?? EntityRecord()
-        let confirmed =
-            snapshot
-            ? record.confirmed.applying(snapshotVersion: version, state: state)
-            : record.confirmed.applying(version: version, state: state)
+        let confirmed = record.confirmed.applying(version: version, state: state)
         guard confirmed != record.confirmed else { return }
         record.confirmed = confirmed
         record.visible = try fold(record.base, record.pending, txn)

@@ -16,7 +16,7 @@ import LogFormat
 public final class Store: Sendable {
     /// The layout of the derived databases. A store whose derived databases
     /// have another version is rebuilt from the log when opened writable.
-    public static let projectionVersion: UInt32 = 2
+    public static let projectionVersion: UInt32 = 3
     /// Log entries applied per transaction while replaying.
     public static let replayChunkCountMax = 20_000
     /// The most entities `all(type:after:limit:)` returns at once.

@@ -48,8 +48,10 @@ struct ReferenceModel {
             .compactMap { key in visible(key).map { (key.id, $0) } }
     }
 
+    /// A server change is the server's state at its version: it wins over
+    /// an older or equal confirmed version.
     mutating func confirm(_ key: Key, version: UInt64, fields: Fields?) {
-        guard version > (confirmed[key]?.version ?? 0) else { return }
+        guard version > 0, version >= (confirmed[key]?.version ?? 0) else { return }
         confirmed[key] = Confirmed(version: version, fields: fields)
     }
 

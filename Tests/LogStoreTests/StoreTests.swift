@@ -170,6 +170,49 @@ struct StoreFixture {
         #expect(try store.get(type: "te", id: "t1")?.fields == ["a": 1, "b": 3])
     }
 
+    /// The server merged an update over a change this client had not
+    /// pulled (`b` at version 2): the ack's version 3 is right, but the base
+    /// the ack made by applying the intent locally is not. The pull that
+    /// follows brings version 3 itself, which must win at the equal version.
+    @Test func aPulledChangeAtTheAckedVersionReplacesTheAckedGuess() async throws {
+        let fixture = try StoreFixture("rule-ack-guess")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 1, fields: ["a": 1, "b": 1])], cursor: "c1")
+        try await store.update(type: "te", id: "t1", changes: ["a": 10])
+        let intent = try #require(try store.outbox().first)
+        try await store.record([(intent.offset, .acknowledged(.applied, serverVersion: 3))])
+        #expect(try store.get(type: "te", id: "t1")?.fields == ["a": 10, "b": 1])
+        try await store.applyPulledPage([
+            PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 2, fields: ["a": 1, "b": 2]),
+            PulledChange(.upsert, entityType: "te", entityID: "t1", serverVersion: 3, fields: ["a": 10, "b": 2]),
+        ], cursor: "c3")
+        let entity = try #require(try store.get(type: "te", id: "t1"))
+        #expect(entity.fields == ["a": 10, "b": 2])
+        #expect(entity.serverVersion == 3)
+    }
+
+    /// A store whose derived databases are of an older projection version
+    /// (2, which dropped a pulled change at the base version) is rebuilt
+    /// from its log when opened.
+    @Test func anOlderProjectionVersionIsRebuiltFromTheLog() async throws {
+        var fixture = try StoreFixture("rule-projection-upgrade")
+        let id = try await fixture.store.create(type: "te", fields: ["a": 1])
+        fixture.store.close()
+        do {
+            let environment = try Environment(path: fixture.directory.path)
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            let entities = try #require(try environment.openDatabase("entities", create: false))
+            try environment.write { txn in
+                try txn.put(meta, key: Array("projection-version".utf8), value: [0, 0, 0, 2])
+                try txn.delete(entities, key: Array("te".utf8) + [0] + Array(id.utf8))
+            }
+            environment.close()
+        }
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "te", id: id)?.fields == ["a": 1])
+        #expect(try fixture.store.outboxCount() == 1)
+    }
+
     @Test func anOlderPulledChangeCannotUndoANewerState() async throws {
         let fixture = try StoreFixture("rule-stale")
         let store = fixture.store

@@ -29,6 +29,27 @@ import Testing
         #expect(await a.sync().acknowledged == 1)
     }
 
+    /// The server merges an update made against an older version with a
+    /// change to another field; the client that pushed it ends up with the
+    /// merged entity, not with its own guess at it.
+    @Test func anUpdateTheServerMergedEndsAsTheServerHasIt() async throws {
+        let server = try await TestServer("merged")
+        let a = try Replica("a", server: server)
+        let b = try Replica("b", server: server)
+        let id = try await a.store.create(type: "task", fields: ["title": "Buy milk", "n": 1])
+        await a.sync()
+        await b.sync()
+        try await b.store.update(type: "task", id: id, changes: ["n": 2])
+        await b.sync()
+        try await a.store.update(type: "task", id: id, changes: ["title": "Buy oat milk"])
+        let report = await a.sync()
+        #expect(report.acknowledged == 1 && report.conflicts == 0)
+        let entity = try #require(try a.store.get(type: "task", id: id))
+        #expect(entity.fields == ["title": "Buy oat milk", "n": 2])
+        #expect(entity.serverVersion == 3)
+        #expect(try await server.pullAll().last?.data == entity.fields)
+    }
+
     /// "App crashes after user action": the intent is in the log before the
     /// write returns, and is pushed after a restart.
     @Test func anIntentWrittenBeforeACrashIsPushedAfterRestart() async throws {
