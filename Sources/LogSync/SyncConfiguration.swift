@@ -22,12 +22,25 @@ public struct SyncConfiguration: Sendable {
     func strategy(for type: String) -> ConflictStrategy { conflictStrategies[type] ?? defaultConflictStrategy }
 }
 
-/// Set from anywhere to stop a running sync at its next page boundary.
+/// Stops a running sync at its next page boundary: when `cancel()` is
+/// called from anywhere, or once a deadline on a clock has passed.
 public final class SyncCancellation: Sendable {
     private let flag = Locked(false)
+    private let deadline: (clock: any SyncClock, milliseconds: UInt64)?
 
-    public init() {}
+    public init() { deadline = nil }
+
+    /// Cancelled also once `clock` reads `deadlineMilliseconds` or later
+    /// (a time-boxed run, `SyncScheduler.runBackground`).
+    public init(deadlineMilliseconds: UInt64, clock: any SyncClock) {
+        deadline = (clock, deadlineMilliseconds)
+    }
 
     public func cancel() { flag.set(true) }
-    public var isCancelled: Bool { flag.get() }
+
+    public var isCancelled: Bool {
+        if flag.get() { return true }
+        guard let deadline else { return false }
+        return deadline.clock.nowMilliseconds >= deadline.milliseconds
+    }
 }

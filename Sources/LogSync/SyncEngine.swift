@@ -53,16 +53,26 @@ public actor SyncEngine {
     public nonisolated func states() -> AsyncStream<SyncState> { stateFeed.subscribe() }
 
     /// Runs a sync, or joins the one running.
-    /// - Parameter cancellation: checked between pulled pages.
+    /// - Parameter cancellation: checked between pulled pages. A caller that
+    ///   joins a running sync adds its cancellation to that run's: either
+    ///   stops it, and every caller gets the `.cancelled` report.
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
+        cancellations.append(cancellation)
         if let running { return await running.value }
-        let task = Task { await self.run(cancellation) }
+        let task = Task { await self.run() }
         running = task
         let report = await task.value
         running = nil
+        cancellations = []
         return report
     }
+
+    /// The cancellations of the callers of the running sync.
+    private var cancellations: [SyncCancellation] = []
+    private var isCancelled: Bool { cancellations.contains { $0.isCancelled } }
+    /// How many callers wait for the running sync (0 when none runs).
+    var callersOfRunningSync: Int { running == nil ? 0 : cancellations.count }
 
     /// The outbox and the engine's view of the server, now.
     public func health() throws -> SyncHealth {
@@ -84,7 +94,7 @@ public actor SyncEngine {
         stateFeed.publish(newState)
     }
 
-    private func run(_ cancellation: SyncCancellation) async -> SyncReport {
+    private func run() async -> SyncReport {
         var report = SyncReport(outcome: .completed)
         if let stop = rateLimitedStop() { return finish(&report, stop) }
         do {
@@ -96,7 +106,7 @@ public actor SyncEngine {
         }
         do {
             if let stop = try await push(&report) { return finish(&report, stop) }
-            return finish(&report, try await pull(&report, cancellation))
+            return finish(&report, try await pull(&report))
         } catch {
             return finish(&report, .failed("store: \(error)"))
         }
@@ -226,11 +236,11 @@ public actor SyncEngine {
     // MARK: - Pull
 
     /// Pulls pages until the feed's end, a failure, or cancellation.
-    private func pull(_ report: inout SyncReport, _ cancellation: SyncCancellation) async throws -> SyncOutcome {
+    private func pull(_ report: inout SyncReport) async throws -> SyncOutcome {
         set(.pulling)
         var resyncs = 0
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
-            if cancellation.isCancelled { return .cancelled }
+            if isCancelled { return .cancelled }
             let page: PullResponse
             do {
                 page = try await transport.pull(cursor: try store.pullCursor(), limit: configuration.pullPageCountMax)

@@ -51,17 +51,12 @@ public actor SyncScheduler {
     public func nudge() { handle(.nudge) }
 
     /// A sync that must end within `budgetMilliseconds` (an OS background
-    /// window): when the budget runs out it stops at the next page boundary,
-    /// keeping what it applied.
+    /// window): once the budget has passed on the scheduler's clock it
+    /// stops at the next page boundary, keeping what it applied. A sync
+    /// already running is joined, and stopped by the budget all the same.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
-        let cancellation = SyncCancellation()
-        let clock = self.clock
-        let deadline = Task {
-            try? await clock.sleep(milliseconds: budgetMilliseconds)
-            cancellation.cancel()
-        }
-        defer { deadline.cancel() }
-        return await engine.sync(cancellation: cancellation)
+        let deadline = clock.nowMilliseconds + budgetMilliseconds
+        return await engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock))
     }
 
     /// Waits for the syncs started so far (tests).

@@ -2,9 +2,10 @@ import Foundation
 import LogFormat
 import LogServer
 import LogStore
-import LogSync
+@testable import LogSync
 import LogSyncHTTP
 import LogTesting
+import Synchronization
 import Testing
 
 /// The scheduler's debounce rules on the pure core, with test times, and
@@ -82,6 +83,112 @@ import Testing
         #expect(await scheduler.triggered == [.started, .localWrite])
         #expect(try await server.pullAll().count == 5)
         await scheduler.stop()
+    }
+
+    /// "App backgrounded": a background run with a budget of 1 s, on a
+    /// network where each page takes 400 ms, applies three pages (the
+    /// budget is checked before each) and stops cleanly; the next sync
+    /// pulls the rest.
+    @Test func aBackgroundRunStopsAtAPageBoundaryOnceItsBudgetIsSpent() async throws {
+        let server = try await TestServer("background")
+        let (_, reader) = try await Self.serverWithPages(server, pages: 10, slow: 400)
+        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: false))
+        let report = await scheduler.runBackground(budgetMilliseconds: 1_000)
+        #expect(report.outcome == .cancelled)
+        #expect(report.pages == 3)
+        #expect(try reader.store.count(type: "item") == 15)
+        #expect(await reader.engine.lastError == nil)
+        let rest = await reader.sync()
+        #expect(rest.outcome == .completed && rest.changes == 35)
+    }
+
+    /// A background run that finds a sync running joins it, and its budget
+    /// stops that sync too.
+    @Test func aBackgroundRunStopsTheSyncItJoins() async throws {
+        let server = try await TestServer("background-join")
+        let (gate, reader) = try await Self.serverWithPages(server, pages: 10, slow: 0)
+        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: false))
+        let foreground = Task { await reader.sync() }
+        try await gate.waitUntilHeld()
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 0) }
+        // The background caller has joined once the engine lists its budget;
+        // there is no other signal, so wait for the join to be visible.
+        try await waitUntil { await reader.engine.callersOfRunningSync == 2 }
+        gate.release()
+        let reports = [await foreground.value, await background.value]
+        #expect(reports.map(\.outcome) == [.cancelled, .cancelled])
+        #expect(reports[0] == reports[1])
+        #expect(reports[0].pages == 1)
+    }
+
+    /// 50 items on the server, and a reader of pages of 5 whose pulls each
+    /// move its clock by `slow` ms; its first pull waits at the returned gate
+    /// until released when `slow` is 0.
+    private static func serverWithPages(_ server: TestServer, pages: Int, slow: UInt64) async throws -> (PullGate, Replica) {
+        var operations: [PushOperation] = []
+        for n in 0..<(pages * 5) { operations.append(operation(.create, "it_\(n)", ["n": .int(Int64(n))], type: "item")) }
+        _ = try await server.push(operations)
+        var configuration = SyncConfiguration()
+        configuration.pullPageCountMax = 5
+        let clock = ManualClock()
+        let gate = PullGate(holdFirst: slow == 0)
+        let transport = SlowPulls(
+            inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), clock: clock, milliseconds: slow, gate: gate)
+        return (gate, try Replica("reader", server: server, clock: clock, configuration: configuration, transport: transport))
+    }
+}
+
+/// Pulls through `inner`, each one moving a manual clock by `milliseconds`
+/// (a slow network in test time), the first held at `gate` if it holds.
+struct SlowPulls: SyncTransport {
+    let inner: HTTPTransport
+    let clock: ManualClock
+    let milliseconds: UInt64
+    let gate: PullGate
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        await gate.pass()
+        let page = try await inner.pull(cursor: cursor, limit: limit)
+        clock.advance(by: milliseconds)
+        return page
+    }
+}
+
+/// Holds the first pull until `release()`, and tells when it is held.
+final class PullGate: Sendable {
+    private struct State {
+        var holding: Bool
+        var held = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state: Mutex<State>
+
+    init(holdFirst: Bool) { state = Mutex(State(holding: holdFirst)) }
+
+    func pass() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let hold = state.withLock { state -> Bool in
+                guard state.holding else { return false }
+                state.holding = false
+                state.held = true
+                state.waiter = continuation
+                return true
+            }
+            if !hold { continuation.resume() }
+        }
+    }
+
+    func waitUntilHeld() async throws { try await waitUntil { self.state.withLock { $0.held } } }
+
+    func release() {
+        let waiter = state.withLock { state in
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 }
 
