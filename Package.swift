@@ -72,7 +72,7 @@ let package = Package(
         .executableTarget(
             name: "crashtest",
             dependencies: [
-                "LogFormat", "LMDB", "LogStore", "LogTesting",
+                "LogFormat", "LMDB", "LogStore", "LogSync", "LogSyncHTTP", "LogTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Tools/crashtest"

@@ -152,6 +152,22 @@ public struct PushOperation: Codable, Sendable, Equatable {
     }
 }
 
+extension PushOperation {
+    /// The operation that pushes a log intent: its idempotency key, entity,
+    /// fields (none for a delete) and base version, stamped `clientTimestamp`.
+    public init(_ intent: LogFormat.Intent, clientTimestamp: String) {
+        let kind: PushOperation.Intent =
+            switch intent.operation {
+            case .create: .create
+            case .update: .update
+            case .delete: .delete
+            }
+        self.init(
+            idempotencyKey: intent.idempotencyKey, entityType: intent.entityType, entityID: intent.entityID, intent: kind,
+            data: intent.operation == .delete ? nil : intent.fields, clientTimestamp: clientTimestamp, baseVersion: intent.baseVersion)
+    }
+}
+
 public struct PushRequest: Codable, Sendable, Equatable {
     public var operations: [PushOperation]
     public init(operations: [PushOperation]) { self.operations = operations }

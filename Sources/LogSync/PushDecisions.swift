@@ -58,17 +58,6 @@ enum PushDecisions {
     /// The operation sent for a pending intent, with the base version
     /// `Store.pushBatch` computed.
     static func operation(_ pending: PendingIntent) -> PushOperation {
-        let intent = pending.intent
-        let kind: PushOperation.Intent =
-            switch intent.operation {
-            case .create: .create
-            case .update: .update
-            case .delete: .delete
-            }
-        return PushOperation(
-            idempotencyKey: intent.idempotencyKey, entityType: intent.entityType, entityID: intent.entityID, intent: kind,
-            data: intent.operation == .delete ? nil : intent.fields,
-            clientTimestamp: Value.rfc3339(microseconds: Int64(pending.timestamp.milliseconds) * 1_000),
-            baseVersion: intent.baseVersion)
+        PushOperation(pending.intent, clientTimestamp: Value.rfc3339(microseconds: Int64(pending.timestamp.milliseconds) * 1_000))
     }
 }

@@ -97,11 +97,18 @@ struct AppWriter {
         random = SeededRandom(seed: worker.seed &+ UInt64(task) &* 0x9E37)
     }
 
-    /// A worker loop that writes batches until the worker ends.
-    static func loop(task: Int, _ store: Store, _ worker: Worker, createsOnly: Bool = false) -> Worker.Loop {
+    /// A worker loop that writes batches until the worker ends, pausing
+    /// up to `pauseMillisecondsMax` after each.
+    static func loop(task: Int, _ store: Store, _ worker: Worker, createsOnly: Bool = false, pauseMillisecondsMax: Int = 0) -> Worker.Loop {
         {
             var writer = AppWriter(task: task, worker: worker, createsOnly: createsOnly)
-            for _ in 0..<worker.writesMax { try await writer.writeBatch(store, worker) }
+            var pauses = SeededRandom(seed: ~worker.seed &+ UInt64(task))
+            for _ in 0..<worker.writesMax {
+                try await writer.writeBatch(store, worker)
+                if pauseMillisecondsMax > 0 {
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 0...pauseMillisecondsMax, using: &pauses)))
+                }
+            }
         }
     }
 

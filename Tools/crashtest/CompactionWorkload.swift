@@ -96,15 +96,8 @@ enum CompactionWorkload: StoreWorkload {
 
     /// Every entity the app sees was created by a worker.
     private static func checkNoStrangers(_ store: Store, tried: Set<String>, _ context: inout IterationContext) throws {
-        var after: String?
-        // Each page moves past its last id, so this ends with the table.
-        while true {
-            let page = try store.all(type: AppOperation.entityType, after: after, limit: Store.pageCountMax)
-            for entity in page where !tried.contains(entity.id) {
-                context.violation("te/\(entity.id): the app sees an entity no worker created")
-            }
-            guard let last = page.last, page.count == Store.pageCountMax else { return }
-            after = last.id
+        for entity in try StoreCheck.entities(store, type: AppOperation.entityType) where !tried.contains(entity.id) {
+            context.violation("te/\(entity.id): the app sees an entity no worker created")
         }
     }
 }

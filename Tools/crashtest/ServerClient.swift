@@ -46,15 +46,20 @@ final class ServerClient: Sendable {
         return response.results
     }
 
-    /// The whole change feed, from the start.
-    func pullAll() async throws -> [PullChange] {
+    /// One page of the change feed after `cursor` (nil: from the start).
+    func pull(after cursor: String?, limit: Int = Wire.pullPageCountMax) async throws -> PullResponse {
+        var components = URLComponents(string: "\(base)/v1/pull")!
+        components.queryItems = [URLQueryItem(name: "limit", value: String(limit))]
+            + (cursor.map { [URLQueryItem(name: "cursor", value: $0)] } ?? [])
+        return try await send(URLRequest(url: components.url!)).decode(PullResponse.self)
+    }
+
+    /// The change feed after `cursor`; by default the whole feed.
+    func pullAll(after cursor: String? = nil) async throws -> [PullChange] {
         var changes: [PullChange] = []
-        var cursor: String?
+        var cursor = cursor
         for _ in 0..<ServerClient.pagesPerPullMax {
-            var components = URLComponents(string: "\(base)/v1/pull")!
-            components.queryItems = [URLQueryItem(name: "limit", value: String(Wire.pullPageCountMax))]
-                + (cursor.map { [URLQueryItem(name: "cursor", value: $0)] } ?? [])
-            let page = try await send(URLRequest(url: components.url!)).decode(PullResponse.self)
+            let page = try await pull(after: cursor)
             changes += page.changes
             cursor = page.cursor
             if !page.hasMore { return changes }

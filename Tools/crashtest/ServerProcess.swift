@@ -35,6 +35,20 @@ final class ServerProcess: Sendable {
         return .success(ServerProcess(child: child, port: port))
     }
 
+    /// Starts the server on `data` with the run's executable and
+    /// durability.
+    /// - Returns: the server, or nil when it did not come up (a violation
+    ///   says why).
+    static func start(data: String, _ context: inout IterationContext) async throws -> ServerProcess? {
+        switch try await start(executable: context.options.syncserver, data: data, durability: context.options.durability) {
+        case .success(let started):
+            return started
+        case .failure(let failure):
+            context.violation(failure.description)
+            return nil
+        }
+    }
+
     struct Failure: Error, CustomStringConvertible {
         var description: String
     }

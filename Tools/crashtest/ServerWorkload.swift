@@ -76,16 +76,8 @@ struct ServerWorkload: Workload {
     /// does not come up on its data.
     private mutating func running(_ context: inout IterationContext) async throws -> ServerProcess? {
         if let server { return server }
-        switch try await ServerProcess.start(
-            executable: context.options.syncserver, data: directory, durability: context.options.durability)
-        {
-        case .success(let started):
-            server = started
-            return started
-        case .failure(let failure):
-            context.violation(failure.description)
-            return nil
-        }
+        server = try await ServerProcess.start(data: directory, &context)
+        return server
     }
 
     /// What one pushing client saw before the server died.

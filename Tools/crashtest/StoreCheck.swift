@@ -37,6 +37,19 @@ enum StoreCheck {
         return entries
     }
 
+    /// Every entity of `type` the app sees, page by page.
+    static func entities(_ store: Store, type: String) throws -> [Entity] {
+        var all: [Entity] = []
+        var after: String?
+        // Each page moves past its last id, so this ends with the table.
+        while true {
+            let page = try store.all(type: type, after: after, limit: Store.pageCountMax)
+            all += page
+            guard let last = page.last, page.count == Store.pageCountMax else { return all }
+            after = last.id
+        }
+    }
+
     /// `Store.verify`: checksums, dense offsets, and every derived table
     /// equal to a replay of the log.
     static func verify(_ path: String, _ context: inout IterationContext) async {

@@ -15,6 +15,8 @@ struct Worker: Sendable {
     /// Stop after this many writes, made one at a time (fault runs need
     /// a known order of syscalls); nil: write concurrently until killed.
     let count: Int?
+    /// The sync server's base URL, for workers that sync.
+    let server: String?
 
     var options: EventLog.Options { EventLog.Options(durability: durability) }
     var writesMax: Int { count ?? Worker.writeCountMax }
@@ -54,9 +56,10 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option var seed: UInt64
     @Option(help: "Stop after this many writes, made one at a time.") var count: Int?
     @Flag(help: "Report one write as acknowledged without making it.") var lie = false
+    @Option(help: "The sync server's base URL (the sync workload).") var server: String?
 
     func validate() throws {
-        guard Workloads.store(named: workload) != nil else {
+        guard Workloads.worker(named: workload) != nil else {
             throw ValidationError("--workload \(workload) has no worker")
         }
         guard Durability(rawValue: durability) != nil else { throw ValidationError("--durability \(durability) is unknown") }
@@ -64,10 +67,10 @@ struct WorkerCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        guard let kind = Workloads.store(named: workload) else { throw ExitCode(64) }
+        guard let kind = Workloads.worker(named: workload) else { throw ExitCode(64) }
         let worker = Worker(
             store: store, durability: Durability(rawValue: durability) ?? .full, seed: seed, reporter: Reporter(lying: lie),
-            count: count)
+            count: count, server: server)
         do {
             try await kind.work(worker)
         } catch {

@@ -23,10 +23,13 @@ enum WorkerRun {
     /// delay, and returns what it reported. Most kills wait for the worker
     /// to report `ready` first, so they land among its writes; one in
     /// `openKillShare` counts from the start, so some land while it opens.
-    static func killed(_ workload: String, store: String, _ context: inout IterationContext) async throws -> [Report] {
+    /// - Parameter more: arguments the workload's worker needs besides the
+    ///   common ones.
+    static func killed(_ workload: String, store: String, more: [String] = [], _ context: inout IterationContext) async throws -> [Report] {
         let seed = context.workerSeed()
         let worker = try ChildProcess(
-            "worker", executable: context.options.executable, arguments: arguments(workload, store: store, seed: seed, context.options))
+            "worker", executable: context.options.executable,
+            arguments: arguments(workload, store: store, seed: seed, context.options) + more)
         let afterReady = Int.random(in: 0..<openKillShare, using: &context.random) != 0
         let delay = context.randomDelay()
         // A lying worker is killed only after its lie, so that it is told.
@@ -35,7 +38,9 @@ enum WorkerRun {
         try? await Task.sleep(for: delay)
         worker.kill()
         guard await worker.waitForExit(timeout: exitWaitMax) else {
-            throw HarnessError("worker pid \(worker.pid) on \(store) did not end within \(exitWaitMax) of SIGKILL")
+            // A worker that crashed by itself may be held up by the Swift
+            // runtime's backtracer, which keeps its stderr open.
+            throw HarnessError("worker pid \(worker.pid) on \(store) did not end within \(exitWaitMax) of SIGKILL: \(worker.errorText)")
         }
         if worker.ending == .signal(SIGKILL) {
             context.tally.kills += 1

@@ -1,7 +1,8 @@
 /// One way of crashing a writer: what runs, how it is stopped, and what
 /// must hold afterwards. Adding a workload is one new file: a type
 /// conforming to `StoreWorkload` (a worker process on a store, killed) or to
-/// `Workload` (anything else), named in `Workloads`.
+/// `Workload` (anything else; also both, for a worker the workload starts
+/// itself), named in `Workloads`.
 protocol Workload {
     /// The name `--workload` takes.
     static var name: String { get }
@@ -37,15 +38,20 @@ enum Workloads {
         ]
     }
 
+    /// Those whose worker process the workload starts itself, with more
+    /// around it than `KilledWriter` has (a server).
+    static var ownWorkers: [any StoreWorkload.Type] { [SyncWorkload.self] }
+
     static var all: [any Workload.Type] {
-        stores.map { killed($0) } + [ServerWorkload.self, IOFaultWorkload.self]
+        stores.map { killed($0) } + [ServerWorkload.self, SyncWorkload.self, IOFaultWorkload.self]
     }
 
     private static func killed<Recipe: StoreWorkload>(_: Recipe.Type) -> any Workload.Type { KilledWriter<Recipe>.self }
 
     static func named(_ name: String) -> (any Workload.Type)? { all.first { $0.name == name } }
 
-    static func store(named name: String) -> (any StoreWorkload.Type)? { stores.first { $0.name == name } }
+    /// The worker of a workload, for `crashtest worker --workload NAME`.
+    static func worker(named name: String) -> (any StoreWorkload.Type)? { (stores + ownWorkers).first { $0.name == name } }
 
     /// The names, comma-separated, for help texts.
     static var names: String { all.map { $0.name }.joined(separator: ", ") }

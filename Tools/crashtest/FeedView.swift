@@ -1,0 +1,144 @@
+import LogFormat
+import LogStore
+
+/// A sync client's log read beside its server's change feed.
+///
+/// The feed does not carry idempotency keys, so "applied exactly once" is
+/// checked through what each change holds: every app intent writes a `key`
+/// field naming its operation (`AppOperation.identity`, unique per intent,
+/// and an entity is deleted at most once), and the server's change holds
+/// the entity's fields after it, so an upsert in the feed names the intent
+/// that made it and a delete names its entity. The server applies an
+/// operation by appending exactly one change, so each intent must name
+/// exactly one change of the feed: none before it is applied, two if it
+/// were applied twice.
+struct FeedView {
+    let feed: [PullChange]
+    /// The client's intents, in log order, and the answers to them by the
+    /// intent's offset.
+    private(set) var intents: [(offset: UInt64, intent: Intent)] = []
+    private(set) var acks: [UInt64: Ack] = [:]
+    private(set) var rejects: [UInt64: Reject] = [:]
+    /// The pulled changes after the last resync, in log order.
+    private(set) var remotes: [(offset: UInt64, remote: Remote)] = []
+
+    init(log: [Entry], feed: [PullChange]) {
+        self.feed = feed
+        for entry in log {
+            switch entry.body {
+            case .intent(let intent): intents.append((entry.offset, intent))
+            case .ack(let ack): acks[ack.intentOffset] = ack
+            case .reject(let reject): rejects[reject.intentOffset] = reject
+            case .remote(let remote): remotes.append((entry.offset, remote))
+            case .resync: remotes = []
+            default: break
+            }
+        }
+    }
+
+    /// The log's pulled changes must be the feed's first ones, in order,
+    /// each once: every page applied whole, none lost, none twice.
+    func checkPulledChanges(_ context: inout IterationContext) {
+        for (index, (offset, remote)) in remotes.enumerated() {
+            guard index < feed.count else {
+                return context.violation(
+                    "log at offset \(offset): pulled change \(index + 1) (\(Self.describe(remote))), but the server's feed has only \(feed.count)")
+            }
+            let change = feed[index]
+            let deleted = remote.operation == .delete
+            guard
+                remote.entityType == change.entityType, remote.entityID == change.entityID,
+                remote.serverVersion == change.serverVersion, deleted == (change.operation == .delete),
+                deleted || remote.fields == change.data
+            else {
+                return context.violation(
+                    "log at offset \(offset): pulled change \(index + 1) is \(Self.describe(remote)), the feed's is \(Self.describe(change))")
+            }
+        }
+    }
+
+    /// The server applied no app intent twice, and none the client's log
+    /// does not have; each acknowledged intent once, at its acknowledged
+    /// version; none that was rejected. With `quiet`, every intent is
+    /// answered, so each was applied exactly once.
+    func checkApplied(quiet: Bool, _ context: inout IterationContext) {
+        let made = madeBy(&context)
+        var byIdentity: [String: UInt64] = [:]
+        for (offset, intent) in intents where intent.entityType == AppOperation.entityType {
+            if let identity = AppOperation.identity(of: intent) { byIdentity[identity] = offset }
+        }
+        for (identity, changes) in made.sorted(by: { $0.key < $1.key }) {
+            guard let offset = byIdentity[identity] else {
+                context.violation("the server applied \(identity) (feed change \(changes[0] + 1)), which no intent in the client's log made")
+                continue
+            }
+            if changes.count > 1 {
+                context.violation("the server applied the intent at offset \(offset) (\(identity)) \(changes.count) times: feed changes \(changes.map { String($0 + 1) })")
+            }
+        }
+        for (offset, intent) in intents where intent.entityType == AppOperation.entityType {
+            guard let identity = AppOperation.identity(of: intent) else { continue }  // `AppPromises` reports it.
+            let changes = made[identity] ?? []
+            let name = "the intent at offset \(offset) (\(identity))"
+            if let reject = rejects[offset] {
+                // Nothing conflicts with these writes: a reject is an error of the engine (a wrong base version) or the server.
+                context.violation("the server rejected \(name): \(reject.code): \(reject.message)")
+                if !changes.isEmpty { context.violation("\(name) was rejected, yet the server applied it") }
+            } else if let ack = acks[offset] {
+                if changes.isEmpty {
+                    context.violation("\(name) was acknowledged (\(ack.outcome), version \(ack.serverVersion)), but the server's feed does not have it")
+                } else if changes.count == 1, feed[changes[0]].serverVersion != ack.serverVersion {
+                    context.violation("\(name) was acknowledged at version \(ack.serverVersion), the feed has it at version \(feed[changes[0]].serverVersion)")
+                }
+            } else if quiet {
+                context.violation("synced to quiet, \(name) has no answer")
+            }
+        }
+    }
+
+    /// The feed changes of app entities, by the identity of the operation
+    /// that made each (indexes into the feed).
+    private func madeBy(_ context: inout IterationContext) -> [String: [Int]] {
+        var made: [String: [Int]] = [:]
+        for (index, change) in feed.enumerated() where change.entityType == AppOperation.entityType {
+            if change.operation == .delete {
+                made["\(change.entityID)#delete", default: []].append(index)
+            } else if case .string(let key)? = change.data?["key"] {
+                made[key, default: []].append(index)
+            } else {
+                context.violation("feed change \(index + 1), on \(change.entityType)/\(change.entityID), has no key field: no app intent made it")
+            }
+        }
+        return made
+    }
+
+    /// Client and server agree: the client sees each entity the feed leaves
+    /// in place with the same fields, at the same version, with nothing
+    /// pending, and no entity the feed deleted or never had.
+    func checkEntities(_ store: Store, _ context: inout IterationContext) throws {
+        var last: [String: PullChange] = [:]
+        for change in feed { last["\(change.entityType)/\(change.entityID)"] = change }
+        for (name, change) in last.sorted(by: { $0.key < $1.key }) {
+            let seen = try store.get(type: change.entityType, id: change.entityID)
+            if change.operation == .delete {
+                if let seen { context.violation("\(name): the server deleted it at version \(change.serverVersion), the client sees it at version \(seen.serverVersion)") }
+            } else if seen?.fields != change.data || seen?.serverVersion != change.serverVersion || seen?.pendingIntentCount != 0 {
+                let found = seen.map { "version \($0.serverVersion) with \($0.pendingIntentCount) pending\($0.fields == change.data ? "" : " and other fields")" }
+                context.violation("\(name): the server has version \(change.serverVersion), the client sees \(found ?? "nothing")")
+            }
+        }
+        for type in [AppOperation.entityType, OtherWriter.entityType] {
+            for entity in try StoreCheck.entities(store, type: type) where last["\(type)/\(entity.id)"] == nil {
+                context.violation("\(type)/\(entity.id): the client sees it, but the server's feed never had it")
+            }
+        }
+    }
+
+    static func describe(_ remote: Remote) -> String {
+        "\(remote.operation) of \(remote.entityType)/\(remote.entityID) at version \(remote.serverVersion)"
+    }
+
+    static func describe(_ change: PullChange) -> String {
+        "\(change.operation) of \(change.entityType)/\(change.entityID) at version \(change.serverVersion)"
+    }
+}

@@ -1,0 +1,119 @@
+import LogFormat
+import LogStore
+import LogSync
+
+/// The sync workload's checks of a client store against its server: after
+/// every kill, and after syncing the store to quiet.
+struct SyncCheck {
+    /// Sync runs allowed to bring a store to quiet: the first pushes and
+    /// pulls everything, the second finds nothing new.
+    static let quietRunsMax = 4
+    /// Acknowledged intents pushed again after a quiet sync, to see the
+    /// server answer `duplicate`.
+    static let repushSampleMax = 50
+
+    let server: ServerClient
+    let ledger: Ledger
+    let other: OtherWriter
+
+    /// Reopens the store and checks it against the server's feed; when
+    /// `toQuiet`, then syncs it to quiet, checks that client and server
+    /// agree, and verifies the store again.
+    func run(store directory: String, toQuiet: Bool, _ context: inout IterationContext) async {
+        let store: Store
+        do {
+            store = try Store(path: directory, options: .init(durability: context.options.durability))
+        } catch {
+            return context.violation("the store at \(directory) does not reopen for the sync checks: \(error)")
+        }
+        do {
+            try await againstFeed(store, quiet: false, &context)
+            if toQuiet, try await syncToQuiet(store, &context) {
+                try await againstFeed(store, quiet: true, &context)
+            }
+        } catch {
+            context.violation("checking the store at \(directory) against the sync server failed: \(error)")
+        }
+        store.close()
+        if toQuiet { await StoreCheck.verify(directory, &context) }
+    }
+
+    /// After a kill (or, with `quiet`, after syncing to quiet): the pulled
+    /// changes are the feed's first ones, the cursor is where they end, the
+    /// server applied no intent twice, and the other writer's changes are
+    /// all there. With `quiet`, also: the client pulled the whole feed, the
+    /// server applied every intent exactly once, and client and server
+    /// agree on every entity.
+    private func againstFeed(_ store: Store, quiet: Bool, _ context: inout IterationContext) async throws {
+        let view = FeedView(log: try StoreCheck.readLog(store), feed: try await server.pullAll())
+        view.checkPulledChanges(&context)
+        try await checkCursor(store, view, &context)
+        view.checkApplied(quiet: quiet, &context)
+        other.check(view.feed, &context)
+        guard quiet else { return }
+        if view.remotes.count != view.feed.count {
+            context.violation("synced to quiet, the client applied \(view.remotes.count) of the feed's \(view.feed.count) changes")
+        }
+        try view.checkEntities(store, &context)
+        try await repushSample(view, &context)
+    }
+
+    /// The pull cursor is the last applied page's, the feed goes on from it
+    /// with the first change the client has not applied, and it is at or
+    /// past the cursor of the last sync run that completed.
+    private func checkCursor(_ store: Store, _ view: FeedView, _ context: inout IterationContext) async throws {
+        let cursor = try store.pullCursor()
+        let applied = view.remotes.count
+        if let last = view.remotes.last, cursor != last.remote.cursor {
+            context.violation("the pull cursor is \(cursor ?? "none"), but the page of the last pulled change (offset \(last.offset)) has \(last.remote.cursor)")
+        } else if view.remotes.isEmpty, let cursor {
+            context.violation("the pull cursor is \(cursor), but the log has no pulled change")
+        }
+        guard applied <= view.feed.count else { return }  // `checkPulledChanges` reports it.
+        var rest = view.feed
+        if let cursor { rest = try await server.pullAll(after: cursor) }
+        if rest != Array(view.feed[applied...]) {
+            context.violation(
+                "pulling from the store's cursor gives \(rest.count) changes, but the feed has \(view.feed.count - applied) after the \(applied) the client applied")
+        }
+        if let promised = SyncWorkload.lastSyncedCursor(ledger) {
+            let position = view.feed.count - (try await server.pullAll(after: promised)).count
+            if position > applied {
+                context.violation(
+                    "a sync run that completed left the pull cursor after change \(position) of the feed, but the store's cursor is after change \(applied)")
+            }
+        }
+    }
+
+    /// Syncs as the restarted app would, until a run completes with nothing
+    /// left to push and nothing new to pull.
+    /// - Returns: whether it got there (a violation says why not).
+    private func syncToQuiet(_ store: Store, _ context: inout IterationContext) async throws -> Bool {
+        let engine = try SyncWorkload.engine(store, server: server.base)
+        for _ in 0..<SyncCheck.quietRunsMax {
+            let report = await engine.sync()
+            guard report.outcome == .completed else {
+                context.violation("syncing the store to quiet: a run ended \(report.outcome)")
+                return false
+            }
+            if try store.outboxCount() == 0, report.changes == 0 { return true }
+        }
+        let first = try store.outbox(limit: 1).first.map { " (the first at offset \($0.offset): \($0.state.lastError))" } ?? ""
+        context.violation("the store is not quiet after \(SyncCheck.quietRunsMax) sync runs: \(try store.outboxCount()) intents wait\(first)")
+        return false
+    }
+
+    /// Pushes acknowledged intents again, with their idempotency keys: the
+    /// server must answer each `duplicate` at the acknowledged version,
+    /// and apply none a second time.
+    private func repushSample(_ view: FeedView, _ context: inout IterationContext) async throws {
+        let acknowledged = view.intents.compactMap { item in view.acks[item.offset].map { (intent: item.intent, ack: $0) } }
+        let sample = acknowledged.shuffled(using: &context.random).prefix(SyncCheck.repushSampleMax)
+        guard !sample.isEmpty else { return }
+        let results = try await server.push(sample.map { PushOperation($0.intent, clientTimestamp: "2026-01-01T00:00:00.000000Z") })
+        for (item, result) in zip(sample, results) where result.status != .duplicate || result.serverVersion != item.ack.serverVersion {
+            context.violation(
+                "pushing the acknowledged intent \(item.intent.idempotencyKey) on \(item.intent.entityType)/\(item.intent.entityID) again answered \(ServerWorkload.describe(result)), not duplicate at version \(item.ack.serverVersion)\(result.status == .applied ? " (so the server applied it twice)" : "")")
+        }
+    }
+}

@@ -1,0 +1,113 @@
+import LogFormat
+import LogStore
+import LogSync
+import LogTesting
+
+/// The sync workload's worker, and the checks of its promises that need
+/// only the store.
+///
+/// The worker writes app batches (`AppWriter`: creates, updates and deletes,
+/// most of them on entities written before) while a sync loop runs the
+/// engine again and again, with small push batches and pull pages, so that
+/// a kill lands in a push, in a pull, between their requests, or between
+/// runs.
+///
+/// Reports: those of `AppWriter`; `sync RUN` before each run of the engine,
+/// and `synced RUN CURSOR` after a run that completed, with the store's
+/// pull cursor then (`-` for none). A worker syncs one run at a time, so
+/// each `synced` answers the `sync` before it.
+extension SyncWorkload: StoreWorkload {
+    /// The longest pause after an app batch, and between sync runs, in
+    /// milliseconds: writes come about as fast as a debug build syncs them.
+    static let writePauseMillisecondsMax = 8
+    static let syncPauseMillisecondsMax = 4
+    static let noCursor = "-"
+
+    /// Small batches and pages, so that a run makes many requests and
+    /// kills land between them.
+    static var workerConfiguration: SyncConfiguration {
+        var configuration = SyncConfiguration()
+        configuration.pushBatchCountMax = 8
+        configuration.pullPageCountMax = 4
+        return configuration
+    }
+
+    static func work(_ worker: Worker) async throws {
+        guard let server = worker.server else { throw HarnessError("the sync worker needs --server") }
+        let store = try worker.openStore()
+        let engine = try engine(store, server: server, configuration: workerConfiguration)
+        try await Worker.runAll([
+            AppWriter.loop(task: 0, store, worker, pauseMillisecondsMax: writePauseMillisecondsMax),
+            { try await syncLoop(engine, store, worker) },
+        ])
+    }
+
+    /// Runs the engine until the worker is killed. A run that does not
+    /// complete ends the worker: the server is up, so nothing may fail.
+    private static func syncLoop(_ engine: SyncEngine, _ store: Store, _ worker: Worker) async throws {
+        var random = SeededRandom(seed: worker.seed ^ 0x5EED)
+        for run in 0..<worker.writesMax {
+            worker.reporter.send("sync", [String(run)])
+            let report = await engine.sync()
+            guard report.outcome == .completed else { throw HarnessError("sync run \(run) ended \(report.outcome)") }
+            worker.reporter.send("synced", [String(run), try store.pullCursor() ?? noCursor])
+            try await Task.sleep(for: .milliseconds(Int.random(in: 0...syncPauseMillisecondsMax, using: &random)))
+        }
+    }
+
+    /// Acknowledged batches, and completed sync runs.
+    static func acknowledgedCount(_ reports: [Report]) -> Int {
+        reports.filter { $0.verb == "ack" || $0.verb == "synced" }.count
+    }
+
+    /// The app writes' promises, and: every intent of a batch acknowledged
+    /// before a sync run began that then completed has its answer in the
+    /// log (that run pushed it and recorded the answer before it returned).
+    static func check(_ ledger: Ledger, _ store: Store, log: [Entry], _ context: inout IterationContext) throws -> Int {
+        let promises = AppPromises(ledger.reports, &context)
+        let present = promises.checkIntents(log, &context)
+        promises.checkBatches(present, &context)
+        var answered: [UInt64: Bool] = [:]  // intent offset: rejected
+        for entry in log {
+            switch entry.body {
+            case .ack(let ack): answered[ack.intentOffset] = false
+            case .reject(let reject): answered[reject.intentOffset] = true
+            default: break
+            }
+        }
+        try promises.checkVisible(store, present, rejected: Set(answered.filter(\.value).keys), &context)
+        let synced = syncedBatches(ledger)
+        for batch in promises.batches where synced.contains(batch.id) {
+            for operation in batch.operations {
+                // A batch missing from the log is reported by `checkBatches`.
+                guard let offset = present[operation.identity], answered[offset] == nil else { continue }
+                context.violation(
+                    "the intent at offset \(offset) (\(operation.word)) has no answer in the log, but its batch \(batch.id) was acknowledged before a sync run that completed")
+            }
+        }
+        return acknowledgedCount(ledger.reports)
+    }
+
+    /// The batches acknowledged before the start of a sync run that
+    /// completed.
+    private static func syncedBatches(_ ledger: Ledger) -> Set<String> {
+        var acknowledged: [String] = []
+        var atRunStart = 0
+        var synced = 0
+        for report in ledger.reports {
+            switch report.verb {
+            case "ack": acknowledged.append(report.words.first ?? "")
+            case "sync": atRunStart = acknowledged.count
+            case "synced": synced = atRunStart
+            default: break
+            }
+        }
+        return Set(acknowledged.prefix(synced))
+    }
+
+    /// The pull cursor after the last sync run that completed, if it had one.
+    static func lastSyncedCursor(_ ledger: Ledger) -> String? {
+        guard let report = ledger.with("synced").last, report.words.count == 2, report.words[1] != noCursor else { return nil }
+        return report.words[1]
+    }
+}
