@@ -43,7 +43,8 @@ import Testing
     }
 
     /// Random values written by our encoder read back unchanged: the reader
-    /// and the writer agree on every form.
+    /// and the writer agree on every form. `JSONWriter` writes the same
+    /// bytes as `JSONEncoder`.
     @Test func encodedValuesReadBackUnchanged() throws {
         let seed = SeededRandom.seed(default: 77)
         var random = RandomEntries(seed: seed)
@@ -53,6 +54,9 @@ import Testing
             let json = try encoder.encode(fields)
             let read = try Fields(json: try JSONReader.parse(json))
             #expect(read == fields, "seed \(seed) round \(round): \(String(decoding: json, as: UTF8.self))")
+            var writer = JSONWriter()
+            try fields.writeJSON(to: &writer)
+            #expect(writer.bytes == Array(json), "seed \(seed) round \(round): \(String(decoding: writer.bytes, as: UTF8.self))")
         }
     }
 
