@@ -107,6 +107,8 @@ public struct JSONReader {
             index += 1
             return .object(members)
         }
+        // Room for a wire message's members or an entity's fields without regrowing.
+        members.reserveCapacity(8)
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
@@ -183,6 +185,9 @@ public struct JSONReader {
             if byte == UInt8(ascii: "\"") {
                 let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
+                // ASCII is valid UTF-8 as it stands: skip the general
+                // validator (and its generic overhead), as `ByteReader` does.
+                if ByteReader.isASCII(UnsafeRawBufferPointer(raw)) { return String(decoding: raw, as: UTF8.self) }
                 guard let text = String(validating: raw, as: UTF8.self) else { throw error("a string is not valid UTF-8") }
                 return text
             }
