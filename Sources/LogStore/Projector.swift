@@ -191,6 +191,17 @@ struct Projector: Sendable {
         return try loadStored(key, txn)
     }
 
+    /// The entity's acked version (0 without a record), without decoding its fields.
+    func ackedVersion(_ type: String, _ id: String, _ txn: borrowing Transaction) throws -> UInt64 {
+        let key = EntityKey.encode(type: type, id: id)
+        if let cached = cache?.records[RecordKey(key)] { return cached?.ackedVersion ?? 0 }
+        return try key.withUnsafeBytes { raw in
+            try txn.withValue(entities, key: raw) { value in
+                try reportingDamage(key) { () throws(FormatError) in try EntityRecord.ackedVersion(decoding: value) }
+            }
+        } ?? 0
+    }
+
     private func loadStored(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityRecord? {
         try key.withUnsafeBytes { raw in
             try txn.withValue(entities, key: raw) { value in try decodeRecord(value, key: key) }

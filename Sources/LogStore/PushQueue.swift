@@ -40,9 +40,7 @@ extension Store {
                     held.insert(entity)
                     return true
                 }
-                if let record = try projector.load(intent.entityType, intent.entityID, txn) {
-                    item.intent.baseVersion = max(intent.baseVersion, record.ackedVersion)
-                }
+                item.intent.baseVersion = max(intent.baseVersion, try projector.ackedVersion(intent.entityType, intent.entityID, txn))
                 batch.append(item)
                 return true
             }
