@@ -74,6 +74,7 @@ enum SyncBenchmark {
             "durability: the client store .full (2 fsyncs per commit, the app default) and the server .full; both share this process and its two cores, and other builds may run beside the bench.",
             "each intent and entity is a time entry (\"te\", four fields, about \(workload.meanEncodedFieldBytes) bytes encoded); the rate counts intents or entities per second of one sync() call, health check included.",
             "a flush's sync() also pulls: the server's feed returns the client's own changes, which it applies as remote entries; 'push phase' in the detail is the time until the first pull.",
+            "each push batch costs two durable commits (the server's, then the client's acks: four fsyncs) and each pulled page one (the client's); the larger sizes mostly save those.",
             "transport time is inside HTTPTransport (JSON encoding and decoding, HTTP over loopback, the server's work and commit); engine + store is the rest (outbox reads, ack and remote entries committed with their projections).",
             "no SQLite comparison: there is no SQLite sync engine to run beside it.",
         ]
