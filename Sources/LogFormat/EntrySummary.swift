@@ -65,11 +65,39 @@ extension Value {
         let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
         let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
-        func pad(_ value: Int64, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        // Written byte by byte: the client stamps every pushed operation
+        // and the server every pulled change with this.
+        var text: [UInt8] = []
+        text.reserveCapacity(27)
+        appendPadded(year, width: 4, then: "-", to: &text)
+        appendPadded(month, width: 2, then: "-", to: &text)
+        appendPadded(day, width: 2, then: "T", to: &text)
+        appendPadded(second / 3600, width: 2, then: ":", to: &text)
+        appendPadded(second / 60 % 60, width: 2, then: ":", to: &text)
+        appendPadded(second % 60, width: 2, then: ".", to: &text)
+        appendPadded(fraction, width: 6, then: "Z", to: &text)
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// `String(value)` left-padded with zeros to `width` characters (a
+    /// minus sign counts as one, and the zeros go before it), then `separator`.
+    private static func appendPadded(_ value: Int64, width: Int, then separator: Unicode.Scalar, to text: inout [UInt8]) {
+        var magnitude = value.magnitude
+        var digitCount = 1
+        while magnitude >= 10 {
+            magnitude /= 10
+            digitCount += 1
         }
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(second / 3600, 2)):\(pad(second / 60 % 60, 2)):"
-            + "\(pad(second % 60, 2)).\(pad(fraction, 6))Z"
+        let signCount = value < 0 ? 1 : 0
+        text.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: max(0, width - digitCount - signCount)))
+        if value < 0 { text.append(UInt8(ascii: "-")) }
+        let end = text.count + digitCount
+        text.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digitCount))
+        magnitude = value.magnitude
+        for index in stride(from: end - 1, through: end - digitCount, by: -1) {
+            text[index] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+        }
+        text.append(UInt8(ascii: separator))
     }
 }

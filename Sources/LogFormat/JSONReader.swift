@@ -97,17 +97,25 @@ public struct JSONReader {
         guard depth < JSONReader.depthMax else { throw error("nested deeper than \(JSONReader.depthMax)") }
         index += 1
         var members: [(String, JSONValue)] = []
-        var names = Set<String>()
+        // Repeated names are found by a scan while the object is small (a
+        // wire message or an entity's fields), and by a set past that:
+        // hashing every name of every small object was a large part of
+        // reading a pull page.
+        var names: Set<String>?
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
             return .object(members)
         }
+        // Room for a wire message's members or an entity's fields without regrowing.
+        members.reserveCapacity(8)
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
             let name = try string()
-            guard names.insert(name).inserted else { throw error("member \"\(name.prefix(40))\" appears twice") }
+            guard JSONReader.isNew(name, in: members, &names) else {
+                throw error("member \"\(name.prefix(40))\" appears twice")
+            }
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
@@ -124,6 +132,23 @@ public struct JSONReader {
                 throw error("expected ',' or '}'")
             }
         }
+    }
+
+    /// Objects with up to this many members look for a repeated name by scanning.
+    public static let memberScanCountMax = 16
+
+    /// Whether no member of `members` has `name` (compared as `String`s, as
+    /// a set compares them); `names` is the set, made once the object grows
+    /// past `memberScanCountMax` members.
+    private static func isNew(_ name: String, in members: [(String, JSONValue)], _ names: inout Set<String>?) -> Bool {
+        if names == nil, members.count < memberScanCountMax {
+            return !members.contains { $0.0 == name }
+        }
+        var set = names ?? Set(members.map(\.0))
+        names = nil  // So the insert below owns the storage and does not copy it.
+        let inserted = set.insert(name).inserted
+        names = set
+        return inserted
     }
 
     private mutating func array(depth: Int) throws(JSONReadError) -> JSONValue {
@@ -160,6 +185,9 @@ public struct JSONReader {
             if byte == UInt8(ascii: "\"") {
                 let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
+                // ASCII is valid UTF-8 as it stands: skip the general
+                // validator (and its generic overhead), as `ByteReader` does.
+                if ByteReader.isASCII(UnsafeRawBufferPointer(raw)) { return String(decoding: raw, as: UTF8.self) }
                 guard let text = String(validating: raw, as: UTF8.self) else { throw error("a string is not valid UTF-8") }
                 return text
             }

@@ -25,7 +25,7 @@ struct Routes: Sendable {
                     throw DroppedAnswer()
                 })
         }
-        return try Reply.json(response)
+        return Reply.json(body: try response.encodeJSON())
     }
 
     func pull(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
@@ -43,7 +43,7 @@ struct Routes: Sendable {
             else { throw ServiceError(.validationError, "limit \"\(text.prefix(40))\" is not 1 to \(Wire.pullPageCountMax)") }
             limit = number
         }
-        return try Reply.json(try server.service.pull(cursor: cursor, limit: limit, as: identity))
+        return Reply.json(body: try server.service.pull(cursor: cursor, limit: limit, as: identity).encodeJSON())
     }
 
     func resync(_ request: Request, _ context: BasicRequestContext) async throws -> Response {

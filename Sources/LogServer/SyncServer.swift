@@ -138,10 +138,14 @@ enum Reply {
     static let versionField = HTTPField.Name(Wire.versionHeader)!
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
-        let data = try Wire.makeEncoder().encode(value)
-        return Response(
+        json(body: try Wire.makeEncoder().encode(value), status: status)
+    }
+
+    /// A response whose body is already JSON (the messages `JSONWriter` writes).
+    static func json(body: Data, status: HTTPResponse.Status = .ok) -> Response {
+        Response(
             status: status, headers: [.contentType: "application/json"],
-            body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
     }
 
     static func error(_ error: ServiceError) -> Response {

@@ -66,15 +66,16 @@ final class SyncService: Sendable {
         let results = try await storage.write { txn in
             let user = try self.storage.userNumberCreating(identity.user, txn)
             // Step 4: the versions this request's earlier operations produced, per entity.
-            var produced: [[UInt8]: UInt64] = [:]
+            var produced: [ByteKey: UInt64] = [:]
             return try checked.map { key, operation, problem -> PushResult in
                 if identity.readOnly { return .rejected(key, .permissionDenied, "user \(identity.user) may not change data") }
                 guard let operation, problem == nil else {
                     return .rejected(key, .validationError, problem ?? "the operation is malformed")
                 }
                 let entityKey = ServerStorage.entityKey(user, operation.entityType, operation.entityID)
-                let result = try self.apply(operation, user: user, entityKey: entityKey, raisedBase: produced[entityKey], now: now, txn)
-                if let version = result.serverVersion { produced[entityKey] = max(produced[entityKey] ?? 0, version) }
+                let entity = ByteKey(entityKey)
+                let result = try self.apply(operation, user: user, entityKey: entityKey, raisedBase: produced[entity], now: now, txn)
+                if let version = result.serverVersion { produced[entity] = max(produced[entity] ?? 0, version) }
                 return result
             }
         }

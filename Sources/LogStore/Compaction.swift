@@ -169,10 +169,10 @@ extension Store {
         _ entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)], _ txn: borrowing Transaction
     ) throws -> Set<UInt64> {
         let waiting = try waitingConflicts(txn)
-        var intents: [UInt64: RecordKey] = [:]
+        var intents: [UInt64: ByteKey] = [:]
         var answers: [UInt64: UInt64] = [:]  // intent -> its first answer
-        var pending: [RecordKey: Set<UInt64>] = [:]
-        var lastEmpty: [RecordKey: UInt64] = [:]
+        var pending: [ByteKey: Set<UInt64>] = [:]
+        var lastEmpty: [ByteKey: UInt64] = [:]
         var lastResync: UInt64 = 0
         func answer(_ intent: UInt64, at offset: UInt64) {
             guard let entity = intents[intent], answers[intent] == nil else { return }
@@ -183,7 +183,7 @@ extension Store {
         for entry in entries {
             switch entry.body {
             case .intent(let intent):
-                let entity = RecordKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
+                let entity = ByteKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
                 intents[entry.offset] = entity
                 pending[entity, default: []].insert(entry.offset)
             case .ack(let ack): answer(ack.intentOffset, at: entry.offset)

@@ -89,6 +89,13 @@ struct EntityRecord: Equatable {
         return (visible, head.baseVersion, head.pendingCount)
     }
 
+    /// The acked version alone, from the record's head (what a push batch
+    /// needs of every entity it sends).
+    static func ackedVersion(decoding bytes: UnsafeRawBufferPointer) throws(FormatError) -> UInt64 {
+        var reader = ByteReader(bytes)
+        return try readHead(&reader).ackedVersion
+    }
+
     private static func readHead(_ reader: inout ByteReader) throws(FormatError)
         -> (flags: UInt8, baseVersion: UInt64, ackedVersion: UInt64, pendingCount: Int)
     {

@@ -184,8 +184,19 @@ struct Projector: Sendable {
 
     func load(_ type: String, _ id: String, _ txn: borrowing Transaction) throws -> EntityRecord? {
         let key = EntityKey.encode(type: type, id: id)
-        if let cached = cache?.records[RecordKey(key)] { return cached }
+        if let cached = cache?.records[ByteKey(key)] { return cached }
         return try loadStored(key, txn)
+    }
+
+    /// The entity's acked version (0 without a record), without decoding its fields.
+    func ackedVersion(_ type: String, _ id: String, _ txn: borrowing Transaction) throws -> UInt64 {
+        let key = EntityKey.encode(type: type, id: id)
+        if let cached = cache?.records[ByteKey(key)] { return cached?.ackedVersion ?? 0 }
+        return try key.withUnsafeBytes { raw in
+            try txn.withValue(entities, key: raw) { value in
+                try reportingDamage(key) { () throws(FormatError) in try EntityRecord.ackedVersion(decoding: value) }
+            }
+        } ?? 0
     }
 
     private func loadStored(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityRecord? {
@@ -224,7 +235,7 @@ struct Projector: Sendable {
         let wasVisible = before?.visible != nil
         let isVisible = record.visible != nil
         if let cache {
-            cache.records[RecordKey(key)] = .some(record.isEmpty ? nil : record)
+            cache.records[ByteKey(key)] = .some(record.isEmpty ? nil : record)
             if wasVisible != isVisible {
                 let count = try cache.counts[type] ?? visibleCount(type, txn)
                 cache.counts[type] = count + (isVisible ? 1 : -1)
@@ -286,7 +297,7 @@ extension EntityKey {
 /// the log). It belongs to the one writer job that made it.
 final class ProjectionCache: @unchecked Sendable {
     /// nil (the inner optional) for a record to delete.
-    var records: [RecordKey: EntityRecord?] = [:]
+    var records: [ByteKey: EntityRecord?] = [:]
     var counts: [String: Int] = [:]
     var intents: [UInt64: Intent] = [:]
 
@@ -299,30 +310,5 @@ final class ProjectionCache: @unchecked Sendable {
         for (type, count) in counts { try projector.storeCount(count, type, txn) }
         records = [:]
         counts = [:]
-    }
-}
-
-/// An `entities` key as a dictionary key: hashed and compared as whole
-/// byte buffers (an array of bytes would hash one byte at a time).
-struct RecordKey: Hashable, Comparable {
-    let bytes: [UInt8]
-
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
-
-    func hash(into hasher: inout Hasher) {
-        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
-    }
-
-    static func == (lhs: RecordKey, rhs: RecordKey) -> Bool { lhs.bytes == rhs.bytes }
-
-    /// LMDB's order: memcmp over the common length, then the shorter first.
-    static func < (lhs: RecordKey, rhs: RecordKey) -> Bool {
-        lhs.bytes.withUnsafeBytes { a in
-            rhs.bytes.withUnsafeBytes { b in
-                let common = min(a.count, b.count)
-                let order = common == 0 ? 0 : memcmp(a.baseAddress!, b.baseAddress!, common)
-                return order != 0 ? order < 0 : a.count < b.count
-            }
-        }
     }
 }

@@ -30,21 +30,19 @@ extension Store {
         precondition(limit >= 0, "negative limit")
         return try log.environment.read { txn in
             var batch: [PendingIntent] = []
-            var held: Set<RecordKey> = []
+            var held: Set<ByteKey> = []
             try txn.forEach(projector.outbox) { key, value in
                 guard batch.count < limit else { return false }
                 guard let offset = OffsetKey.decode(key) else { return true }
                 var item = try pendingIntent(at: offset, try decodeOutboxState(value, key: key), txn)
                 let intent = item.intent
-                let entity = RecordKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
+                let entity = ByteKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
                 guard !held.contains(entity) else { return true }
                 guard item.state.status == .pending, item.state.nextAttemptAt <= now else {
                     held.insert(entity)
                     return true
                 }
-                if let record = try projector.load(intent.entityType, intent.entityID, txn) {
-                    item.intent.baseVersion = max(intent.baseVersion, record.ackedVersion)
-                }
+                item.intent.baseVersion = max(intent.baseVersion, try projector.ackedVersion(intent.entityType, intent.entityID, txn))
                 batch.append(item)
                 return true
             }

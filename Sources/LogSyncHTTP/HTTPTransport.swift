@@ -52,7 +52,7 @@ public final class HTTPTransport: SyncTransport {
 
     public func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
         let body: Data
-        do { body = try Wire.makeEncoder().encode(request) } catch { throw TransportError(.network, "push: cannot encode: \(error)") }
+        do { body = try request.encodeJSON() } catch { throw TransportError(.network, "push: cannot encode: \(error)") }
         let (data, _) = try await exchange("POST", "/v1/push", body: body)
         do { return try PushResponse.decode(json: data) } catch {
             throw TransportError(.network, "push: the answer is not a push response: \(error)")

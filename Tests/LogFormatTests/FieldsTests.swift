@@ -1,3 +1,4 @@
+import Foundation
 import LogFormat
 import LogTesting
 import Testing
@@ -39,6 +40,34 @@ import Testing
         #expect(Value.iso8601(microseconds: 1_795_335_611_301_476) == "2026-11-22T08:20:11.301476Z")
         #expect(Value.iso8601(microseconds: 951_782_400_000_001) == "2000-02-29T00:00:00.000001Z")
         #expect(Value.iso8601(microseconds: -1) == "1969-12-31T23:59:59.999999Z")
+    }
+
+    /// Far outside the years 0 to 9999, as the first (string-built)
+    /// rendering wrote them; a negative year keeps its odd padding.
+    @Test func extremeTimestampsRenderAsBefore() {
+        #expect(Value.iso8601(microseconds: .min) == "-290308-12-21T19:59:05.224192Z")
+        #expect(Value.iso8601(microseconds: .max) == "294247-01-10T04:00:54.775807Z")
+        #expect(Value.iso8601(microseconds: -62_135_596_800_000_000) == "0001-01-01T00:00:00.000000Z")
+        #expect(Value.iso8601(microseconds: -62_135_596_800_000_001) == "0000-12-31T23:59:59.999999Z")
+        #expect(Value.iso8601(microseconds: -62_198_755_200_000_000) == "00-1-01-01T00:00:00.000000Z")
+        #expect(Value.iso8601(microseconds: 253_402_300_800_000_000) == "10000-01-01T00:00:00.000000Z")
+    }
+
+    /// Random instants from 1970 to 9999 agree with Foundation's calendar.
+    @Test func timestampsAgreeWithFoundation() throws {
+        var random = SeededRandom(seed: SeededRandom.seed(default: 8601))
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = try #require(TimeZone(identifier: "UTC"))
+        for _ in 0..<2_000 {
+            let micros = Int64(random.next() % 253_402_300_800_000_000)
+            let (seconds, fraction) = micros.quotientAndRemainder(dividingBy: 1_000_000)
+            let parts = calendar.dateComponents(
+                [.year, .month, .day, .hour, .minute, .second], from: Date(timeIntervalSince1970: TimeInterval(seconds)))
+            let expected = String(
+                format: "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0, parts.hour ?? 0,
+                parts.minute ?? 0, parts.second ?? 0, Int(fraction))
+            #expect(Value.iso8601(microseconds: micros) == expected, "\(micros)")
+        }
     }
 
     @Test func entriesRenderOnOneLine() {

@@ -42,8 +42,23 @@ import Testing
         #expect(throws: JSONReadError.self) { try read(deep) }
     }
 
+    /// Small objects scan for a repeated name, larger ones use a set: both
+    /// refuse it, wherever it stands.
+    @Test func repeatedNamesAreRefusedInObjectsOfAnySize() throws {
+        for count in [1, 2, JSONReader.memberScanCountMax - 1, JSONReader.memberScanCountMax, JSONReader.memberScanCountMax + 1, 40] {
+            let names = (0..<count).map { "m\($0)" }
+            let members = names.map { "\"\($0)\": 1" }
+            #expect(try read("{" + members.joined(separator: ",") + "}") == .object(names.map { ($0, .int(1)) }))
+            for repeated in [0, count / 2, count - 1] {
+                let text = "{" + (members + ["\"m\(repeated)\": 2"]).joined(separator: ",") + "}"
+                #expect(throws: JSONReadError.self, "\(count) members, m\(repeated) again") { try read(text) }
+            }
+        }
+    }
+
     /// Random values written by our encoder read back unchanged: the reader
-    /// and the writer agree on every form.
+    /// and the writer agree on every form. `JSONWriter` writes the same
+    /// bytes as `JSONEncoder`.
     @Test func encodedValuesReadBackUnchanged() throws {
         let seed = SeededRandom.seed(default: 77)
         var random = RandomEntries(seed: seed)
@@ -53,6 +68,9 @@ import Testing
             let json = try encoder.encode(fields)
             let read = try Fields(json: try JSONReader.parse(json))
             #expect(read == fields, "seed \(seed) round \(round): \(String(decoding: json, as: UTF8.self))")
+            var writer = JSONWriter()
+            try fields.writeJSON(to: &writer)
+            #expect(writer.bytes == Array(json), "seed \(seed) round \(round): \(String(decoding: writer.bytes, as: UTF8.self))")
         }
     }
 

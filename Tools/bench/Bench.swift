@@ -18,6 +18,8 @@ struct Settings: Codable, Sendable {
     var store: StoreBenchSettings
     /// Section 8 (`ServerBenchmarks.swift`).
     var server: ServerBenchSettings
+    /// Section 9 (`SyncBenchmarks.swift`).
+    var sync: SyncBenchSettings
 }
 
 /// The store's benchmark, one run measuring side by side:
@@ -28,6 +30,9 @@ struct Settings: Codable, Sendable {
 /// 5-7. the app's store API (`StoreBenchmarks.swift`): creates with their
 ///    projection updates, batched and durable (beside SQLite), replay of
 ///    the projections from the log, and reads.
+/// 8. the reference server over loopback HTTP (`ServerBenchmarks.swift`);
+/// 9. the sync engine end to end: a flush of pending intents and an initial
+///    pull, through `HTTPTransport` to that server (`SyncBenchmarks.swift`).
 /// It prints a table (targets beside the numbers they apply to) and writes
 /// the same results as JSON.
 @main
@@ -36,7 +41,7 @@ struct Bench: AsyncParsableCommand {
         commandName: "bench",
         abstract: """
             Measures the log's durable appends, group commit, batched appends and scans beside raw LMDB and SQLite, \
-            and the store's writes, replay and reads.
+            the store's writes, replay and reads, the sync server, and the sync engine end to end.
             """,
         discussion: """
             Everything runs in one process, in a scratch directory that is removed at the end. Build it in \
@@ -90,6 +95,12 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Section read: entities to create and read back.")
     var readEntities = 100_000
 
+    @Option(help: "Section sync: intents written to a store, then flushed by one sync.")
+    var syncIntents = 10_000
+
+    @Option(help: "Section sync: entities on the server that one sync pulls into an empty store.")
+    var syncEntities = 100_000
+
     @Flag(inversion: .prefixedNo, help: "Also measure batched appends with .process durability.")
     var process = true
 
@@ -99,9 +110,9 @@ struct Bench: AsyncParsableCommand {
     @Option(
         help: """
             Sections to run, comma-separated: single, group, batched, scan (scan runs batched too), store-write, \
-            replay, read.
+            replay, read, server, sync.
             """)
-    var only = "single,group,batched,scan,store-write,replay,read,server"
+    var only = "single,group,batched,scan,store-write,replay,read,server,sync"
 
     @Option(help: "Where to write the results as JSON.")
     var json = "bench-results.json"
@@ -130,11 +141,11 @@ struct Bench: AsyncParsableCommand {
             throw ValidationError("--payload-bytes must be in 0...\(Limits.entryBodyBytesMax / 2)")
         }
         guard storeCreates > 0, storeBatchSize > 0, storeBatchSize <= storeCreates, storeSingleCount >= rounds,
-            readEntities > 0
+            readEntities > 0, syncIntents > 0, syncEntities > 0
         else {
             throw ValidationError(
-                "--store-creates, --store-batch-size and --read-entities must be positive, batch <= creates, "
-                    + "and --store-single-count at least --rounds")
+                "--store-creates, --store-batch-size, --read-entities, --sync-intents and --sync-entities must be "
+                    + "positive, batch <= creates, and --store-single-count at least --rounds")
         }
         let sizes = try replayEntryCounts()
         guard !sizes.isEmpty, sizes.allSatisfy({ $0 > 0 }) else {
@@ -142,7 +153,9 @@ struct Bench: AsyncParsableCommand {
         }
     }
 
-    static let sectionNamesKnown: Set<String> = ["single", "group", "batched", "scan", "store-write", "replay", "read", "server"]
+    static let sectionNamesKnown: Set<String> = [
+        "single", "group", "batched", "scan", "store-write", "replay", "read", "server", "sync",
+    ]
 
     private func sectionNames() -> [String] {
         only.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
@@ -174,7 +187,8 @@ struct Bench: AsyncParsableCommand {
                 store: StoreBenchSettings(
                     batchedCreates: 10_000, createsPerBatch: 1_000, singleCreates: 100, replayEntries: [20_000, 100_000],
                     readEntities: 20_000),
-                server: ServerBenchSettings(pushOperations: 1_000, pushBatch: 500, pullChanges: 5_000, pullPage: 1_000))
+                server: ServerBenchSettings(pushOperations: 1_000, pushBatch: 500, pullChanges: 5_000, pullPage: 1_000),
+                sync: SyncBenchSettings(intents: 1_000, entities: 10_000))
         }
         return Settings(
             singleCount: singleCount, warmupCount: warmupCount, rounds: rounds, writerCounts: try writerCounts(),
@@ -183,7 +197,8 @@ struct Bench: AsyncParsableCommand {
             store: StoreBenchSettings(
                 batchedCreates: storeCreates, createsPerBatch: storeBatchSize, singleCreates: storeSingleCount,
                 replayEntries: try replayEntryCounts().sorted(), readEntities: readEntities),
-            server: ServerBenchSettings(pushOperations: 10_000, pushBatch: 500, pullChanges: 100_000, pullPage: 1_000))
+            server: ServerBenchSettings(pushOperations: 10_000, pushBatch: 500, pullChanges: 100_000, pullPage: 1_000),
+            sync: SyncBenchSettings(intents: syncIntents, entities: syncEntities))
     }
 
     func run() async throws {
@@ -235,6 +250,9 @@ struct Bench: AsyncParsableCommand {
         }
         if sections.contains("server") {
             report.add(try await ServerBenchmark.run(settings, workspace))
+        }
+        if sections.contains("sync") {
+            report.add(try await SyncBenchmark.run(settings, workspace))
         }
 
         report.machine.loadAverageAtEnd = loadAverage()

@@ -22,32 +22,22 @@ struct ServerBenchSettings: Codable, Sendable {
 /// URLSession, JSON both ways.
 enum ServerBenchmark {
     static let pullTarget = 50_000.0
+    static let user = "bench"
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
         let counts = settings.server
-        var configuration = SyncServer.Configuration(dataDirectory: workspace.path("server"))
-        configuration.port = 0
-        configuration.tokens = ["bench": Identity(user: "bench")]
-        configuration.durability = .full
-        let server = try SyncServer(configuration: configuration)
-        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let serving = Task { try await server.application { continuation.yield($0) }.run() }
-        defer {
-            serving.cancel()
-            server.close()
-        }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw BenchError("the server did not start") }
-        let client = BenchClient(port: port)
+        let server = try await LoopbackServer.start(directory: workspace.path("server"), users: [user])
+        defer { server.stop() }
+        let client = BenchClient(port: server.port, token: user)
 
         progress("server: push \(counts.pushOperations) operations")
-        let pushTime = try await pushCreates(counts.pushOperations, batch: counts.pushBatch, from: 0, client)
+        let pushTime = try await client.pushCreates(0..<counts.pushOperations, batch: counts.pushBatch, operation)
         progress("server: fill the feed to \(counts.pullChanges) changes")
         if counts.pullChanges > counts.pushOperations {
-            _ = try await pushCreates(counts.pullChanges - counts.pushOperations, batch: counts.pushBatch, from: counts.pushOperations, client)
+            _ = try await client.pushCreates(counts.pushOperations..<counts.pullChanges, batch: counts.pushBatch, operation)
         }
         progress("server: pull \(counts.pullChanges) changes")
-        let (pulled, pullTime) = try await pullAll(page: counts.pullPage, client)
+        let (pulled, pullTime) = try await client.pullAll(page: counts.pullPage) { _ in }
         guard pulled == counts.pullChanges else { throw BenchError("pulled \(pulled) changes, expected \(counts.pullChanges)") }
 
         var section = ReportSection("8. Reference server over loopback HTTP (.full durability)")
@@ -66,20 +56,6 @@ enum ServerBenchmark {
         return section
     }
 
-    private static func pushCreates(_ count: Int, batch: Int, from start: Int, _ client: BenchClient) async throws -> Duration {
-        let clock = ContinuousClock()
-        var elapsed = Duration.zero
-        for first in stride(from: start, to: start + count, by: batch) {
-            let operations = (first..<min(first + batch, start + count)).map(operation)
-            let body = try JSONEncoder().encode(PushRequest(operations: operations))
-            let started = clock.now
-            let response = try JSONDecoder().decode(PushResponse.self, from: try await client.send("POST", "/v1/push", body: body))
-            elapsed += clock.now - started
-            guard response.results.allSatisfy({ $0.status == PushResult.Status.applied }) else { throw BenchError("a push was not applied") }
-        }
-        return elapsed
-    }
-
     private static func operation(_ n: Int) -> PushOperation {
         var data = Fields()
         data["description"] = .string("Task \(n)")
@@ -90,32 +66,49 @@ enum ServerBenchmark {
             idempotencyKey: "op-\(n)", entityType: "te", entityID: "te-\(n)", intent: .create, data: data,
             clientTimestamp: "2026-11-22T08:00:00.000000Z", baseVersion: 0)
     }
+}
 
-    private static func pullAll(page: Int, _ client: BenchClient) async throws -> (Int, Duration) {
-        let clock = ContinuousClock()
-        let started = clock.now
-        var cursor: String?
-        var pulled = 0
-        for _ in 0..<1_000_000 {
-            var path = "/v1/pull?limit=\(page)"
-            if let cursor { path += "&cursor=\(cursor)" }
-            // As a client reads pages: JSONReader, not JSONDecoder (see WireJSON.swift).
-            let response = try PullResponse.decode(json: try await client.send("GET", path, body: nil))
-            pulled += response.changes.count
-            cursor = response.cursor
-            if !response.hasMore { break }
+/// The reference server in this process on a free loopback port, with
+/// `.full` durability; each user's bearer token is the user's name.
+struct LoopbackServer {
+    let server: SyncServer
+    let serving: Task<Void, any Error>
+    let port: Int
+
+    static func start(directory: String, users: [String]) async throws -> LoopbackServer {
+        var configuration = SyncServer.Configuration(dataDirectory: directory)
+        configuration.port = 0
+        configuration.tokens = Dictionary(uniqueKeysWithValues: users.map { ($0, Identity(user: $0)) })
+        configuration.durability = .full
+        let server = try SyncServer(configuration: configuration)
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let serving = Task { try await server.application { continuation.yield($0) }.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else {
+            serving.cancel()
+            server.close()
+            throw BenchError("the server did not start")
         }
-        return (pulled, clock.now - started)
+        return LoopbackServer(server: server, serving: serving, port: port)
+    }
+
+    var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
+
+    func stop() {
+        serving.cancel()
+        server.close()
     }
 }
 
 /// A minimal HTTP client for the bench (one connection, reused).
 struct BenchClient: Sendable {
     let port: Int
+    let token: String
     let session: URLSession
 
-    init(port: Int) {
+    init(port: Int, token: String) {
         self.port = port
+        self.token = token
         let configuration = URLSessionConfiguration.ephemeral
         configuration.connectionProxyDictionary = [:]
         session = URLSession(configuration: configuration)
@@ -124,12 +117,50 @@ struct BenchClient: Sendable {
     func send(_ method: String, _ path: String, body: Data?) async throws -> Data {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
         request.httpMethod = method
-        request.setValue("Bearer bench", forHTTPHeaderField: "Authorization")
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         request.httpBody = body
         let (data, response) = try await session.data(for: request)
         guard (response as? HTTPURLResponse)?.statusCode == 200 else {
             throw BenchError("\(method) \(path): \(String(decoding: data, as: UTF8.self))")
         }
         return data
+    }
+
+    /// Pushes the operations `make` builds for `numbers`, `batch` per
+    /// request, each checked to be applied.
+    /// - Returns: the time spent in the requests (building bodies excluded).
+    func pushCreates(_ numbers: Range<Int>, batch: Int, _ make: (Int) -> PushOperation) async throws -> Duration {
+        let clock = ContinuousClock()
+        var elapsed = Duration.zero
+        for first in stride(from: numbers.lowerBound, to: numbers.upperBound, by: batch) {
+            let operations = (first..<min(first + batch, numbers.upperBound)).map(make)
+            let body = try JSONEncoder().encode(PushRequest(operations: operations))
+            let started = clock.now
+            let response = try JSONDecoder().decode(PushResponse.self, from: try await send("POST", "/v1/push", body: body))
+            elapsed += clock.now - started
+            guard response.results.allSatisfy({ $0.status == PushResult.Status.applied }) else { throw BenchError("a push was not applied") }
+        }
+        return elapsed
+    }
+
+    /// Pulls the whole feed from its start, `page` changes per request,
+    /// handing each page's changes to `visit`.
+    /// - Returns: the changes pulled and the time it took.
+    func pullAll(page: Int, _ visit: ([PullChange]) -> Void) async throws -> (Int, Duration) {
+        let clock = ContinuousClock()
+        let started = clock.now
+        var cursor: String?
+        var pulled = 0
+        for _ in 0..<1_000_000 {
+            var path = "/v1/pull?limit=\(page)"
+            if let cursor { path += "&cursor=\(cursor)" }
+            // As a client reads pages: JSONReader, not JSONDecoder (see WireJSON.swift).
+            let response = try PullResponse.decode(json: try await send("GET", path, body: nil))
+            visit(response.changes)
+            pulled += response.changes.count
+            cursor = response.cursor
+            if !response.hasMore { break }
+        }
+        return (pulled, clock.now - started)
     }
 }
