@@ -49,19 +49,27 @@ public struct StoreChange: Sendable, Equatable {
 
 /// Fans values out to any number of `AsyncStream` subscribers. Streams
 /// buffer without bound, so a slow reader never loses a value; it is the
-/// reader's job to keep up.
-final class Broadcast<Element: Sendable>: Sendable {
+/// reader's job to keep up. Made with a latest value (a state feed), it
+/// hands each new subscriber that value first.
+package final class Broadcast<Element: Sendable>: Sendable {
     private struct State {
         var nextID = 0
         var continuations: [Int: AsyncStream<Element>.Continuation] = [:]
         var finished = false
+        /// Kept and replayed only when the broadcast was made with one.
+        var latest: Element?
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
-    func subscribe() -> AsyncStream<Element> {
+    /// - Parameter latest: a first value for subscribers, replaced by each
+    ///   published one; nil for a feed of events, which replays nothing.
+    package init(latest: Element? = nil) { state = Mutex(State(latest: latest)) }
+
+    package func subscribe() -> AsyncStream<Element> {
         let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .unbounded)
         let id: Int? = state.withLock { state in
+            if let latest = state.latest { continuation.yield(latest) }
             guard !state.finished else { return nil }
             defer { state.nextID += 1 }
             state.continuations[state.nextID] = continuation
@@ -77,13 +85,16 @@ final class Broadcast<Element: Sendable>: Sendable {
         return stream
     }
 
-    func publish(_ element: Element) {
-        let continuations = state.withLock { Array($0.continuations.values) }
+    package func publish(_ element: Element) {
+        let continuations = state.withLock { state in
+            if state.latest != nil { state.latest = element }
+            return Array(state.continuations.values)
+        }
         for continuation in continuations { continuation.yield(element) }
     }
 
     /// Ends every stream (the store closed).
-    func finish() {
+    package func finish() {
         let continuations = state.withLock { state in
             state.finished = true
             defer { state.continuations = [:] }

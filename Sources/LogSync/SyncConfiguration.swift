@@ -1,4 +1,5 @@
 import LogStore
+import Synchronization
 
 /// The engine's settings. The defaults are the protocol's recommendations.
 public struct SyncConfiguration: Sendable {
@@ -25,7 +26,7 @@ public struct SyncConfiguration: Sendable {
 /// Stops a running sync at its next page boundary: when `cancel()` is
 /// called from anywhere, or once a deadline on a clock has passed.
 public final class SyncCancellation: Sendable {
-    private let flag = Locked(false)
+    private let flag = Atomic(false)
     private let deadline: (clock: any SyncClock, milliseconds: UInt64)?
 
     public init() { deadline = nil }
@@ -36,10 +37,10 @@ public final class SyncCancellation: Sendable {
         deadline = (clock, deadlineMilliseconds)
     }
 
-    public func cancel() { flag.set(true) }
+    public func cancel() { flag.store(true, ordering: .relaxed) }
 
     public var isCancelled: Bool {
-        if flag.get() { return true }
+        if flag.load(ordering: .relaxed) { return true }
         guard let deadline else { return false }
         return deadline.clock.nowMilliseconds >= deadline.milliseconds
     }

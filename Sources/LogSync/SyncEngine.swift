@@ -27,7 +27,7 @@ public actor SyncEngine {
 
     private var breaker = CircuitBreaker()
     private var running: Task<SyncReport, Never>?
-    private let stateFeed = StateBroadcast(SyncState.idle)
+    private let stateFeed = Broadcast(latest: SyncState.idle)
     public private(set) var state = SyncState.idle
     /// Whether the last health check reached the server.
     public var isOnline: Bool { onlineSince != nil }
