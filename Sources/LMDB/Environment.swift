@@ -177,20 +177,16 @@ public final class Environment: @unchecked Sendable {
 extension Environment {
     /// Runs `body` in a read transaction that sees one consistent snapshot.
     /// - Throws: what `body` throws, or `LMDBError`.
+    @inlinable
     public func read<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
-        for _ in 0..<Environment.mapGrowthAttemptsMax {
-            let outcome: R? = try resizeLock.withShared {
-                guard let txn = try beginRead() else { return nil }
-                defer { endRead(txn) }
-                // Bound to a local first: passing the initializer's result
-                // straight to `body` crashes Swift 6.3.1's optimizer.
-                let transaction = Transaction(handle: txn, isReadOnly: true, path: path)
-                return try body(transaction)
-            }
-            if let outcome { return outcome }
-            try adoptResizedMap()
-        }
-        throw LMDBError(code: .mapResized, operation: "mdb_txn_begin", path: path)
+        // Inlinable, so that `body` is inlined into the caller rather than
+        // called through a generic context: reads are the store's hot path.
+        let txn = try beginRead()
+        defer { endRead(txn) }
+        // Bound to a local first: passing the initializer's result
+        // straight to `body` crashes Swift 6.3.1's optimizer.
+        let transaction = Transaction(handle: txn, isReadOnly: true, path: path)
+        return try body(transaction)
     }
 
     /// Runs `body` in a write transaction: it commits when `body` returns
@@ -243,10 +239,29 @@ extension Environment {
         return value
     }
 
-    /// A read transaction from the pool (renewed) or a new one; nil when
-    /// another process grew the map and this one must adopt the new size.
-    /// - Throws: `.closed` or the failure that ended the environment.
-    private func beginRead() throws(LMDBError) -> OpaquePointer? {
+    /// Holds the resize lock shared and returns a read transaction, from the
+    /// pool (renewed) or new; `endRead` gives both back. When another process
+    /// grew the map, this one adopts the new size first.
+    /// - Throws: `.closed`, the failure that ended the environment, or
+    ///   `LMDBError` from LMDB.
+    @usableFromInline
+    func beginRead() throws(LMDBError) -> OpaquePointer {
+        for _ in 0..<Environment.mapGrowthAttemptsMax {
+            resizeLock.lockShared()
+            do {
+                if let txn = try renewedOrNewRead() { return txn }
+            } catch {
+                resizeLock.unlock()
+                throw error
+            }
+            resizeLock.unlock()
+            try adoptResizedMap()
+        }
+        throw LMDBError(code: .mapResized, operation: "mdb_txn_begin", path: path)
+    }
+
+    /// nil when the map was resized by another process.
+    private func renewedOrNewRead() throws(LMDBError) -> OpaquePointer? {
         // One lock both checks the environment is usable and takes a pooled
         // transaction: reads are the hot path.
         let pooledOrProblem = state.withLock { state -> Result<PooledTransaction?, LMDBError> in
@@ -265,10 +280,14 @@ extension Environment {
         let result = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
         if result == MDB_MAP_RESIZED { return nil }
         try check(result, "mdb_txn_begin", path: path)
+        guard let txn else { preconditionFailure("mdb_txn_begin returned no transaction") }
         return txn
     }
 
-    private func endRead(_ txn: OpaquePointer) {
+    /// Ends a transaction from `beginRead` (back to the pool, reset) and
+    /// releases the resize lock.
+    @usableFromInline
+    func endRead(_ txn: OpaquePointer) {
         mdb_txn_reset(txn)
         let kept = state.withLock { state -> Bool in
             guard state.readPool.count < Environment.readPoolCountMax else { return false }
@@ -276,6 +295,7 @@ extension Environment {
             return true
         }
         if !kept { mdb_txn_abort(txn) }
+        resizeLock.unlock()
     }
 
     /// Another process grew the map: take its size (`mdb_env_set_mapsize(0)`).

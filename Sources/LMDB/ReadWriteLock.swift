@@ -27,6 +27,14 @@ final class ReadWriteLock: @unchecked Sendable {
         return try body()
     }
 
+    /// For holds that span two calls (a read transaction's begin and end);
+    /// pair each with `unlock`.
+    func lockShared() {
+        precondition(pthread_rwlock_rdlock(lock) == 0, "pthread_rwlock_rdlock failed")
+    }
+
+    func unlock() { pthread_rwlock_unlock(lock) }
+
     func withExclusive<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
         precondition(pthread_rwlock_wrlock(lock) == 0, "pthread_rwlock_wrlock failed")
         defer { pthread_rwlock_unlock(lock) }

@@ -29,6 +29,7 @@ public struct Transaction: ~Copyable {
     public let isReadOnly: Bool
     let path: String
 
+    @usableFromInline
     init(handle: OpaquePointer, isReadOnly: Bool, path: String) {
         self.handle = handle
         self.isReadOnly = isReadOnly
@@ -37,15 +38,23 @@ public struct Transaction: ~Copyable {
 
     /// Calls `body` with the value stored under `key`, or returns nil if
     /// there is none. The buffer is valid only during the call.
+    @inlinable
     public func withValue<R>(
         _ database: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> R
     ) throws -> R? {
+        guard let value = try value(database, key: key) else { return nil }
+        return try body(value)
+    }
+
+    /// The stored value (pointing into the map), or nil.
+    @usableFromInline
+    func value(_ database: Database, key: UnsafeRawBufferPointer) throws(LMDBError) -> UnsafeRawBufferPointer? {
         var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var data = MDB_val()
         let result = mdb_get(handle, database.dbi, &keyValue, &data)
         if result == MDB_NOTFOUND { return nil }
         try check(result, "mdb_get", path: path)
-        return try body(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
+        return UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size)
     }
 
     /// A copy of the value stored under `key`, or nil.

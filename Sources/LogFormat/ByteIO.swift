@@ -49,75 +49,101 @@ public struct ByteWriter: Sendable {
 /// anything is allocated.
 /// The buffer must outlive the reader; readers live inside one decode call.
 public struct ByteReader {
-    let buffer: UnsafeRawBufferPointer
+    @usableFromInline let buffer: UnsafeRawBufferPointer
     /// The position of the next byte to read, from the start of the buffer.
-    public private(set) var position: Int
+    public var position: Int { cursor }
+    @usableFromInline var cursor: Int
     /// The log offset of the entry being read, quoted in errors.
     let offset: UInt64?
 
     public init(_ buffer: UnsafeRawBufferPointer, position: Int = 0, offset: UInt64? = nil) {
         self.buffer = buffer
-        self.position = position
+        self.cursor = position
         self.offset = offset
     }
 
-    public var remaining: Int { buffer.count - position }
+    public var remaining: Int { buffer.count - cursor }
 
     public func error(_ code: FormatError.Code, _ detail: String, at position: Int? = nil) -> FormatError {
         FormatError(code, position: position ?? self.position, detail, offset: offset)
     }
 
-    mutating func need(_ count: Int, for what: StaticString) throws(FormatError) {
-        guard count <= remaining else {
-            throw error(.truncated, "\(what) needs \(count) bytes, \(remaining) remain")
-        }
+    // The small reads are inlinable: decoders in other modules (records,
+    // entries) then get them specialized and inlined, which the read path
+    // of `Store.get` measurably needs.
+
+    /// Moves past `count` bytes and returns where they start.
+    @inlinable
+    mutating func advance(_ count: Int, for what: StaticString) throws(FormatError) -> Int {
+        guard count <= buffer.count - cursor else { throw truncated(count, what) }
+        defer { cursor += count }
+        return cursor
     }
 
+    @usableFromInline
+    func truncated(_ count: Int, _ what: StaticString) -> FormatError {
+        error(.truncated, "\(what) needs \(count) bytes, \(remaining) remain")
+    }
+
+    @inlinable
     public mutating func readByte(_ what: StaticString) throws(FormatError) -> UInt8 {
-        try need(1, for: what)
-        defer { position += 1 }
-        return buffer[position]
+        buffer[try advance(1, for: what)]
     }
 
+    @inlinable
     public mutating func read<T: FixedWidthInteger>(_: T.Type, _ what: StaticString) throws(FormatError) -> T {
-        try need(MemoryLayout<T>.size, for: what)
-        defer { position += MemoryLayout<T>.size }
-        return T(bigEndian: buffer.loadUnaligned(fromByteOffset: position, as: T.self))
+        T(bigEndian: buffer.loadUnaligned(fromByteOffset: try advance(MemoryLayout<T>.size, for: what), as: T.self))
     }
 
     /// Moves past `count` bytes.
+    @inlinable
     public mutating func skip(_ count: Int, _ what: StaticString) throws(FormatError) {
-        try need(count, for: what)
-        position += count
+        _ = try advance(count, for: what)
     }
 
     /// Reads a u32 count and checks that at least `count * minimumElementBytes`
     /// bytes remain, so a corrupt count cannot drive a huge allocation.
+    @inlinable
     public mutating func readCount(_ what: StaticString, minimumElementBytes: Int) throws(FormatError) -> Int {
-        let start = position
+        let start = cursor
         let count = Int(try read(UInt32.self, what))
-        guard count <= remaining / max(minimumElementBytes, 1) else {
-            throw error(.lengthOutOfRange, "\(what) is \(count), only \(remaining) bytes remain", at: start)
+        // A multiplication, not a division: this runs for every length read.
+        let (needed, overflow) = count.multipliedReportingOverflow(by: max(minimumElementBytes, 1))
+        guard !overflow, needed <= remaining else {
+            throw countOutOfRange(count, what, at: start)
         }
         return count
     }
 
+    @usableFromInline
+    func countOutOfRange(_ count: Int, _ what: StaticString, at start: Int) -> FormatError {
+        error(.lengthOutOfRange, "\(what) is \(count), only \(remaining) bytes remain", at: start)
+    }
+
     /// Reads a u32 length and then that many bytes, as a borrowed slice.
+    @inlinable
     public mutating func readLengthPrefixed(_ what: StaticString) throws(FormatError) -> UnsafeRawBufferPointer {
         let count = try readCount(what, minimumElementBytes: 1)
-        defer { position += count }
-        return UnsafeRawBufferPointer(rebasing: buffer[position..<position + count])
+        let start = try advance(count, for: what)
+        return UnsafeRawBufferPointer(rebasing: buffer[start..<start + count])
     }
 
     public mutating func readString(_ what: StaticString) throws(FormatError) -> String {
         let start = position
-        let raw = try readLengthPrefixed(what)
+        return try ByteReader.string(try readLengthPrefixed(what), what, at: start, self)
+    }
+
+    /// `raw` as a string, or an error (from `reader`, at `start`) when it is
+    /// not valid UTF-8.
+    static func string(
+        _ raw: UnsafeRawBufferPointer, _ what: StaticString, at start: Int, _ reader: ByteReader
+    ) throws(FormatError) -> String {
         let bytes = raw.assumingMemoryBound(to: UInt8.self)
         // Most names, ids and keys are ASCII, which is valid UTF-8 as it
         // stands: skip the general validator (and its generic overhead).
         if ByteReader.isASCII(raw) { return String(decoding: bytes, as: UTF8.self) }
         guard let string = String(validating: bytes, as: UTF8.self) else {
-            throw error(.invalidUTF8, "\(what) is not valid UTF-8", at: start)
+            throw reader.error(.invalidUTF8, "\(what) is not valid UTF-8", at: start)
         }
         return string
     }

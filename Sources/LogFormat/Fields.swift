@@ -51,15 +51,18 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
         var lhs = lhs
         var rhs = rhs
         return lhs.withUTF8 { a in
-            rhs.withUTF8 { b in
-                let common = Swift.min(a.count, b.count)
-                if common > 0, let x = a.baseAddress, let y = b.baseAddress {
-                    let order = Int(memcmp(x, y, common))
-                    if order != 0 { return order }
-                }
-                return a.count - b.count
-            }
+            rhs.withUTF8 { b in compareBytes(UnsafeRawBufferPointer(a), UnsafeRawBufferPointer(b)) }
         }
+    }
+
+    /// memcmp order, the shorter first on a common prefix.
+    static func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let common = Swift.min(a.count, b.count)
+        if common > 0, let x = a.baseAddress, let y = b.baseAddress {
+            let order = Int(memcmp(x, y, common))
+            if order != 0 { return order }
+        }
+        return a.count - b.count
     }
 
     public var startIndex: Int { elements.startIndex }
@@ -130,13 +133,19 @@ extension Fields {
         let count = try reader.readCount("field count", minimumElementBytes: 5)
         var elements: [Element] = []
         elements.reserveCapacity(count)
-        for _ in 0..<count {
+        // The order is checked on the names' bytes as stored, before any
+        // string is made of them.
+        var previous = UnsafeRawBufferPointer(start: nil, count: 0)
+        for index in 0..<count {
             let namePosition = reader.position
-            let name = try reader.readString("field name")
-            if let previous = elements.last?.name, !precedes(previous, name) {
-                throw reader.error(
-                    .unsortedKeys, "field \"\(name)\" does not sort after \"\(previous)\"", at: namePosition)
+            let raw = try reader.readLengthPrefixed("field name")
+            if index > 0, compareBytes(previous, raw) >= 0 {
+                let name = String(decoding: raw, as: UTF8.self)
+                let before = String(decoding: previous, as: UTF8.self)
+                throw reader.error(.unsortedKeys, "field \"\(name)\" does not sort after \"\(before)\"", at: namePosition)
             }
+            previous = raw
+            let name = try ByteReader.string(raw, "field name", at: namePosition, reader)
             elements.append((name: name, value: try Value.decode(from: &reader, depth: depth)))
         }
         return Fields(sorted: elements)

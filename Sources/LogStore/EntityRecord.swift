@@ -171,6 +171,18 @@ enum EntityKey {
         return key
     }
 
+    /// Calls `body` with the key in a stack buffer (no allocation: the read
+    /// path builds one key per `get`).
+    static func withKey<R>(type: String, id: String, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: type.utf8.count + 1 + id.utf8.count) { key in
+            var end = key.initialize(from: type.utf8).1
+            key.initializeElement(at: end, to: 0)
+            end += 1
+            _ = UnsafeMutableBufferPointer(rebasing: key[end...]).initialize(from: id.utf8)
+            return try body(UnsafeRawBufferPointer(key))
+        }
+    }
+
     static func prefix(type: String) -> [UInt8] { Array(type.utf8) + [0] }
 
     /// The id part of a key that starts with `prefix`.

@@ -209,18 +209,18 @@ struct Projector: Sendable {
         try reportingDamage(key) { () throws(FormatError) in try EntityRecord(decoding: value) }
     }
 
-    func decodeVisible(_ value: UnsafeRawBufferPointer, key: [UInt8]) throws
+    func decodeVisible(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws
         -> (visible: Fields?, baseVersion: UInt64, pendingCount: Int)
     {
         try reportingDamage(key) { () throws(FormatError) in try EntityRecord.visibleState(decoding: value) }
     }
 
     /// A record that does not decode is damage, named by its entity.
-    private func reportingDamage<R>(_ key: [UInt8], _ decode: () throws(FormatError) -> R) throws -> R {
+    private func reportingDamage<R>(_ key: some Collection<UInt8>, _ decode: () throws(FormatError) -> R) throws -> R {
         do {
             return try decode()
         } catch {
-            let (type, id) = EntityKey.split(key)
+            let (type, id) = EntityKey.split([UInt8](key))
             throw LogStoreError(.corruptEntry, path: path, "entity \(type)/\(id): \(error)", formatError: error)
         }
     }

@@ -252,10 +252,9 @@ public struct Entity: Sendable, Equatable {
 extension Store {
     /// The entity, or nil if it does not exist (or is deleted) for the app.
     public func get(type: String, id: String) throws -> Entity? {
-        let key = EntityKey.encode(type: type, id: id)
-        return try log.environment.read { txn in
-            try key.withUnsafeBytes { raw in
-                try txn.withValue(projector.entities, key: raw) { value in
+        try EntityKey.withKey(type: type, id: id) { key in
+            try log.environment.read { txn in
+                try txn.withValue(projector.entities, key: key) { value in
                     let state = try projector.decodeVisible(value, key: key)
                     return state.visible.map {
                         Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
@@ -278,7 +277,7 @@ extension Store {
                 guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
                 let id = EntityKey.id(from: key, prefixCount: prefix.count)
                 if let after, id == after { return true }
-                let state = try projector.decodeVisible(value, key: [UInt8](key))
+                let state = try projector.decodeVisible(value, key: key)
                 if let fields = state.visible {
                     page.append(Entity(type: type, id: id, fields: fields, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount))
                 }
