@@ -459,6 +459,9 @@ enum ReplayBenchmark {
         var kinds: ReplayLogBuilder.Counts
         var elapsed: Duration
         var buildTime: Duration
+        /// Reading and decoding the same log with `EntryScanner`, no
+        /// projection: the part of replay that no projection design avoids.
+        var scanTime: Duration
         var logFileBytes: Int
         var storeFileBytes: Int
         var memory: MemorySampler.Summary?
@@ -507,6 +510,12 @@ enum ReplayBenchmark {
                 "   same log, .process (no fsync)", Double(process.entries) / process.elapsed.seconds, "entries/s",
                 detail: String(
                     format: "%.2f s, against %.2f s with .full", process.elapsed.seconds, full.elapsed.seconds)),
+            ResultRow(
+                "   same log, EntryScanner alone (no projection)", Double(full.entries) / full.scanTime.seconds,
+                "entries/s",
+                detail: String(
+                    format: "%.2f s: reading and decoding every entry, which replay does first; replay is %.1fx this",
+                    full.scanTime.seconds, full.elapsed.seconds / full.scanTime.seconds)),
         ]
         if let memory = full.memory {
             rows += [
@@ -571,6 +580,8 @@ enum ReplayBenchmark {
         let buildTime = clock.now - buildStart
         let logFileBytes = dataFileBytes(workspace, name)
 
+        let scanTime = try await onDedicatedThread("bench replay scan") { try scanAll(store, expected: entries) }
+
         progress("replay: rebuildProjections over \(Report.grouped(entries)) entries (.\(durability.rawValue))")
         MemorySampler.trimHeap()
         let sampler = MemorySampler.start()
@@ -588,7 +599,20 @@ enum ReplayBenchmark {
         }
         return Outcome(
             durability: durability, entries: entries, kinds: kinds, elapsed: elapsed, buildTime: buildTime,
-            logFileBytes: logFileBytes, storeFileBytes: dataFileBytes(workspace, name), memory: memory)
+            scanTime: scanTime, logFileBytes: logFileBytes, storeFileBytes: dataFileBytes(workspace, name), memory: memory)
+    }
+}
+
+extension ReplayBenchmark {
+    /// Every entry read back and decoded (checksum, body, offsets), once.
+    static func scanAll(_ store: Store, expected: Int) throws -> Duration {
+        var count = 0
+        let elapsed = try timed {
+            var scanner = store.log.entries(from: 1)
+            while try scanner.next() != nil { count += 1 }
+        }
+        guard count == expected else { throw BenchError("EntryScanner read \(count) entries, expected \(expected)") }
+        return elapsed
     }
 }
 
