@@ -1,3 +1,4 @@
+import LogFormat
 import LogStore
 
 /// How well a store is syncing, in one value an app can show or log
@@ -57,14 +58,18 @@ extension SyncHealth {
 }
 
 extension SyncHealth: CustomStringConvertible {
-    /// One line, for logs: `2 pending (oldest 4 s), 0 failed, online, last success at 1795…, state idle`.
+    /// One line, for logs: `2 pending (oldest 4 s), 0 failed, online, last
+    /// success at 2026-11-22T14:05:09.120000Z, state idle`.
     public var description: String {
+        func date(_ milliseconds: UInt64) -> String {
+            Value.iso8601(microseconds: Int64(clamping: min(milliseconds, UInt64(Int64.max / 1_000))) * 1_000)
+        }
         var parts = ["\(pendingCount) pending" + (oldestPendingAgeMilliseconds.map { " (oldest \($0 / 1_000) s)" } ?? "")]
         parts.append("\(failedCount) failed")
         parts.append(isOnline ? "online" : "offline")
         if isStuck { parts.append("STUCK") }
-        if let breakerOpenUntil { parts.append("breaker open until \(breakerOpenUntil)") }
-        parts.append(lastSuccessAt.map { "last success at \($0)" } ?? "never synced")
+        if let breakerOpenUntil { parts.append("breaker open until \(date(breakerOpenUntil))") }
+        parts.append(lastSuccessAt.map { "last success at \(date($0))" } ?? "never synced")
         if let lastError { parts.append("last error: \(lastError)") }
         parts.append("state \(state)")
         return parts.joined(separator: ", ")

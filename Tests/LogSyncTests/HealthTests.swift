@@ -1,7 +1,7 @@
 import LogFormat
 import LogServer
 import LogStore
-import LogSync
+@testable import LogSync
 import LogTesting
 import Testing
 
@@ -24,6 +24,18 @@ import Testing
         #expect(health.oldestPendingAgeMilliseconds == nil && health.lastSuccessAt == nil && health.lastError == nil)
         #expect(!health.isOnline && !health.isStuck)
         #expect(health.state == .idle)
+    }
+
+    /// The log line gives times as dates, not as raw milliseconds.
+    @Test func theDescriptionShowsDates() {
+        let health = SyncHealth(
+            pendingCount: 2, failedCount: 0, oldestPendingAgeMilliseconds: 4_000, nextAttemptAt: nil,
+            lastSuccessAt: 1_795_356_309_120, lastError: nil, isOnline: true, breakerOpenUntil: 1_795_356_369_120,
+            state: .idle, isStuck: false)
+        #expect(
+            health.description
+                == "2 pending (oldest 4 s), 0 failed, online, breaker open until 2026-11-22T14:06:09.120000Z, "
+                + "last success at 2026-11-22T14:05:09.120000Z, state idle")
     }
 
     /// Waiting offline is not being stuck; waiting as long while the
