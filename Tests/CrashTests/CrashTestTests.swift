@@ -89,4 +89,66 @@ import Testing
         #expect(run.status == 64)
         #expect(run.errors.contains("--workload nonsense is none of append, app, pull"), "\(run.errors)")
     }
+
+    /// The harness killed outright (SIGKILL, so it cannot clean up) takes
+    /// its children with it: the sync server reads the end of the stdin pipe
+    /// the harness held (`--stop-at-stdin-end`) and stops; a worker dies of
+    /// SIGPIPE at its next report to the harness.
+    @Test func killingTheHarnessEndsItsChildren() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the crashtest product first")
+        let stores = try TemporaryDirectory("crashtest-orphans")
+        defer { stores.remove() }
+        let harness = Process()
+        harness.executableURL = URL(fileURLWithPath: Self.executable)
+        harness.arguments = ["--workload", "sync", "--iterations", "1000", "--seed", "13", "--directory", stores.path]
+        harness.standardOutput = FileHandle.nullDevice
+        harness.standardError = FileHandle.nullDevice
+        try harness.run()
+        defer { if harness.isRunning { harness.terminate() } }
+
+        // Wait (a minute at most) until it runs both a server and a worker.
+        var children: [(pid: Int32, command: String)] = []
+        for _ in 0..<3_000 {
+            children = Self.children(of: harness.processIdentifier)
+            let commands = Set(children.map(\.command))
+            if commands.contains("syncserver") && commands.contains("crashtest") { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let commands = Set(children.map(\.command))
+        try #require(commands.contains("syncserver") && commands.contains("crashtest"), "children: \(children)")
+
+        kill(harness.processIdentifier, SIGKILL)
+        harness.waitUntilExit()
+        var remaining = children
+        for _ in 0..<3_000 where !remaining.isEmpty {
+            remaining = remaining.filter { Self.isRunning($0.pid) }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(remaining.isEmpty, "still running a minute after the harness was killed: \(remaining)")
+        for child in remaining { kill(child.pid, SIGKILL) }
+    }
+
+    /// The processes whose parent is `parent`, with their command names,
+    /// from `/proc`.
+    static func children(of parent: Int32) -> [(pid: Int32, command: String)] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry in
+            guard let pid = Int32(entry), let stat = Self.stat(pid), stat.parent == parent else { return nil }
+            return (pid, stat.command)
+        }
+    }
+
+    /// Running: it exists and is not a zombie waiting to be reaped.
+    static func isRunning(_ pid: Int32) -> Bool { Self.stat(pid).map { $0.state != "Z" } ?? false }
+
+    /// `/proc/PID/stat`: `PID (COMMAND) STATE PPID ...`; the command may
+    /// itself hold spaces and parentheses, so it ends at the last `)`.
+    static func stat(_ pid: Int32) -> (command: String, state: String, parent: Int32)? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let open = text.firstIndex(of: "("), let close = text.lastIndex(of: ")")
+        else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 2, let parent = Int32(fields[1]) else { return nil }
+        return (String(text[text.index(after: open)..<close]), String(fields[0]), parent)
+    }
 }

@@ -24,6 +24,10 @@ final class ChildProcess: Sendable {
     private let process: Process
     private let output = PipeCollector()
     private let errors = PipeCollector()
+    /// The child's stdin, never written: when this process ends, even by
+    /// SIGKILL, the child reads its end (`syncserver --stop-at-stdin-end`
+    /// then stops).
+    private let input = Pipe()
 
     /// Starts `executable` with `arguments`.
     /// - Throws: what `Process.run()` throws (no such file, not executable).
@@ -34,7 +38,7 @@ final class ChildProcess: Sendable {
         process.arguments = arguments
         process.standardOutput = output.pipe
         process.standardError = errors.pipe
-        process.standardInput = FileHandle.nullDevice
+        process.standardInput = input
         do {
             try process.run()
         } catch {
@@ -44,6 +48,8 @@ final class ChildProcess: Sendable {
         output.start(label: "\(name) stdout")
         errors.start(label: "\(name) stderr")
     }
+
+    deinit { try? input.fileHandleForWriting.close() }
 
     var pid: Int32 { process.processIdentifier }
 
@@ -83,7 +89,11 @@ final class ChildProcess: Sendable {
         let deadline = ContinuousClock.now + timeout
         // Bounded by the deadline.
         while ContinuousClock.now < deadline {
-            if !process.isRunning, output.finished, errors.finished { return true }
+            if !process.isRunning, output.finished, errors.finished {
+                // Closed here for the same reason as the output pipes.
+                try? input.fileHandleForWriting.close()
+                return true
+            }
             try? await Task.sleep(for: ChildProcess.pollInterval)
         }
         return false

@@ -24,7 +24,7 @@ final class ServerProcess: Sendable {
             "syncserver", executable: executable,
             arguments: [
                 "--data", data, "--host", "127.0.0.1", "--port", "0", "--token", "\(token):\(user)", "--durability",
-                durability.rawValue,
+                durability.rawValue, "--stop-at-stdin-end",
             ])
         let banner = await child.waitForLine(timeout: startWaitMax) { $0.contains(" listening on http://127.0.0.1:") }
         guard let banner, let port = port(in: banner) else {

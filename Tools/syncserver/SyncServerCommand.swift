@@ -44,6 +44,9 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(help: "Durability: full, metaAsync or process.")
     var durability = "full"
 
+    @Flag(help: "Stop (as on SIGTERM) when stdin reaches its end: a parent process that holds a pipe to it takes the server with it when it ends, even by SIGKILL.")
+    var stopAtStdinEnd = false
+
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard rateLimit >= 0, burst > 0 else { throw ValidationError("--rate-limit must be >= 0 and --burst > 0") }
@@ -64,6 +67,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.durability = .init(rawValue: durability) ?? .full
         let server = try SyncServer(configuration: configuration)
         defer { server.close() }
+        if stopAtStdinEnd { ParentWatch.onStdinEnd { kill(getpid(), SIGTERM) } }
         let banner = "syncserver \(server.serverID) listening on http://\(host):%d (data \(data))\n"
         let app = server.application { port in
             // Unbuffered, so a parent process reading the pipe learns the port at once.
