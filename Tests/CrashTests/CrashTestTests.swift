@@ -90,6 +90,25 @@ import Testing
         #expect(run.errors.contains("--workload nonsense is none of append, app, pull"), "\(run.errors)")
     }
 
+    /// `--directory` is made when missing; a file there is a harness
+    /// error (exit 2) before any iteration, not a violation of each one.
+    @Test func theStoreDirectoryIsMadeOrRefused() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the crashtest product first")
+        let parent = try TemporaryDirectory("crashtest-directory")
+        defer { parent.remove() }
+        let nested = parent.appending("not/yet/there")
+        let made = try await ToolRun.running(Self.executable, ["--workload", "append", "--iterations", "1", "--directory", nested])
+        #expect(made.status == 0, "\(made.output)\(made.errors)")
+        #expect(try Self.summary(made).violations == 0)
+
+        let file = parent.appending("a-file")
+        try Data().write(to: URL(fileURLWithPath: file))
+        let refused = try await ToolRun.running(Self.executable, ["--workload", "append", "--iterations", "1", "--directory", file])
+        #expect(refused.status == 2)
+        #expect(refused.errors.contains("--directory \(file) is not a directory"), "\(refused.errors)")
+        #expect(!refused.output.contains("VIOLATION"), "\(refused.output)")
+    }
+
     /// The harness killed outright (SIGKILL, so it cannot clean up) takes
     /// its children with it: the sync server reads the end of the stdin pipe
     /// the harness held (`--stop-at-stdin-end`) and stops; a worker dies of

@@ -38,7 +38,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "The longest a writer runs before its kill, in milliseconds.")
     var delayMax = 250
 
-    @Option(help: "Where the stores go (default: a new temporary directory, removed unless a check failed).")
+    @Option(help: "Where the stores go, made when missing (default: a new temporary directory, removed unless a check failed).")
     var directory: String?
 
     @Option(help: "The syncserver executable (default: the one beside this executable).")
@@ -66,7 +66,14 @@ struct RunCommand: AsyncParsableCommand {
 
     func run() async throws {
         let executable = Bundle.main.executableURL?.path ?? CommandLine.arguments[0]
-        let base = try directory ?? TemporaryStores.make()
+        let base: String
+        do {
+            base = try directory.map(TemporaryStores.prepare) ?? TemporaryStores.make()
+        } catch {
+            // Not a violation: the harness cannot run at all.
+            FileHandle.standardError.write(Data("crashtest: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
         let options = HarnessOptions(
             iterations: iterations, seed: seed ?? UInt64(Date().timeIntervalSince1970 * 1000), durability: Durability(rawValue: durability) ?? .full,
             delayMillisecondsMax: delayMax, directory: base, executable: executable,
@@ -89,8 +96,24 @@ struct RunCommand: AsyncParsableCommand {
     }
 }
 
-/// A fresh directory for the stores of a run.
+/// The directory for the stores of a run.
 enum TemporaryStores {
+    /// `--directory`: made (with its parents) when missing.
+    static func prepare(_ path: String) throws -> String {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else { throw HarnessError("--directory \(path) is not a directory") }
+            return path
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        } catch {
+            throw HarnessError("cannot make --directory \(path): \(error.localizedDescription)")
+        }
+        return path
+    }
+
+    /// A fresh temporary directory.
     static func make() throws -> String {
         let template = NSTemporaryDirectory() + "crashtest-XXXXXX"
         var bytes = Array(template.utf8CString)
