@@ -105,7 +105,13 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
     }
 
     public static func == (lhs: Fields, rhs: Fields) -> Bool {
-        lhs.elements.count == rhs.elements.count
+        // Copies share their storage: a record whose visible state is its
+        // base (the common case) compares in O(1).
+        let shared = lhs.elements.withUnsafeBufferPointer { a in
+            rhs.elements.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress && a.count == b.count }
+        }
+        if shared { return true }
+        return lhs.elements.count == rhs.elements.count
             && zip(lhs.elements, rhs.elements).allSatisfy { Fields.same($0.name, $1.name) && $0.value == $1.value }
     }
 

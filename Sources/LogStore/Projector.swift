@@ -301,6 +301,13 @@ final class ProjectionCache: @unchecked Sendable {
     var counts: [String: Int] = [:]
     var intents: [UInt64: Intent] = [:]
 
+    /// Sized for a chunk of `entryCount` entries, so the sets never grow
+    /// (and rehash) as it runs.
+    init(entryCount: Int) {
+        records.reserveCapacity(entryCount)
+        intents.reserveCapacity(entryCount)
+    }
+
     /// Writes what the chunk changed and empties the record and count sets.
     func flush(_ projector: Projector, _ txn: borrowing Transaction) throws {
         // Key order makes LMDB's inserts sequential.
@@ -308,7 +315,7 @@ final class ProjectionCache: @unchecked Sendable {
             try projector.storeRecord(record, key: key.bytes, txn)
         }
         for (type, count) in counts { try projector.storeCount(count, type, txn) }
-        records = [:]
+        records.removeAll(keepingCapacity: true)
         counts = [:]
     }
 }

@@ -123,7 +123,7 @@ extension Store {
         var expected = try watermark(txn) + 1
         var more = false
         var projector = self.projector
-        let cache = ProjectionCache()
+        let cache = ProjectionCache(entryCount: Store.replayChunkCountMax)
         projector.cache = cache
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
