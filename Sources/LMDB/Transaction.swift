@@ -57,6 +57,11 @@ public struct Transaction: ~Copyable {
         return UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size)
     }
 
+    /// Whether `key` has a value (nothing is copied).
+    public func contains(_ database: Database, key: [UInt8]) throws -> Bool {
+        try key.withUnsafeBytes { key in try value(database, key: key) != nil }
+    }
+
     /// A copy of the value stored under `key`, or nil.
     public func get(_ database: Database, key: [UInt8]) throws -> [UInt8]? {
         try key.withUnsafeBytes { key in try withValue(database, key: key) { [UInt8]($0) } }

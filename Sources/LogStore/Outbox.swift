@@ -116,7 +116,7 @@ extension Store {
         }
         return try await write { txn, context, store in
             var settled: [UInt64] = []
-            for item in outcomes where try txn.get(store.projector.outbox, key: OffsetKey.encode(item.offset)) != nil {
+            for item in outcomes where try txn.contains(store.projector.outbox, key: OffsetKey.encode(item.offset)) {
                 switch item.outcome {
                 case .acknowledged(let outcome, let version):
                     try store.append(.ack(Ack(intentOffset: item.offset, outcome: outcome, serverVersion: version)), txn, &context)

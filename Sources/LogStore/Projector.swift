@@ -17,6 +17,9 @@ struct Projector: Sendable {
     /// Set only on the copy a replay chunk uses (see `ProjectionCache`).
     var cache: ProjectionCache?
 
+    /// The outbox value of an intent just written: pending, never tried.
+    static let newOutboxState = OutboxState().encoded()
+
     /// Applies one entry. With `live` set (a write happening now), events for
     /// the app are collected in `effects`; replay leaves them out because
     /// they were delivered when the entries were first written.
@@ -29,8 +32,9 @@ struct Projector: Sendable {
             record.pending.append(entry.offset)
             cache?.intents[entry.offset] = intent
             try save(record, replacing: before, intent.entityType, intent.entityID, txn)
-            try txn.put(outbox, key: OffsetKey.encode(entry.offset), value: OutboxState().encoded())
-            try txn.put(idempotency, key: Array(intent.idempotencyKey.utf8), value: OffsetKey.encode(entry.offset))
+            let offsetKey = OffsetKey.encode(entry.offset)
+            try txn.put(outbox, key: offsetKey, value: Projector.newOutboxState)
+            try txn.put(idempotency, key: Array(intent.idempotencyKey.utf8), value: offsetKey)
             effects.touchedTypes.insert(intent.entityType)
             if live { effects.wroteIntents = true }
         case .ack(let ack):
@@ -107,7 +111,8 @@ struct Projector: Sendable {
         _ offset: UInt64, _ txn: borrowing Transaction, _ effects: inout CommitEffects,
         confirm: (inout EntityRecord, Intent) -> Void
     ) throws -> Intent? {
-        guard try txn.get(outbox, key: OffsetKey.encode(offset)) != nil else { return nil }
+        let offsetKey = OffsetKey.encode(offset)
+        guard try txn.contains(outbox, key: offsetKey) else { return nil }
         let intent = try readIntent(at: offset, txn)
         guard let before = try load(intent.entityType, intent.entityID, txn),
             let index = before.pending.firstIndex(of: offset)
@@ -120,7 +125,7 @@ struct Projector: Sendable {
         if record.pending.isEmpty { record.ackedVersion = 0 }
         record.visible = try fold(record.base, record.pending, txn)
         try save(record, replacing: before, intent.entityType, intent.entityID, txn)
-        try txn.delete(outbox, key: OffsetKey.encode(offset))
+        try txn.delete(outbox, key: offsetKey)
         effects.touchedTypes.insert(intent.entityType)
         return intent
     }
