@@ -8,13 +8,19 @@ public struct ByteKey: Hashable, Comparable, Sendable {
 
     public init(_ bytes: [UInt8]) { self.bytes = bytes }
 
+    // Inlinable: replay hashes, compares and sorts tens of thousands of
+    // these per chunk, from another module.
+
+    @inlinable
     public func hash(into hasher: inout Hasher) {
         bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
     }
 
+    @inlinable
     public static func == (lhs: ByteKey, rhs: ByteKey) -> Bool { lhs.bytes == rhs.bytes }
 
     /// LMDB's order: memcmp over the common length, then the shorter first.
+    @inlinable
     public static func < (lhs: ByteKey, rhs: ByteKey) -> Bool {
         lhs.bytes.withUnsafeBytes { a in
             rhs.bytes.withUnsafeBytes { b in
