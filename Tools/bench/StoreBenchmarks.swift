@@ -1044,7 +1044,8 @@ enum ReadBenchmark {
         section.notes = [
             "\(Report.grouped(count)) te entities created in batches of 1,000 (.process), \(syncedShare)% of them "
                 + "then acknowledged (their records hold the confirmed and the visible state), read in a seeded "
-                + "shuffled order; best of \(passes) passes each, page cache warm. Each get is a read transaction "
+                + "shuffled order (the ids, like the raw loop's keys, laid out in memory in that order); best of "
+                + "\(passes) passes each, page cache warm. Each get is a read transaction "
                 + "(pooled), a B-tree lookup, decoding the entity record and building an Entity."
         ]
         return section
