@@ -19,15 +19,22 @@ public struct ByteKey: Hashable, Comparable, Sendable {
     @inlinable
     public static func == (lhs: ByteKey, rhs: ByteKey) -> Bool { lhs.bytes == rhs.bytes }
 
-    /// LMDB's order: memcmp over the common length, then the shorter first.
+    /// LMDB's order.
     @inlinable
     public static func < (lhs: ByteKey, rhs: ByteKey) -> Bool {
-        lhs.bytes.withUnsafeBytes { a in
-            rhs.bytes.withUnsafeBytes { b in
-                let common = min(a.count, b.count)
-                let order = common == 0 ? 0 : memcmp(a.baseAddress!, b.baseAddress!, common)
-                return order != 0 ? order < 0 : a.count < b.count
-            }
+        lhs.bytes.withUnsafeBytes { a in rhs.bytes.withUnsafeBytes { b in ByteKey.compare(a, b) < 0 } }
+    }
+
+    /// LMDB's order of two byte strings (also the canonical order of field
+    /// names): memcmp over the common length, then the shorter first.
+    /// Negative, zero or positive, as for memcmp.
+    @inlinable
+    public static func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let common = min(a.count, b.count)
+        if common > 0, let x = a.baseAddress, let y = b.baseAddress {
+            let order = Int(memcmp(x, y, common))
+            if order != 0 { return order }
         }
+        return a.count - b.count
     }
 }

@@ -51,18 +51,8 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
         var lhs = lhs
         var rhs = rhs
         return lhs.withUTF8 { a in
-            rhs.withUTF8 { b in compareBytes(UnsafeRawBufferPointer(a), UnsafeRawBufferPointer(b)) }
+            rhs.withUTF8 { b in ByteKey.compare(UnsafeRawBufferPointer(a), UnsafeRawBufferPointer(b)) }
         }
-    }
-
-    /// memcmp order, the shorter first on a common prefix.
-    static func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
-        let common = Swift.min(a.count, b.count)
-        if common > 0, let x = a.baseAddress, let y = b.baseAddress {
-            let order = Int(memcmp(x, y, common))
-            if order != 0 { return order }
-        }
-        return a.count - b.count
     }
 
     public var startIndex: Int { elements.startIndex }
@@ -145,7 +135,7 @@ extension Fields {
         for index in 0..<count {
             let namePosition = reader.position
             let raw = try reader.readLengthPrefixed("field name")
-            if index > 0, compareBytes(previous, raw) >= 0 {
+            if index > 0, ByteKey.compare(previous, raw) >= 0 {
                 let name = String(decoding: raw, as: UTF8.self)
                 let before = String(decoding: previous, as: UTF8.self)
                 throw reader.error(.unsortedKeys, "field \"\(name)\" does not sort after \"\(before)\"", at: namePosition)
