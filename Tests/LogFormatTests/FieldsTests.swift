@@ -20,6 +20,27 @@ import Testing
         #expect(fields == ["b": 2])
     }
 
+    /// `ByteKey.compare` checks the first bytes in a loop and the rest with
+    /// memcmp: both parts, and the bytes past 0x7F, must keep LMDB's order.
+    @Test func byteOrderMatchesLexicographicOrder() {
+        var random = SeededRandom(seed: 0xB17E)
+        // A shared prefix of every length around the loop's end, then
+        // bytes from a small alphabet so equal runs and prefixes are common.
+        for _ in 0..<20_000 {
+            let shared = (0..<Int.random(in: 0...40, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+            let alphabet: [UInt8] = [0x00, 0x61, 0x7F, 0x80, 0xFF]
+            let tail = { (random: inout SeededRandom) -> [UInt8] in
+                (0..<Int.random(in: 0...3, using: &random)).map { _ in alphabet[Int.random(in: 0..<alphabet.count, using: &random)] }
+            }
+            let a: [UInt8] = shared + tail(&random)
+            let b: [UInt8] = shared + tail(&random)
+            let expected = a.lexicographicallyPrecedes(b) ? -1 : (a == b ? 0 : 1)
+            let order = a.withUnsafeBytes { x in b.withUnsafeBytes { y in ByteKey.compare(x, y) } }
+            #expect(order.signum() == expected, "\(a) against \(b)")
+            #expect((ByteKey(a) < ByteKey(b)) == (expected < 0))
+        }
+    }
+
     @Test func mergingAppliesChanges() {
         let base: Fields = ["a": 1, "b": 2]
         #expect(base.merging(["b": 3, "c": 4]) == ["a": 1, "b": 3, "c": 4])
