@@ -22,7 +22,7 @@ public final class Store: Sendable {
     /// The most entities `all(type:after:limit:)` returns at once.
     public static let pageCountMax = 10_000
 
-    static let derivedDatabaseNames = ["entities", "outbox", "idempotency", "counts", "conflicts"]
+    package static let derivedDatabaseNames = ["entities", "outbox", "idempotency", "counts", "conflicts"]
 
     public let log: EventLog
     let projector: Projector

@@ -462,6 +462,9 @@ enum ReplayBenchmark {
         /// Reading and decoding the same log with `EntryScanner`, no
         /// projection: the part of replay that no projection design avoids.
         var scanTime: Duration
+        /// Writing the rows the replay left in the derived databases with
+        /// LMDB alone (`.process` only): what no replay design avoids either.
+        var tableWrite: (time: Duration, rows: Int)?
         var logFileBytes: Int
         var storeFileBytes: Int
         var memory: MemorySampler.Summary?
@@ -517,6 +520,21 @@ enum ReplayBenchmark {
                     format: "%.2f s: reading and decoding every entry, which replay does first; replay is %.1fx this",
                     full.scanTime.seconds, full.elapsed.seconds / full.scanTime.seconds)),
         ]
+        if let write = process.tableWrite {
+            let floor = process.scanTime + write.time
+            rows.append(
+                ResultRow(
+                    "   floor: EntryScanner + LMDB alone writing the tables", Double(process.entries) / floor.seconds,
+                    "entries/s",
+                    detail: String(
+                        format: "%.2f s scanning + %.2f s writing the %@ rows the replay leaves in %@ (raw LMDB, "
+                            + "each table in key order with MDB_APPEND, %@ rows per commit, no sync): about what a "
+                            + "replay that did nothing between reading and writing would take on one core; the "
+                            + ".process replay is %.1fx this",
+                        process.scanTime.seconds, write.time.seconds, Report.grouped(write.rows),
+                        Store.derivedDatabaseNames.joined(separator: ", "), Report.grouped(Store.replayChunkCountMax),
+                        process.elapsed.seconds / floor.seconds)))
+        }
         if let memory = full.memory {
             rows += [
                 ResultRow(
@@ -597,13 +615,34 @@ enum ReplayBenchmark {
                 "replay of \(entries) entries gave \(visible) visible entities and \(pending) pending intents, "
                     + "expected \(kinds.visible) and \(kinds.pending)")
         }
+        let storeFileBytes = dataFileBytes(workspace, name)
+        var tableWrite: (time: Duration, rows: Int)?
+        if durability == .process {
+            store.close()
+            tableWrite = try await onDedicatedThread("bench replay tables") {
+                try writeTables(from: workspace.path(name), workspace)
+            }
+        }
         return Outcome(
             durability: durability, entries: entries, kinds: kinds, elapsed: elapsed, buildTime: buildTime,
-            scanTime: scanTime, logFileBytes: logFileBytes, storeFileBytes: dataFileBytes(workspace, name), memory: memory)
+            scanTime: scanTime, tableWrite: tableWrite, logFileBytes: logFileBytes, storeFileBytes: storeFileBytes,
+            memory: memory)
     }
 }
 
 extension ReplayBenchmark {
+    /// Copies the derived databases of the (closed) store at `path` into a
+    /// new environment with LMDB alone, timing only the writes.
+    static func writeTables(from path: String, _ workspace: Workspace) throws -> (time: Duration, rows: Int) {
+        let names = Store.derivedDatabaseNames
+        let rows = try RawTableCopy.read(path: path, databases: names)
+        let copy = "replay-tables"
+        defer { workspace.remove(copy) }
+        let time = try RawTableCopy.write(
+            rows, databases: names, to: workspace.path(copy), perCommit: Store.replayChunkCountMax)
+        return (time, rows.count)
+    }
+
     /// Every entry read back and decoded (checksum, body, offsets), once.
     static func scanAll(_ store: Store, expected: Int) throws -> Duration {
         var count = 0
