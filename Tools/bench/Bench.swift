@@ -222,6 +222,7 @@ struct Bench: AsyncParsableCommand {
             entryBytes: sizes.entry, entryBodyBytes: sizes.body)
         var singleRate: Double?
         if sections.contains("single") {
+            settleDisk()
             progress("single-entry appends")
             let single = try await SingleAppendBenchmark.run(settings, workload, workspace)
             report.machine.sqliteVersion = single.sqliteVersion
@@ -229,29 +230,37 @@ struct Bench: AsyncParsableCommand {
             singleRate = single.singleRate
         }
         if sections.contains("group") {
+            settleDisk()
             report.add(try await GroupCommitBenchmark.run(settings, workload, workspace, singleRate: singleRate))
         }
         if sections.contains("batched") || sections.contains("scan") {
+            settleDisk()
             report.add(try await BatchedAppendBenchmark.run(settings, workload, workspace, entryBytes: sizes.entry))
         }
         if sections.contains("scan") {
+            settleDisk()
             report.add(try await ScanBenchmark.run(settings, workspace, storeName: BatchedAppendBenchmark.fullStoreName))
         }
         if sections.contains("store-write") {
+            settleDisk()
             let storeWrite = try await StoreWriteBenchmark.run(settings, workspace)
             if report.machine.sqliteVersion == "-" { report.machine.sqliteVersion = storeWrite.sqliteVersion }
             report.add(storeWrite.section)
         }
         if sections.contains("replay") {
+            settleDisk()
             report.add(try await ReplayBenchmark.run(settings, workspace))
         }
         if sections.contains("read") {
+            settleDisk()
             report.add(try await ReadBenchmark.run(settings, workspace))
         }
         if sections.contains("server") {
+            settleDisk()
             report.add(try await ServerBenchmark.run(settings, workspace))
         }
         if sections.contains("sync") {
+            settleDisk()
             report.add(try await SyncBenchmark.run(settings, workspace))
         }
 

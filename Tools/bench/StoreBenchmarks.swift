@@ -601,6 +601,7 @@ enum ReplayBenchmark {
         let scanTime = try await onDedicatedThread("bench replay scan") { try scanAll(store, expected: entries) }
 
         progress("replay: rebuildProjections over \(Report.grouped(entries)) entries (.\(durability.rawValue))")
+        settleDisk()
         MemorySampler.trimHeap()
         let sampler = MemorySampler.start()
         let start = clock.now
@@ -638,6 +639,7 @@ extension ReplayBenchmark {
         let rows = try RawTableCopy.read(path: path, databases: names)
         let copy = "replay-tables"
         defer { workspace.remove(copy) }
+        settleDisk()
         let time = try RawTableCopy.write(
             rows, databases: names, to: workspace.path(copy), perCommit: Store.replayChunkCountMax)
         return (time, rows.count)
