@@ -220,47 +220,45 @@ struct Bench: AsyncParsableCommand {
                 scratchFileSystem: workspace.fileSystem, lmdbVersion: RawLMDBLog.libraryVersion, sqliteVersion: "-",
                 loadAverageAtStart: loadAverage(), loadAverageAtEnd: ""),
             entryBytes: sizes.entry, entryBodyBytes: sizes.body)
-        var singleRate: Double?
-        if sections.contains("single") {
+        /// Whether the run includes one of `names`; if so, the disk is
+        /// settled first (`settleDisk`), so each section starts clean.
+        func runs(_ names: String...) -> Bool {
+            guard names.contains(where: sections.contains) else { return false }
             settleDisk()
+            return true
+        }
+        var singleRate: Double?
+        if runs("single") {
             progress("single-entry appends")
             let single = try await SingleAppendBenchmark.run(settings, workload, workspace)
             report.machine.sqliteVersion = single.sqliteVersion
             report.add(single.section)
             singleRate = single.singleRate
         }
-        if sections.contains("group") {
-            settleDisk()
+        if runs("group") {
             report.add(try await GroupCommitBenchmark.run(settings, workload, workspace, singleRate: singleRate))
         }
-        if sections.contains("batched") || sections.contains("scan") {
-            settleDisk()
+        if runs("batched", "scan") {
             report.add(try await BatchedAppendBenchmark.run(settings, workload, workspace, entryBytes: sizes.entry))
         }
-        if sections.contains("scan") {
-            settleDisk()
+        if runs("scan") {
             report.add(try await ScanBenchmark.run(settings, workspace, storeName: BatchedAppendBenchmark.fullStoreName))
         }
-        if sections.contains("store-write") {
-            settleDisk()
+        if runs("store-write") {
             let storeWrite = try await StoreWriteBenchmark.run(settings, workspace)
             if report.machine.sqliteVersion == "-" { report.machine.sqliteVersion = storeWrite.sqliteVersion }
             report.add(storeWrite.section)
         }
-        if sections.contains("replay") {
-            settleDisk()
+        if runs("replay") {
             report.add(try await ReplayBenchmark.run(settings, workspace))
         }
-        if sections.contains("read") {
-            settleDisk()
+        if runs("read") {
             report.add(try await ReadBenchmark.run(settings, workspace))
         }
-        if sections.contains("server") {
-            settleDisk()
+        if runs("server") {
             report.add(try await ServerBenchmark.run(settings, workspace))
         }
-        if sections.contains("sync") {
-            settleDisk()
+        if runs("sync") {
             report.add(try await SyncBenchmark.run(settings, workspace))
         }
 
