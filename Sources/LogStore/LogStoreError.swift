@@ -56,7 +56,7 @@ public struct LogStoreError: Error, Equatable, Sendable, CustomStringConvertible
     }
 
     public var description: String {
-        let place = offset.map { "\(path) at offset \($0)" } ?? path
+        let place = offset.map { path.isEmpty ? "offset \($0)" : "\(path) at offset \($0)" } ?? path
         return place.isEmpty ? "\(code): \(detail)" : "\(place): \(code): \(detail)"
     }
 }

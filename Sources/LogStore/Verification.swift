@@ -193,13 +193,28 @@ extension Store {
     /// and timestamps kept), sets the compaction watermark the export had,
     /// and rebuilds the projections: an exact copy of the exported log.
     /// - Throws: `LogStoreError.invalidArgument` when the store is not empty
-    ///   or the entries are out of order.
+    ///   or the entries are out of order or leave a hole that replay would
+    ///   refuse (offsets are dense except below `compactedBelow`); nothing
+    ///   is written then.
     package func restore(_ entries: [Entry], compactedBelow: UInt64) async throws {
         try await log.perform { txn, context in
             guard context.position.lastOffset == 0 else {
                 throw LogStoreError(.invalidArgument, path: self.path, "import needs an empty store")
             }
-            for entry in entries { try context.restore(entry, in: txn) }
+            for (index, entry) in entries.enumerated() {
+                let expected = context.position.lastOffset + 1
+                do {
+                    // Replay's own rule, checked before anything commits.
+                    try EventLog.checkDensity(
+                        expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: self.path)
+                } catch {
+                    throw LogStoreError(
+                        .invalidArgument, path: self.path, offset: entry.offset,
+                        "entry \(index + 1) of the import has offset \(entry.offset) where \(expected) comes next "
+                            + "(offsets may skip only up to the compaction watermark, \(compactedBelow))")
+                }
+                try context.restore(entry, in: txn)
+            }
             if compactedBelow > 0 {
                 try txn.put(self.log.metaDatabase, key: StoreFormat.compactedBelowKey, value: compactedBelow.bigEndianBytes)
             }

@@ -329,6 +329,38 @@ extension ToolRun {
     }
 }
 
+extension LogToolExportTests {
+    /// An export that replay would refuse (a hole above the compaction
+    /// watermark, or offsets out of order) is refused before anything is
+    /// written, and the new store's directory is not left behind.
+    @Test func anImportWithAHoleIsRefusedAndLeavesNothing() async throws {
+        let directory = try TemporaryDirectory("logtool-import-hole")
+        let source = directory.appending("source")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            for number in 0..<3 { try await store.create(type: "te", id: "e\(number)", fields: ["n": .int(Int64(number))]) }
+            store.close()
+        }
+        let exported = try Tool.run(["export", source]).lines
+        #expect(exported.count == 4 && exported[1].contains(#""offset":1,"#), "\(exported)")
+        let cases = [
+            ("hole.jsonl", 1, #""offset":5,"#, "entry 1 of the import has offset 5 where 1 comes next"),
+            ("backwards.jsonl", 2, #""offset":1,"#, "entry 2 of the import has offset 1 where 2 comes next"),
+        ]
+        for (name, line, replacement, message) in cases {
+            var lines = exported
+            lines[line] = lines[line].replacingOccurrences(of: #""offset":\#(line),"#, with: replacement)
+            let file = directory.appending(name)
+            try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+            let copy = directory.appending("copy")
+            let imported = try Tool.run(["import", file, copy])
+            #expect(imported.status == 2 && imported.errors.contains(name) && imported.errors.contains(message), "\(imported.errors)")
+            let left = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix("copy") }
+            #expect(left.isEmpty, "\(name) left \(left)")
+        }
+    }
+}
+
 @Suite struct LogToolBundleTests {
     @Test func aBundleKeepsTheTailAndOnlyTheEntitiesItTouches() async throws {
         let directory = try TemporaryDirectory("logtool-bundle")

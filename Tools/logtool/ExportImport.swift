@@ -82,9 +82,29 @@ struct Import: AsyncParsableCommand {
                 throw LogToolError("\(file):\(index + 2): \(error)")
             }
         }
-        let store = try Store(path: path, options: .init(durability: .full))
-        defer { store.close() }
-        try await store.restore(entries, compactedBelow: header.compactedBelow)
+        // Built beside its destination and moved there only when complete:
+        // a failed import leaves nothing behind, never a store that fails verify.
+        let staging = path + ".importing-\(ProcessInfo.processInfo.processIdentifier)"
+        guard !FileManager.default.fileExists(atPath: staging) else {
+            throw LogToolError("\(staging) exists (left by an import that was killed?); remove it first")
+        }
+        do {
+            let store = try Store(path: staging, options: .init(durability: .full))
+            defer { store.close() }
+            try await store.restore(entries, compactedBelow: header.compactedBelow)
+        } catch let error as LogStoreError where error.code == .invalidArgument {
+            try? FileManager.default.removeItem(atPath: staging)
+            throw LogToolError("\(file): \(error.detail)")
+        } catch {
+            try? FileManager.default.removeItem(atPath: staging)
+            throw error
+        }
+        do {
+            try FileManager.default.moveItem(atPath: staging, toPath: path)
+        } catch {
+            try? FileManager.default.removeItem(atPath: staging)
+            throw LogToolError("cannot move the imported store from \(staging) to \(path): \(error.localizedDescription)")
+        }
         print("imported \(entries.count) entries into \(path)")
     }
 }
