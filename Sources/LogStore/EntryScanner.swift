@@ -46,27 +46,68 @@ public struct EntryScanner {
         let end = self.end
         let log = self.log
         try log.environment.read { txn in
-            let compactedBelow = try log.compactedBelow(txn)
-            try txn.withCursor(log.logDatabase) { cursor in
-                var item = try cursor.seek(atLeast: OffsetKey.encode(expected))
-                while let (key, value) = item, chunk.count < EventLog.scanChunkCountMax {
-                    let entry = try EventLog.decode(key: key, value: value, path: log.path)
-                    if let end, entry.offset > end {
-                        reachedEnd = true
-                        return
-                    }
-                    try EventLog.checkDensity(
-                        expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: log.path)
-                    chunk.append(entry)
-                    expected = entry.offset + 1
-                    item = try cursor.next()
-                }
-                if item == nil { reachedEnd = true }
+            (expected, reachedEnd) = try log.readEntries(from: expected, through: end, txn) { entry in
+                chunk.append(entry)
+                return chunk.count < EventLog.scanChunkCountMax
             }
         }
         chunk.reverse()
         buffer = chunk
         nextOffset = expected
         if reachedEnd || end.map({ expected > $0 }) == true { exhausted = true }
+    }
+}
+
+extension EventLog {
+    /// Reads the entries of `txn` from offset `expected` on, each decoded
+    /// and checked to follow the one before it (no hole above the
+    /// compaction watermark), handing each to `take` until it returns false
+    /// or the log (or `end`) is reached.
+    /// - Returns: the offset the next entry must have, and whether the log
+    ///   or `end` was reached.
+    // Inlined, with `take` consuming each entry, so the scanner's loop (the
+    // hot path of every scan) does not copy the entries it keeps: a plain
+    // closure taking a borrowed entry made scans about 10% slower.
+    @inline(__always)
+    func readEntries(
+        from expected: UInt64, through end: UInt64?, _ txn: borrowing Transaction, _ take: (consuming Entry) throws -> Bool
+    ) throws -> (expected: UInt64, reachedEnd: Bool) {
+        let compactedBelow = try compactedBelow(txn)
+        var expected = expected
+        return try txn.withCursor(logDatabase) { cursor in
+            var item = try cursor.seek(atLeast: OffsetKey.encode(expected))
+            while let (key, value) = item {
+                let entry = try EventLog.decode(key: key, value: value, path: path)
+                if let end, entry.offset > end { return (expected, true) }
+                try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
+                expected = entry.offset + 1
+                guard try take(entry) else { return (expected, false) }
+                item = try cursor.next()
+            }
+            return (expected, true)
+        }
+    }
+
+    /// The whole log as one snapshot, in one read transaction: `start` gets
+    /// its compaction watermark and last offset, then `visit` every entry in
+    /// order, checked as `EntryScanner` checks them. A scan in chunks
+    /// (`entries(from:)`) can see another process compact the log between
+    /// two chunks, which reuses offsets below the watermark; a copy of the
+    /// log (an export) must not.
+    ///
+    /// The snapshot pins the pages it reads, so the file may grow while
+    /// others write during a long read. In this process a write that must
+    /// grow the map waits for the snapshot to end, so `visit` must not wait
+    /// for one.
+    public func readSnapshot(
+        start: (_ compactedBelow: UInt64, _ lastOffset: UInt64) throws -> Void, visit: (Entry) throws -> Void
+    ) throws {
+        try environment.read { txn in
+            try start(try compactedBelow(txn), try EventLog.lastPosition(txn, log: logDatabase, path: path).lastOffset)
+            _ = try readEntries(from: 1, through: nil, txn) { entry in
+                try visit(entry)
+                return true
+            }
+        }
     }
 }

@@ -173,7 +173,7 @@ public final class EventLog: Sendable {
     }
 
     /// The last offset and timestamp in the log, from its last entry.
-    private static func lastPosition(_ txn: borrowing Transaction, log: Database, path: String) throws
+    static func lastPosition(_ txn: borrowing Transaction, log: Database, path: String) throws
         -> WriteContext.Position
     {
         try txn.withCursor(log) { cursor in

@@ -195,6 +195,73 @@ import Testing
 
 /// A snapshot that compaction places after an answer it kept, at the same
 /// version, must still win in a replay (found by review of the spec).
+/// What a read on a thread of its own saw of the log (handed over with semaphores).
+private final class SnapshotRead: @unchecked Sendable {
+    var watermark: UInt64 = 0
+    var lastOffset: UInt64 = 0
+    var entries: [Entry] = []
+    var error: (any Error)?
+}
+
+private func waitOff(_ semaphore: DispatchSemaphore) async {
+    await withCheckedContinuation { continuation in
+        DispatchQueue.global().async {
+            semaphore.wait()
+            continuation.resume()
+        }
+    }
+}
+
+/// An export reads one snapshot: a compaction that commits while it reads
+/// (and reuses offsets below its watermark for snapshots) changes nothing it
+/// sees, where a scan in chunks goes on in the compacted log.
+@Test func aSnapshotReadIsUnchangedByACompactionDuringIt() async throws {
+    let fixture = try StoreFixture("snapshot-read")
+    let store = fixture.store
+    // Pulled changes of ten entities, over three scan chunks: compaction
+    // folds them into ten snapshots.
+    let count = 3 * EventLog.scanChunkCountMax
+    for start in stride(from: 0, to: count, by: 500) {
+        try await store.applyPulledPage(
+            (start..<min(start + 500, count)).map {
+                PulledChange(.upsert, entityType: "te", entityID: "e\($0 % 10)", serverVersion: UInt64($0 + 1), fields: ["n": .int(Int64($0))])
+            }, cursor: "c\(start)")
+    }
+    let before = try scanAll(store.log)
+    let last = try store.log.lastOffset()
+    let read = SnapshotRead()
+    let (firstEntry, compacted, done) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+    let log = store.log
+    Thread {
+        do {
+            try log.readSnapshot { watermark, lastOffset in
+                (read.watermark, read.lastOffset) = (watermark, lastOffset)
+            } visit: { entry in
+                read.entries.append(entry)
+                if read.entries.count == 1 {
+                    firstEntry.signal()
+                    compacted.wait()
+                }
+            }
+        } catch {
+            read.error = error
+        }
+        done.signal()
+    }.start()
+    await waitOff(firstEntry)
+    // Far below the initial map: the compaction cannot need to grow it,
+    // which would wait for the snapshot (and so for itself).
+    let report = try await store.compact(below: last)
+    #expect(report.entriesRemoved == count - 1 && report.snapshotsWritten == 10)
+    compacted.signal()
+    await waitOff(done)
+    #expect(read.error == nil)
+    #expect(read.watermark == 0 && read.lastOffset == last)
+    #expect(read.entries == before)
+    // A scan now reads the compacted log: the snapshot read did not.
+    #expect(try scanAll(store.log).count == 11)
+}
+
 @Test func aSnapshotWinsOverAKeptAnswerOfTheSameVersion() async throws {
     let fixture = try StoreFixture("snapshot-after-kept-answer")
     let store = fixture.store

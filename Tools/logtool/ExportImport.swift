@@ -37,12 +37,14 @@ struct Export: ParsableCommand {
             sink = FileHandle.standardOutput
         }
         defer { if output != nil { try? sink.close() } }
-        // Line by line: an export never holds the whole log in memory.
+        // Line by line, so it never holds the whole log in memory, and from
+        // one snapshot, so a compaction by another process cannot change
+        // the log halfway through.
         let newline = Data("\n".utf8)
-        let header = ExportHeader(compactedBelow: try log.compactedBelow(), lastOffset: try log.lastOffset())
-        try sink.write(contentsOf: try Output.encoder.encode(header) + newline)
-        var scanner = log.entries()
-        while let entry = try scanner.next() {
+        try log.readSnapshot { compactedBelow, lastOffset in
+            let header = ExportHeader(compactedBelow: compactedBelow, lastOffset: lastOffset)
+            try sink.write(contentsOf: try Output.encoder.encode(header) + newline)
+        } visit: { entry in
             try sink.write(contentsOf: try Output.encoder.encode(EntryJSON(entry: entry)) + newline)
         }
     }
