@@ -86,7 +86,12 @@ struct Import: AsyncParsableCommand {
         }
         // Built beside its destination and moved there only when complete:
         // a failed import leaves nothing behind, never a store that fails verify.
-        let staging = path + ".importing-\(ProcessInfo.processInfo.processIdentifier)"
+        let destination = (path as NSString).standardizingPath  // "new/" names "new", not a place inside it
+        let parent = (destination as NSString).deletingLastPathComponent
+        guard parent.isEmpty || FileManager.default.fileExists(atPath: parent) else {
+            throw LogToolError("\(parent) does not exist; import makes only the store's own directory")
+        }
+        let staging = destination + ".importing-\(ProcessInfo.processInfo.processIdentifier)"
         guard !FileManager.default.fileExists(atPath: staging) else {
             throw LogToolError("\(staging) exists (left by an import that was killed?); remove it first")
         }
@@ -102,10 +107,10 @@ struct Import: AsyncParsableCommand {
             throw error
         }
         do {
-            try FileManager.default.moveItem(atPath: staging, toPath: path)
+            try FileManager.default.moveItem(atPath: staging, toPath: destination)
         } catch {
             try? FileManager.default.removeItem(atPath: staging)
-            throw LogToolError("cannot move the imported store from \(staging) to \(path): \(error.localizedDescription)")
+            throw LogToolError("cannot move the imported store from \(staging) to \(destination): \(error.localizedDescription)")
         }
         print("imported \(entries.count) entries into \(path)")
     }
