@@ -272,6 +272,11 @@ extension ToolRun {
         #expect(try diff.objects().map { $0["entity"] as? String } == ["te/b"])
         #expect(try Tool.run(["diff", path, path]).status == 0)
         #expect(try Tool.run(["replay", path, "--to", "9", "--output", directory.appending("future")]).status == 2)
+        // A refused command leaves no directory in the way of the next try,
+        // and a missing parent is named.
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("future")))
+        let orphan = try Tool.run(["bundle", path, "--output", directory.appending("missing/bundle")])
+        #expect(orphan.status == 2 && orphan.errors.contains("cannot make \(directory.appending("missing/bundle")): No such file"))
     }
 }
 

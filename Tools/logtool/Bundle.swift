@@ -22,8 +22,10 @@ struct Bundle: AsyncParsableCommand {
     }
 
     func run() async throws {
-        guard !FileManager.default.fileExists(atPath: output) else { throw LogToolError("\(output) exists; --output names a new directory") }
-        try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: false)
+        try await intoNewDirectory(output, option: "--output") { try await writeBundle() }
+    }
+
+    private func writeBundle() async throws {
         let first: UInt64
         do {
             let log = try store.openLog()

@@ -262,6 +262,23 @@ struct LogToolError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// Runs `body` to fill the new directory `path` that a command writes its
+/// result into (named by `option`): refused when it exists, made (in a
+/// parent that must exist), and removed again when `body` fails, so a
+/// failed command leaves nothing in the way of the next try.
+func intoNewDirectory<R>(_ path: String, option: String, _ body: () async throws -> R) async throws -> R {
+    guard !FileManager.default.fileExists(atPath: path) else {
+        throw LogToolError("\(path) exists; \(option) names a new directory")
+    }
+    guard mkdir(path, 0o755) == 0 else { throw LogToolError("cannot make \(path): \(String(cString: strerror(errno)))") }
+    do {
+        return try await body()
+    } catch {
+        try? FileManager.default.removeItem(atPath: path)
+        throw error
+    }
+}
+
 struct Conflicts: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the conflicts waiting for the app (resolution pending, intent still pending), or all with --all.")

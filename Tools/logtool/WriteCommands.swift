@@ -69,7 +69,7 @@ struct Compact: AsyncParsableCommand {
     }
 
     func run() async throws {
-        if let copy { return try writeCopy(to: copy) }
+        if let copy { return try await intoNewDirectory(copy, option: "--copy") { try writeCopy(to: copy) } }
         guard let below else { return }
         let opened = try Store(path: store.path, options: .init(durability: .full))
         defer { opened.close() }
@@ -80,10 +80,6 @@ struct Compact: AsyncParsableCommand {
     }
 
     private func writeCopy(to destination: String) throws {
-        guard !FileManager.default.fileExists(atPath: destination) else {
-            throw LogToolError("\(destination) exists; --copy writes a new directory")
-        }
-        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
         let log = try store.openLog()
         defer { log.close() }
         try log.copy(to: destination, compact: true)
@@ -118,12 +114,15 @@ struct Replay: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let path: String
-        if let to, let output {
-            path = try timeTravelCopy(to: to, into: output)
-        } else {
-            path = store.path
+        guard let to, let output else { return try await replay(store.path) }
+        try await intoNewDirectory(output, option: "--output") {
+            try timeTravelCopy(to: to, into: output)
+            try await replay(output)
         }
+    }
+
+    /// Rebuilds the derived tables of the store at `path`, with progress.
+    private func replay(_ path: String) async throws {
         let opened = try Store(path: path, options: .init(durability: .full))
         defer { opened.close() }
         let total = try opened.log.lastOffset()
@@ -138,12 +137,9 @@ struct Replay: AsyncParsableCommand {
         print("replayed \(path) through offset \(watermark) in \(String(format: "%.2f", seconds)) s")
     }
 
-    /// A copy of the store holding only the entries up to `offset`.
-    private func timeTravelCopy(to offset: UInt64, into output: String) throws -> String {
-        guard !FileManager.default.fileExists(atPath: output) else {
-            throw LogToolError("\(output) exists; --output names a new directory")
-        }
-        try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: false)
+    /// Fills the new directory `output` with a copy of the store holding
+    /// only the entries up to `offset`.
+    private func timeTravelCopy(to offset: UInt64, into output: String) throws {
         do {
             let log = try store.openLog()
             defer { log.close() }
@@ -169,7 +165,6 @@ struct Replay: AsyncParsableCommand {
             }
             if removed == 0 { break }
         }
-        return output
     }
 
     /// A progress bar on a terminal, a plain line a second otherwise.
