@@ -105,6 +105,11 @@ extension ToolRun {
         // A damaged entry is a one-line error for the other commands, exit 2.
         let dump = try Tool.run(["dump", directory.path])
         #expect(dump.status == 2 && dump.errors.contains("offset 2"))
+        // An export that meets it fails and leaves no file that looks whole.
+        let elsewhere = try TemporaryDirectory("logtool-flip-export")
+        let export = try Tool.run(["export", directory.path, "--output", elsewhere.appending("export.jsonl")])
+        #expect(export.status == 2 && export.errors.contains("offset 2"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path).isEmpty)
     }
 
     @Test func verifyFindsAWrongProjectionRow() async throws {
@@ -363,6 +368,11 @@ extension LogToolExportTests {
             let left = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix("copy") }
             #expect(left.isEmpty, "\(name) left \(left)")
         }
+        // A file cut short (its last entry lost) falls short of its header.
+        let cut = directory.appending("cut.jsonl")
+        try (exported.dropLast().joined(separator: "\n") + "\n").write(toFile: cut, atomically: true, encoding: .utf8)
+        let imported = try Tool.run(["import", cut, directory.appending("copy")])
+        #expect(imported.status == 2 && imported.errors.contains("the entries end at offset 2, the header says 3"), "\(imported.errors)")
     }
 }
 

@@ -27,19 +27,31 @@ struct Export: ParsableCommand {
     func run() throws {
         let log = try store.openLog()
         defer { log.close() }
-        let sink: FileHandle
-        if let output {
-            guard FileManager.default.createFile(atPath: output, contents: nil) else {
-                throw LogToolError("cannot create \(output)")
-            }
-            sink = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
-        } else {
-            sink = FileHandle.standardOutput
+        guard let output else { return try write(log, to: FileHandle.standardOutput) }
+        // Written beside the file and renamed over it when complete: a
+        // failed export never leaves a file that looks like a whole one.
+        let partial = output + ".partial-\(ProcessInfo.processInfo.processIdentifier)"
+        guard FileManager.default.createFile(atPath: partial, contents: nil) else {
+            throw LogToolError("cannot create \(partial): \(String(cString: strerror(errno)))")
         }
-        defer { if output != nil { try? sink.close() } }
-        // Line by line, so it never holds the whole log in memory, and from
-        // one snapshot, so a compaction by another process cannot change
-        // the log halfway through.
+        do {
+            let sink = try FileHandle(forWritingTo: URL(fileURLWithPath: partial))
+            defer { try? sink.close() }
+            try write(log, to: sink)
+            try sink.synchronize()
+            guard rename(partial, output) == 0 else {
+                throw LogToolError("cannot rename \(partial) to \(output): \(String(cString: strerror(errno)))")
+            }
+        } catch {
+            try? FileManager.default.removeItem(atPath: partial)
+            throw error
+        }
+    }
+
+    /// Line by line, so it never holds the whole log in memory, and from one
+    /// snapshot, so a compaction by another process cannot change the log
+    /// halfway through.
+    private func write(_ log: EventLog, to sink: FileHandle) throws {
         let newline = Data("\n".utf8)
         try log.readSnapshot { compactedBelow, lastOffset in
             let header = ExportHeader(compactedBelow: compactedBelow, lastOffset: lastOffset)
@@ -83,6 +95,11 @@ struct Import: AsyncParsableCommand {
             } catch {
                 throw LogToolError("\(file):\(index + 2): \(error)")
             }
+        }
+        // The header says where the log ended: a file cut short says less.
+        let end = entries.last?.offset ?? 0
+        guard end >= header.lastOffset else {
+            throw LogToolError("\(file): the entries end at offset \(end), the header says \(header.lastOffset): the file is cut short")
         }
         // Built beside its destination and moved there only when complete:
         // a failed import leaves nothing behind, never a store that fails verify.
