@@ -28,6 +28,13 @@ struct Export: ParsableCommand {
         let log = try store.openLog()
         defer { log.close() }
         guard let output else { return try write(log, to: FileHandle.standardOutput) }
+        if let type = try? FileManager.default.attributesOfItem(atPath: output)[.type] as? FileAttributeType,
+            type != .typeRegular
+        {
+            // A pipe or a device (`-o /dev/stdout`) is written as it is.
+            guard let sink = FileHandle(forWritingAtPath: output) else { throw LogToolError("cannot write to \(output)") }
+            return try write(log, to: sink)
+        }
         // Written beside the file and renamed over it when complete: a
         // failed export never leaves a file that looks like a whole one.
         let partial = output + ".partial-\(ProcessInfo.processInfo.processIdentifier)"
