@@ -47,8 +47,6 @@ struct LatencySummary: Codable, Sendable {
     }
 }
 
-/// Times `body` with the continuous clock and returns its elapsed time.
-@inline(__always)
 /// Writes back every dirty page in the system (sync(2)) and waits for it:
 /// a section that wrote without syncing (.process, raw LMDB with
 /// `MDB_NOSYNC`) leaves hundreds of megabytes whose writeback would
@@ -57,6 +55,8 @@ func settleDisk() {
     sync()
 }
 
+/// Times `body` with the continuous clock and returns its elapsed time.
+@inline(__always)
 func timed(_ body: () throws -> Void) rethrows -> Duration {
     let clock = ContinuousClock()
     let start = clock.now
