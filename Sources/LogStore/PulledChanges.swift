@@ -84,10 +84,12 @@ extension Store {
     }
 
     package func projectionState() throws -> (version: UInt32?, watermark: UInt64) {
-        try log.environment.read { txn in
-            let version = try txn.get(log.metaDatabase, key: MetaKey.projectionVersion).flatMap { UInt32(bigEndianBytes: $0) }
-            return (version, try watermark(txn))
-        }
+        try log.environment.read { txn in try projectionState(txn) }
+    }
+
+    func projectionState(_ txn: borrowing Transaction) throws -> (version: UInt32?, watermark: UInt64) {
+        let version = try txn.get(log.metaDatabase, key: MetaKey.projectionVersion).flatMap { UInt32(bigEndianBytes: $0) }
+        return (version, try watermark(txn))
     }
 
     private func clearDerived(_ txn: borrowing Transaction) throws {

@@ -62,8 +62,13 @@ public final class Store: Sendable {
             log: log.logDatabase, meta: log.metaDatabase, entities: derived[0], outbox: derived[1],
             idempotency: derived[2], counts: derived[3], conflicts: derived[4], path: log.path)
         if options.readOnly {
-            let (version, watermark) = try projectionState()
-            guard version == Store.projectionVersion, watermark == (try log.lastOffset()) else {
+            // One snapshot: read apart, another process's commit between
+            // the two reads would make current projections look stale.
+            let (version, watermark, last) = try log.environment.read { txn in
+                let (version, watermark) = try projectionState(txn)
+                return (version, watermark, try EventLog.lastPosition(txn, log: log.logDatabase, path: log.path).lastOffset)
+            }
+            guard version == Store.projectionVersion, watermark == last else {
                 throw LogStoreError(
                     .projectionsStale, path: log.path,
                     "projections are version \(version.map(String.init) ?? "none") at offset \(watermark); open the store writable to rebuild them")

@@ -135,7 +135,15 @@ extension Store {
         try FileManager.default.createDirectory(atPath: copyPath, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: copyPath) }
         try log.environment.copy(to: copyPath, compact: false)
-        let stored = try derivedTables()
+        // The stored tables are read from the copy too: the log and its
+        // projections from one snapshot. Read from this store, they would
+        // include commits made after the copy, which the replay lacks.
+        let stored: DerivedTables
+        do {
+            let snapshot = try Store(path: copyPath, options: .inspecting)
+            defer { snapshot.close() }
+            stored = try snapshot.derivedTables()
+        }
         let copy = try Store(path: copyPath, options: .init(durability: .process))
         defer { copy.close() }
         try await copy.rebuildProjections()

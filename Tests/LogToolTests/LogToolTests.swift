@@ -158,6 +158,33 @@ extension ToolRun {
         #expect(seen == [1, 2, 3, 4])
         #expect(try Tool.run(["verify", directory.path]).status == 0)
     }
+
+    /// `verify` compares the stored projections with a replay of the log;
+    /// both must come from one snapshot, or commits landing between the two
+    /// reads show up as problems the store does not have.
+    @Test func verifyWhileAnotherProcessWritesFindsNothing() async throws {
+        let directory = try TemporaryDirectory("logtool-verify-concurrent")
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        try await store.create(type: "te", id: "first", fields: [:])
+        let writer = Task {
+            var number = 0
+            while !Task.isCancelled {
+                try await store.create(type: "te", id: "w\(number)", fields: ["n": .int(Int64(number))])
+                number += 1
+                // Often enough to land between any two reads of a verify,
+                // rarely enough that the store stays small.
+                try? await Task.sleep(for: .milliseconds(1))
+            }
+            return number
+        }
+        for _ in 0..<10 {
+            let verify = try Tool.run(["verify", directory.path])
+            #expect(verify.status == 0, "\(verify.output)\(verify.errors)")
+        }
+        writer.cancel()
+        #expect(try await writer.value > 0)
+    }
 }
 
 @Suite struct WriterLockTests {
