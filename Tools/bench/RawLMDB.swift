@@ -71,13 +71,8 @@ final class RawLMDBLog {
     }
 
     private func put(_ txn: OpaquePointer?, offset: UInt64, _ value: [UInt8]) -> Int32 {
-        var keyBytes = offset.bigEndian
-        return withUnsafeMutableBytes(of: &keyBytes) { key in
-            value.withUnsafeBytes { data in
-                var keyValue = MDB_val(mv_size: key.count, mv_data: key.baseAddress)
-                var dataValue = MDB_val(mv_size: data.count, mv_data: UnsafeMutableRawPointer(mutating: data.baseAddress))
-                return mdb_put(txn, database, &keyValue, &dataValue, UInt32(MDB_APPEND))
-            }
+        withUnsafeBytes(of: offset.bigEndian) { key in
+            value.withUnsafeBytes { data in rawPut(txn, database, key: key, value: data, flags: MDB_APPEND) }
         }
     }
 
@@ -89,22 +84,7 @@ final class RawLMDBLog {
         var txn: OpaquePointer?
         try rawCheck(mdb_txn_begin(environment, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
         defer { mdb_txn_abort(txn) }
-        var cursor: OpaquePointer?
-        try rawCheck(mdb_cursor_open(txn, database, &cursor), "mdb_cursor_open")
-        defer { mdb_cursor_close(cursor) }
-        var key = MDB_val()
-        var data = MDB_val()
-        var count = 0
-        var result = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
-        while result == 0 {
-            try visit(
-                UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size),
-                UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
-            count += 1
-            result = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
-        }
-        guard result == MDB_NOTFOUND else { throw RawLMDBError(code: result, operation: "mdb_cursor_get") }
-        return count
+        return try rawForEach(txn, database, visit)
     }
 
     /// The id of the environment's last committed transaction: the
@@ -118,6 +98,40 @@ final class RawLMDBLog {
 
     /// The version of liblmdb this process linked.
     static var libraryVersion: String { String(cString: mdb_version(nil, nil, nil)) }
+}
+
+/// Puts one key and value with `flags`; LMDB's result code.
+@inline(__always)
+func rawPut(
+    _ txn: OpaquePointer?, _ database: MDB_dbi, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: Int32
+) -> Int32 {
+    var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+    var dataValue = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
+    return mdb_put(txn, database, &keyValue, &dataValue, UInt32(flags))
+}
+
+/// Walks `database` in key order with one cursor in `txn`, calling `visit`
+/// with each key and value (pointers into the map, valid only during the
+/// call). Returns the number of rows.
+func rawForEach(
+    _ txn: OpaquePointer?, _ database: MDB_dbi, _ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Void
+) throws -> Int {
+    var cursor: OpaquePointer?
+    try rawCheck(mdb_cursor_open(txn, database, &cursor), "mdb_cursor_open")
+    defer { mdb_cursor_close(cursor) }
+    var key = MDB_val()
+    var data = MDB_val()
+    var count = 0
+    var result = mdb_cursor_get(cursor, &key, &data, MDB_FIRST)
+    while result == 0 {
+        try visit(
+            UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size),
+            UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
+        count += 1
+        result = mdb_cursor_get(cursor, &key, &data, MDB_NEXT)
+    }
+    guard result == MDB_NOTFOUND else { throw RawLMDBError(code: result, operation: "mdb_cursor_get") }
+    return count
 }
 
 /// Opens an environment with `MDB_NOTLS` and one named database in it (made
@@ -185,20 +199,9 @@ enum RawTableCopy {
         defer { mdb_txn_abort(txn) }
         var rows: [Row] = []
         for (index, database) in handles.enumerated() {
-            var cursor: OpaquePointer?
-            try rawCheck(mdb_cursor_open(txn, database, &cursor), "mdb_cursor_open")
-            defer { mdb_cursor_close(cursor) }
-            var key = MDB_val()
-            var value = MDB_val()
-            var result = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
-            while result == 0 {
-                rows.append(
-                    Row(
-                        database: index, key: [UInt8](UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)),
-                        value: [UInt8](UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))))
-                result = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+            _ = try rawForEach(txn, database) { key, value in
+                rows.append(Row(database: index, key: [UInt8](key), value: [UInt8](value)))
             }
-            guard result == MDB_NOTFOUND else { throw RawLMDBError(code: result, operation: "mdb_cursor_get") }
         }
         return rows
     }
@@ -223,10 +226,7 @@ enum RawTableCopy {
                 for row in rows[start..<min(start + perCommit, rows.count)] {
                     let result = row.key.withUnsafeBytes { key in
                         row.value.withUnsafeBytes { value in
-                            var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-                            var dataValue = MDB_val(
-                                mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
-                            return mdb_put(txn, handles[row.database], &keyValue, &dataValue, UInt32(MDB_APPEND))
+                            rawPut(txn, handles[row.database], key: key, value: value, flags: MDB_APPEND)
                         }
                     }
                     guard result == 0 else {
