@@ -3,6 +3,7 @@ import LMDB
 import LogFormat
 import LogStore
 import LogTesting
+import Synchronization
 import Testing
 
 /// Runs the built `logtool` (and `demo`) as child processes, as people do.
@@ -14,6 +15,13 @@ enum Tool {
 
     static func run(_ arguments: [String], executable: String = "logtool") throws -> ToolRun {
         try ToolRun.run(path(executable), arguments)
+    }
+
+    /// `run`, waited for on a Dispatch thread rather than a cooperative one.
+    static func runOffThePool(_ arguments: [String]) async throws -> ToolRun {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try run(arguments) }) }
+        }
     }
 }
 
@@ -167,11 +175,13 @@ extension ToolRun {
         let store = try Store(path: directory.path, options: .init(durability: .process))
         defer { store.close() }
         try await store.create(type: "te", id: "first", fields: [:])
+        let written = Atomic<Int>(0)
         let writer = Task {
             var number = 0
             while !Task.isCancelled {
                 try await store.create(type: "te", id: "w\(number)", fields: ["n": .int(Int64(number))])
                 number += 1
+                written.store(number, ordering: .releasing)
                 // Often enough to land between any two reads of a verify,
                 // rarely enough that the store stays small.
                 try? await Task.sleep(for: .milliseconds(1))
@@ -179,7 +189,12 @@ extension ToolRun {
             return number
         }
         for _ in 0..<10 {
-            let verify = try Tool.run(["verify", directory.path])
+            // The writer is running before each verify starts (other tests
+            // may keep the cooperative threads busy), and the verify waits
+            // on a thread of its own, so it does not hold one of them.
+            let before = written.load(ordering: .acquiring)
+            while written.load(ordering: .acquiring) == before { try await Task.sleep(for: .milliseconds(1)) }
+            let verify = try await Tool.runOffThePool(["verify", directory.path])
             #expect(verify.status == 0, "\(verify.output)\(verify.errors)")
         }
         writer.cancel()
