@@ -47,6 +47,31 @@ extension EntryCodec {
         }
     }
 
+    /// The size of an entry with this body, header included, counted
+    /// without encoding it: `encode` writes exactly this many bytes.
+    public static func encodedSize(_ body: EntryBody) -> Int { headerBytes + bodySize(body) }
+
+    /// The size of the body `encodeBody` writes, counted without writing it.
+    static func bodySize(_ body: EntryBody) -> Int {
+        func text(_ string: String) -> Int { 4 + string.utf8.count }
+        return switch body {
+        case .intent(let intent):
+            1 + text(intent.idempotencyKey) + text(intent.entityType) + text(intent.entityID) + 8
+                + intent.fields.encodedSize
+        case .ack: 8 + 1 + 8
+        case .reject(let reject): 8 + text(reject.code) + text(reject.message)
+        case .remote(let remote):
+            text(remote.cursor) + 1 + text(remote.entityType) + text(remote.entityID) + 8 + remote.fields.encodedSize
+        case .conflict(let conflict):
+            8 + text(conflict.entityType) + text(conflict.entityID) + 8 + 1 + conflict.serverFields.encodedSize + 1
+                + conflict.resolvedFields.encodedSize
+        case .resync(let reason): text(reason)
+        case .snapshot(let snapshot):
+            8 + text(snapshot.cursor) + text(snapshot.entityType) + text(snapshot.entityID) + 8 + 1
+                + snapshot.fields.encodedSize
+        }
+    }
+
     static func decodeBody(kind: EntryKind, from reader: inout ByteReader) throws(FormatError) -> EntryBody {
         switch kind {
         case .intent:

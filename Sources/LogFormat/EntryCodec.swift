@@ -23,26 +23,40 @@ public enum EntryCodec {
     ///   `Limits.entryBodyBytesMax`, `.depthExceeded` when values nest deeper
     ///   than `Limits.valueDepthMax`: nothing is written that a reader refuses.
     public static func encode(_ entry: Entry) throws(FormatError) -> [UInt8] {
-        precondition(entry.offset > 0, "log offsets start at 1")
-        try checkDepth(entry.body, offset: entry.offset)
-        var writer = ByteWriter(capacity: headerBytes + 64)
+        try encode(offset: entry.offset, timestamp: entry.timestamp, body: entry.body)
+    }
+
+    /// The complete bytes of an entry with these parts (what `encode(_:)`
+    /// writes, without making the `Entry`, which copies the body).
+    public static func encode(offset: UInt64, timestamp: HybridTimestamp, body: borrowing EntryBody) throws(FormatError)
+        -> [UInt8]
+    {
+        precondition(offset > 0, "log offsets start at 1")
+        try checkDepth(body, offset: offset)
+        let bodySize = bodySize(body)
+        guard bodySize <= Limits.entryBodyBytesMax else { throw bodyTooLarge(bodySize, offset: offset) }
+        // Sized exactly: growing the array as it filled took about a tenth
+        // of a batched append.
+        var writer = ByteWriter(capacity: headerBytes + bodySize)
         writer.write(formatVersion)
-        writer.write(entry.kind.rawValue)
+        writer.write(body.kind.rawValue)
         writer.write(bigEndian: UInt16(0))
         writer.write(bigEndian: UInt32(0))  // body length, patched below
-        writer.write(bigEndian: entry.offset)
-        writer.write(bigEndian: entry.timestamp.rawValue)
+        writer.write(bigEndian: offset)
+        writer.write(bigEndian: timestamp.rawValue)
         writer.write(bigEndian: UInt32(0))  // checksum, patched below
-        encodeBody(entry.body, into: &writer)
+        encodeBody(body, into: &writer)
         let bodyCount = writer.bytes.count - headerBytes
-        guard bodyCount <= Limits.entryBodyBytesMax else {
-            throw FormatError(
-                .lengthOutOfRange, position: headerBytes,
-                "body is \(bodyCount) bytes, the limit is \(Limits.entryBodyBytesMax)", offset: entry.offset)
-        }
+        guard bodyCount <= Limits.entryBodyBytesMax else { throw bodyTooLarge(bodyCount, offset: offset) }
         writer.patch(bigEndian: UInt32(bodyCount), at: 4)
         writer.patch(bigEndian: checksum(of: writer.bytes), at: checksumPosition)
         return writer.bytes
+    }
+
+    private static func bodyTooLarge(_ count: Int, offset: UInt64) -> FormatError {
+        FormatError(
+            .lengthOutOfRange, position: headerBytes, "body is \(count) bytes, the limit is \(Limits.entryBodyBytesMax)",
+            offset: offset)
     }
 
     /// Decodes one entry.
@@ -137,15 +151,17 @@ public enum EntryCodec {
     }
 
     private static func checkDepth(_ body: EntryBody, offset: UInt64) throws(FormatError) {
-        let fieldSets: [Fields] =
+        // Every append runs this: no array of the field sets, no closures
+        // (with them it took 8% of a batched append).
+        let deepest =
             switch body {
-            case .intent(let intent): [intent.fields]
-            case .remote(let remote): [remote.fields]
-            case .conflict(let conflict): [conflict.serverFields, conflict.resolvedFields]
-            case .snapshot(let snapshot): [snapshot.fields]
-            case .ack, .reject, .resync: []
+            case .intent(let intent): nesting(of: intent.fields)
+            case .remote(let remote): nesting(of: remote.fields)
+            case .conflict(let conflict): max(nesting(of: conflict.serverFields), nesting(of: conflict.resolvedFields))
+            case .snapshot(let snapshot): nesting(of: snapshot.fields)
+            case .ack, .reject, .resync: 0
             }
-        for fields in fieldSets where nesting(of: fields) > Limits.valueDepthMax {
+        guard deepest <= Limits.valueDepthMax else {
             throw FormatError(
                 .depthExceeded, position: headerBytes, "values nest deeper than \(Limits.valueDepthMax)", offset: offset)
         }
@@ -153,14 +169,19 @@ public enum EntryCodec {
 
     /// How many arrays and objects enclose the deepest value (0 for flat fields).
     private static func nesting(of fields: Fields) -> Int {
-        fields.reduce(0) { deepest, field in max(deepest, nesting(of: field.value)) }
+        var deepest = 0
+        for index in fields.elements.indices { deepest = max(deepest, nesting(of: fields.elements[index].value)) }
+        return deepest
     }
 
     private static func nesting(of value: Value) -> Int {
         switch value {
-        case .array(let elements): 1 + elements.reduce(0) { max($0, nesting(of: $1)) }
-        case .object(let fields): 1 + nesting(of: fields)
-        default: 0
+        case .array(let elements):
+            var deepest = 0
+            for index in elements.indices { deepest = max(deepest, nesting(of: elements[index])) }
+            return 1 + deepest
+        case .object(let fields): return 1 + nesting(of: fields)
+        default: return 0
         }
     }
 

@@ -155,10 +155,9 @@ extension Fields: CustomStringConvertible {
 }
 
 extension Fields {
-    /// The size of the fields' binary form (`Format/storage.md`, section 8).
+    /// The size of the fields' binary form (`Format/storage.md`, section 8),
+    /// counted without encoding them: `encode(into:)` writes exactly this.
     public var encodedSize: Int {
-        var writer = ByteWriter()
-        encode(into: &writer)
-        return writer.bytes.count
+        elements.reduce(4) { size, element in size + 4 + element.name.utf8.count + element.value.encodedSize }
     }
 }

@@ -7,13 +7,17 @@ public enum NameRules {
     /// 1 to `Limits.entityTypeBytesMax` bytes: a lowercase ASCII letter, then
     /// lowercase letters, digits, `_`, `-` or `.`.
     public static func entityTypeProblem(_ type: String) -> String? {
-        let bytes = Array(type.utf8)
+        // The UTF-8 view as it stands: every write checks a type, and a
+        // copy of the bytes into an array cost an allocation each time.
+        let bytes = type.utf8
         let isLower = { (byte: UInt8) in (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) }
         let allowed = { (byte: UInt8) -> Bool in
             isLower(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
                 || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
         }
-        guard (1...Limits.entityTypeBytesMax).contains(bytes.count), isLower(bytes[0]), bytes.allSatisfy(allowed) else {
+        guard (1...Limits.entityTypeBytesMax).contains(bytes.count), let first = bytes.first, isLower(first),
+            bytes.allSatisfy(allowed)
+        else {
             return "entity type \"\(type.prefix(80))\": use 1 to \(Limits.entityTypeBytesMax) of a-z, 0-9, _ - . starting with a letter"
         }
         return nil
@@ -36,7 +40,8 @@ public enum NameRules {
     /// values nest at most `Limits.valueDepthMax` deep.
     public static func fieldsProblem(_ fields: Fields, depth: Int = 0) -> String? {
         for (name, value) in fields {
-            guard !name.isEmpty, !name.hasPrefix("$") else {
+            // The byte first: `hasPrefix` compares characters, which is slow.
+            guard !name.isEmpty, name.utf8.first != UInt8(ascii: "$") || !name.hasPrefix("$") else {
                 return "field name \"\(name)\": names are non-empty and do not start with $"
             }
             if let problem = valueProblem(value, name: name, depth: depth) { return problem }

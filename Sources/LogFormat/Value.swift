@@ -103,6 +103,18 @@ extension Value {
         }
     }
 
+    /// The size of the tagged binary form: `encode(into:)` writes exactly this.
+    public var encodedSize: Int {
+        switch self {
+        case .null, .bool: 1
+        case .int, .double, .timestamp: 9
+        case .string(let text): 5 + text.utf8.count
+        case .bytes(let data): 5 + data.count
+        case .array(let elements): elements.reduce(5) { $0 + $1.encodedSize }
+        case .object(let fields): 1 + fields.encodedSize
+        }
+    }
+
     /// Reads one value; `depth` counts the arrays and objects around it.
     public static func decode(from reader: inout ByteReader, depth: Int = 0) throws(FormatError) -> Value {
         let start = reader.position

@@ -25,14 +25,15 @@ struct EntityState: Equatable {
     func lastChanged(_ field: String) -> UInt64 { fieldVersions[field] ?? createdVersion }
 
     func encoded() -> [UInt8] {
-        var writer = ByteWriter(capacity: 64)
+        let versions = Fields(fieldVersions.map { ($0.key, Value.int(Int64(bitPattern: $0.value))) })
+        var writer = ByteWriter(capacity: 2 + 3 * 8 + fields.encodedSize + versions.encodedSize)
         writer.write(EntityState.layoutVersion)
         writer.write(deleted ? 1 : 0)
         writer.write(bigEndian: version)
         writer.write(bigEndian: updatedAt)
         writer.write(bigEndian: createdVersion)
         fields.encode(into: &writer)
-        Fields(fieldVersions.map { ($0.key, Value.int(Int64(bitPattern: $0.value))) }).encode(into: &writer)
+        versions.encode(into: &writer)
         return writer.bytes
     }
 

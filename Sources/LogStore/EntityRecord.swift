@@ -42,8 +42,9 @@ struct EntityRecord: Equatable {
     /// fields (one copy when they are equal), so a read of the visible state
     /// decodes one set of fields and stops.
     func encoded() -> [UInt8] {
-        var writer = ByteWriter(capacity: 64)
         let shared = base != nil && base == visible
+        let fieldsSize = (visible?.encodedSize ?? 0) + (shared ? 0 : base?.encodedSize ?? 0)
+        var writer = ByteWriter(capacity: 2 + 8 + (ackedVersion != 0 ? 8 : 0) + 4 + 8 * pending.count + fieldsSize)
         writer.write(EntityRecord.layoutVersion)
         writer.write(
             (base != nil ? Flag.base : 0) | (visible != nil ? Flag.visible : 0) | (shared ? Flag.shared : 0)

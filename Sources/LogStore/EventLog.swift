@@ -231,7 +231,8 @@ extension EventLog {
         throws -> ClosedRange<UInt64>
     {
         let first = context.position.lastOffset + 1
-        for body in bodies { _ = try context.append(body, in: txn) }
+        // By index: `for body in bodies` would copy each body out first.
+        for index in bodies.indices { _ = try context.append(bodies[index], in: txn) }
         return first...context.position.lastOffset
     }
 

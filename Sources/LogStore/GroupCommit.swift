@@ -217,26 +217,25 @@ struct WriteContext {
     }
 
     /// Appends one entry and returns its offset.
-    /// - Throws: `FormatError` (the body is over a limit) or `LMDBError`.
-    mutating func append(_ body: EntryBody, in txn: borrowing Transaction) throws -> UInt64 {
-        try appendEntry(body, in: txn).offset
-    }
-
-    /// Appends one entry and returns it as written (offset and timestamp).
     /// - Throws: `LogStoreError.invalidArgument` when the body breaks a rule
     ///   of `Validation.entry` (every append is checked here, so the
-    ///   projections can apply whatever the log holds), `FormatError`, `LMDBError`.
-    mutating func appendEntry(_ body: EntryBody, in txn: borrowing Transaction) throws -> Entry {
+    ///   projections can apply whatever the log holds), `FormatError` (the
+    ///   body is over a limit), `LMDBError`.
+    mutating func append(_ body: borrowing EntryBody, in txn: borrowing Transaction) throws -> UInt64 {
         try Validation.entry(body)
         let offset = position.lastOffset + 1
         let timestamp = position.lastTimestamp.next(wallClockMilliseconds: wallClock)
-        let entry = Entry(offset: offset, timestamp: timestamp, body: body)
-        let bytes = try EntryCodec.encode(entry)
-        let key = OffsetKey.encode(offset)
-        try txn.put(log, key: key, value: bytes, flags: .append)
+        let bytes = try EntryCodec.encode(offset: offset, timestamp: timestamp, body: body)
+        try txn.put(log, key: OffsetKey.encode(offset), value: bytes, flags: .append)
         precondition(offset == position.lastOffset + 1, "offsets must be dense")
         position = Position(lastOffset: offset, lastTimestamp: timestamp)
-        return entry
+        return offset
+    }
+
+    /// Appends one entry and returns it as written (offset and timestamp).
+    mutating func appendEntry(_ body: EntryBody, in txn: borrowing Transaction) throws -> Entry {
+        let offset = try append(body, in: txn)
+        return Entry(offset: offset, timestamp: position.lastTimestamp, body: body)
     }
 }
 

@@ -35,6 +35,7 @@ import Testing
     func roundTrip(body: EntryBody) throws {
         let entry = Entry(offset: 42, timestamp: HybridTimestamp(milliseconds: 1_795_335_371_613, logical: 2), body: body)
         let bytes = try EntryCodec.encode(entry)
+        #expect(EntryCodec.encodedSize(body) == bytes.count)
         #expect(bytes[0] == EntryCodec.formatVersion)
         #expect(bytes[1] == body.kind.rawValue)
         let decoded = try EntryCodec.decode(bytes, expectedOffset: 42)
@@ -52,6 +53,9 @@ import Testing
         for _ in 0..<2_000 {
             let entry = generator.entry()
             let bytes = try EntryCodec.encode(entry)
+            // The writer is sized from this: a wrong count would only cost
+            // time, so it is checked here.
+            #expect(EntryCodec.encodedSize(entry.body) == bytes.count, "seed \(seed)")
             let decoded = try EntryCodec.decode(bytes)
             #expect(decoded == entry, "seed \(seed)")
             #expect(try EntryCodec.encode(decoded) == bytes, "seed \(seed)")
