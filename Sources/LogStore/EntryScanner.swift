@@ -2,8 +2,9 @@ import LMDB
 import LogFormat
 
 /// Reads log entries in order, a chunk per read transaction, so a scan of
-/// any length holds at most `EventLog.scanChunkCountMax` decoded entries and
-/// never keeps one snapshot open for long.
+/// any length holds at most one chunk (`EventLog.scanChunkCountMax` entries
+/// or about `EventLog.scanChunkBytesMax` bytes) and never keeps one snapshot
+/// open for long.
 ///
 /// It checks what a reader must: every entry decodes (checksum included),
 /// sits under its own offset, and follows the previous one with no gap.
@@ -17,10 +18,37 @@ public struct EntryScanner {
     private let end: UInt64?
     /// The offset the next entry must have.
     public private(set) var nextOffset: UInt64
-    /// The current chunk in reverse order, so `next()` moves each entry out
-    /// with `popLast()` instead of copying it (and its references).
-    private var buffer: [Entry] = []
+    private var chunk = Chunk()
     private var exhausted = false
+
+    /// Entries as stored, one after another, copied out of one read
+    /// transaction. `next()` decodes them one at a time, so the reader is
+    /// done with an entry before the next one is made. Decoding a chunk
+    /// ahead kept a thousand entries' allocations alive at once, which sent
+    /// malloc down its slow paths: that took a third of a scan.
+    private struct Chunk {
+        var bytes: [UInt8] = []
+        /// Where each entry ends in `bytes`, and its offset (its key).
+        var ends: [Int] = []
+        var offsets: [UInt64] = []
+        /// The next entry to decode.
+        var index = 0
+        /// The compaction watermark as the chunk's transaction saw it.
+        var compactedBelow: UInt64 = 0
+        /// A key that is not an offset, met after the chunk's last entry:
+        /// reported once the entries before it have been read.
+        var badKey: LogStoreError?
+
+        var isDone: Bool { index == offsets.count }
+
+        mutating func empty() {
+            bytes.removeAll(keepingCapacity: true)
+            ends.removeAll(keepingCapacity: true)
+            offsets.removeAll(keepingCapacity: true)
+            index = 0
+            badKey = nil
+        }
+    }
 
     init(log: EventLog, next: UInt64, end: UInt64?) {
         self.log = log
@@ -33,61 +61,62 @@ public struct EntryScanner {
     /// - Throws: `LogStoreError` `.corruptEntry` or `.gap`; the scanner stays
     ///   at the failing offset.
     public mutating func next() throws -> Entry? {
-        if buffer.isEmpty { try refill() }
-        return buffer.popLast()
-    }
-
-    private mutating func refill() throws {
-        guard !exhausted else { return }
-        var chunk: [Entry] = []
-        chunk.reserveCapacity(EventLog.scanChunkCountMax)
-        var expected = nextOffset
-        var reachedEnd = false
-        let end = self.end
-        let log = self.log
-        try log.environment.read { txn in
-            (expected, reachedEnd) = try log.readEntries(from: expected, through: end, txn) { entry in
-                chunk.append(entry)
-                return chunk.count < EventLog.scanChunkCountMax
+        if chunk.isDone {
+            if let badKey = chunk.badKey { throw badKey }
+            try refill()
+            guard !chunk.isDone else { return nil }
+        }
+        let index = chunk.index
+        let offset = chunk.offsets[index]
+        let range = (index == 0 ? 0 : chunk.ends[index - 1])..<chunk.ends[index]
+        let entry = try chunk.bytes.withUnsafeBytes { bytes in
+            try OffsetKey.encode(offset).withUnsafeBytes { key in
+                try EventLog.decode(key: key, value: UnsafeRawBufferPointer(rebasing: bytes[range]), path: log.path)
             }
         }
-        chunk.reverse()
-        buffer = chunk
-        nextOffset = expected
-        if reachedEnd || end.map({ expected > $0 }) == true { exhausted = true }
+        try EventLog.checkDensity(
+            expected: nextOffset, found: entry.offset, compactedBelow: chunk.compactedBelow, path: log.path)
+        nextOffset = entry.offset + 1
+        chunk.index += 1
+        return entry
+    }
+
+    /// Copies the next chunk out of one read transaction.
+    private mutating func refill() throws {
+        var chunk = Chunk()
+        swap(&chunk, &self.chunk)
+        chunk.empty()
+        guard !exhausted else { return }
+        let (log, end, first) = (self.log, self.end, nextOffset)
+        var reachedEnd = false
+        try log.environment.read { txn in
+            chunk.compactedBelow = try log.compactedBelow(txn)
+            try txn.withCursor(log.logDatabase) { cursor in
+                var item = try cursor.seek(atLeast: OffsetKey.encode(first))
+                while let (key, value) = item {
+                    guard let offset = OffsetKey.decode(key) else {
+                        let error = LogStoreError(.corruptEntry, path: log.path, "a log key is \(key.count) bytes, not 8")
+                        if chunk.offsets.isEmpty { throw error }
+                        chunk.badKey = error
+                        return
+                    }
+                    if let end, offset > end { break }
+                    chunk.bytes.append(contentsOf: value)
+                    chunk.ends.append(chunk.bytes.count)
+                    chunk.offsets.append(offset)
+                    guard chunk.offsets.count < EventLog.scanChunkCountMax, chunk.bytes.count < EventLog.scanChunkBytesMax
+                    else { return }
+                    item = try cursor.next()
+                }
+                reachedEnd = true
+            }
+        }
+        self.chunk = chunk
+        if reachedEnd { exhausted = true }
     }
 }
 
 extension EventLog {
-    /// Reads the entries of `txn` from offset `expected` on, each decoded
-    /// and checked to follow the one before it (no hole above the
-    /// compaction watermark), handing each to `take` until it returns false
-    /// or the log (or `end`) is reached.
-    /// - Returns: the offset the next entry must have, and whether the log
-    ///   or `end` was reached.
-    @inline(__always)
-    func readEntries(
-        from expected: UInt64, through end: UInt64?, _ txn: borrowing Transaction, _ take: (consuming Entry) throws -> Bool
-    ) throws -> (expected: UInt64, reachedEnd: Bool) {
-        // Inlined, with `take` consuming each entry, so the scanner's loop
-        // (the hot path of every scan) does not copy the entries it keeps:
-        // a plain closure taking a borrowed entry made scans about 10% slower.
-        let compactedBelow = try compactedBelow(txn)
-        var expected = expected
-        return try txn.withCursor(logDatabase) { cursor in
-            var item = try cursor.seek(atLeast: OffsetKey.encode(expected))
-            while let (key, value) = item {
-                let entry = try EventLog.decode(key: key, value: value, path: path)
-                if let end, entry.offset > end { return (expected, true) }
-                try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
-                expected = entry.offset + 1
-                guard try take(entry) else { return (expected, false) }
-                item = try cursor.next()
-            }
-            return (expected, true)
-        }
-    }
-
     /// The whole log as one snapshot, in one read transaction: `start` gets
     /// its compaction watermark and last offset, then `visit` every entry in
     /// order, checked as `EntryScanner` checks them. A scan in chunks
@@ -103,10 +132,18 @@ extension EventLog {
         start: (_ compactedBelow: UInt64, _ lastOffset: UInt64) throws -> Void, visit: (Entry) throws -> Void
     ) throws {
         try environment.read { txn in
-            try start(try compactedBelow(txn), try EventLog.lastPosition(txn, log: logDatabase, path: path).lastOffset)
-            _ = try readEntries(from: 1, through: nil, txn) { entry in
-                try visit(entry)
-                return true
+            let compactedBelow = try compactedBelow(txn)
+            try start(compactedBelow, try EventLog.lastPosition(txn, log: logDatabase, path: path).lastOffset)
+            var expected: UInt64 = 1
+            try txn.withCursor(logDatabase) { cursor in
+                var item = try cursor.first()
+                while let (key, value) = item {
+                    let entry = try EventLog.decode(key: key, value: value, path: path)
+                    try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
+                    expected = entry.offset + 1
+                    try visit(entry)
+                    item = try cursor.next()
+                }
             }
         }
     }

@@ -42,9 +42,12 @@ public final class EventLog: Sendable {
     /// marker; `Format/storage.md`, section 3).
     public static var storeFormatVersion: UInt32 { StoreFormat.storeVersion }
 
-    /// Entries decoded per read transaction by `EntryScanner`; bounds both
-    /// the memory a scan holds and how long it pins a snapshot.
+    /// Entries read per read transaction by `EntryScanner`; bounds both the
+    /// memory a scan holds and how long it pins a snapshot.
     public static let scanChunkCountMax = 1024
+    /// Bytes of entries `EntryScanner` copies per read transaction, past
+    /// which it ends the chunk (big entries, fewer of them).
+    public static let scanChunkBytesMax = 4 << 20
 
     public let path: String
     let environment: Environment

@@ -134,6 +134,22 @@ func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil
         #expect(try scanAll(log, from: 0, through: 2).map(\.offset) == [1, 2])
     }
 
+    @Test func bigEntriesAreScannedInChunksOfBoundedBytes() async throws {
+        let directory = try TemporaryDirectory("log-big-scan")
+        let log = try EventLog(path: directory.path)
+        // Three of these pass `scanChunkBytesMax`, so a chunk ends early and
+        // the next one must start at the right entry.
+        let size = EventLog.scanChunkBytesMax * 3 / 8
+        let bodies = (1...7).map { n in
+            EntryBody.intent(
+                Intent(.create, idempotencyKey: "big-\(n)", entityType: "te", entityID: "te_\(n)",
+                       fields: ["blob": .bytes([UInt8](repeating: UInt8(n), count: size))]))
+        }
+        _ = try await log.append(contentsOf: bodies)
+        #expect(try scanAll(log).map(\.body) == bodies)
+        #expect(try scanAll(log, from: 3, through: 6).map(\.body) == Array(bodies[2...5]))
+    }
+
     @Test func aScanSeesEntriesAppendedWhileItRuns() async throws {
         let directory = try TemporaryDirectory("log-live-scan")
         let log = try EventLog(path: directory.path)

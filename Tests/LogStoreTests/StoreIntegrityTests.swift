@@ -42,6 +42,28 @@ import Testing
         #expect(error?.description.contains("offset 7") == true)
         #expect(try log.entry(at: 6)?.body == intent(6))
         #expect(throws: LogStoreError.self) { try log.entry(at: 7) }
+        // A scanner reads up to the damage and stays there.
+        var scanner = log.entries()
+        for n in 1...6 { #expect(try scanner.next()?.body == intent(n)) }
+        for _ in 0..<2 {
+            #expect(throws: LogStoreError.self) { try scanner.next() }
+            #expect(scanner.nextOffset == 7)
+        }
+    }
+
+    @Test func aLogKeyThatIsNotAnOffsetIsReportedAfterTheEntriesBeforeIt() async throws {
+        // Nine bytes: it sorts after offset 5's key and before offset 6's.
+        let directory = try await damagedStore("integrity-bad-key", count: 10) { txn, table in
+            try txn.put(table, key: key(5) + [0], value: [1, 2, 3])
+        }
+        let log = try EventLog(path: directory.path)
+        var scanner = log.entries()
+        for n in 1...5 { #expect(try scanner.next()?.body == intent(n)) }
+        for _ in 0..<2 {
+            let error = #expect(throws: LogStoreError.self) { try scanner.next() }
+            #expect(error?.code == .corruptEntry)
+            #expect(error?.description.contains("a log key is 9 bytes, not 8") == true)
+        }
     }
 
     @Test func aDamagedLastEntryIsReportedAtOpen() async throws {
