@@ -70,7 +70,7 @@ public struct EntryScanner {
         let offset = chunk.offsets[index]
         let range = (index == 0 ? 0 : chunk.ends[index - 1])..<chunk.ends[index]
         let entry = try chunk.bytes.withUnsafeBytes { bytes in
-            try OffsetKey.encode(offset).withUnsafeBytes { key in
+            try withUnsafeBytes(of: offset.bigEndian) { key in
                 try EventLog.decode(key: key, value: UnsafeRawBufferPointer(rebasing: bytes[range]), path: log.path)
             }
         }
