@@ -1,20 +1,26 @@
 /// Appends big-endian integers, lengths and strings to a byte array. The
 /// writer never fails: limits are checked by the encoders that use it.
 public struct ByteWriter: Sendable {
-    public private(set) var bytes: [UInt8]
+    public var bytes: [UInt8] { storage }
+    /// Internal rather than private so that the small writes can be
+    /// inlinable: other modules (records, outbox states) then get them
+    /// specialized instead of calling the generic code.
+    @usableFromInline var storage: [UInt8]
 
     public init(capacity: Int = 0) {
-        bytes = []
-        bytes.reserveCapacity(capacity)
+        storage = []
+        storage.reserveCapacity(capacity)
     }
 
-    public mutating func write(_ value: UInt8) { bytes.append(value) }
+    @inlinable
+    public mutating func write(_ value: UInt8) { storage.append(value) }
 
+    @inlinable
     public mutating func write<T: FixedWidthInteger>(bigEndian value: T) {
-        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+        withUnsafeBytes(of: value.bigEndian) { storage.append(contentsOf: $0) }
     }
 
-    public mutating func write(bytes other: some Collection<UInt8>) { bytes.append(contentsOf: other) }
+    public mutating func write(bytes other: some Collection<UInt8>) { storage.append(contentsOf: other) }
 
     /// A u32 length followed by the UTF-8 bytes of `string`. A length past
     /// u32 is clamped: such a body is far over `Limits.entryBodyBytesMax`, and
@@ -23,22 +29,22 @@ public struct ByteWriter: Sendable {
         var string = string
         string.withUTF8 { utf8 in
             write(bigEndian: UInt32(clamping: utf8.count))
-            bytes.append(contentsOf: utf8)
+            storage.append(contentsOf: utf8)
         }
     }
 
     /// A u32 length followed by `data`.
     public mutating func write(lengthPrefixed data: [UInt8]) {
         write(bigEndian: UInt32(clamping: data.count))
-        bytes.append(contentsOf: data)
+        storage.append(contentsOf: data)
     }
 
     /// Overwrites four bytes at `index` with a big-endian u32 (used to patch
     /// a checksum or a length once it is known).
     public mutating func patch(bigEndian value: UInt32, at index: Int) {
-        precondition(index >= 0 && index + 4 <= bytes.count, "patch past the end")
+        precondition(index >= 0 && index + 4 <= storage.count, "patch past the end")
         withUnsafeBytes(of: value.bigEndian) { raw in
-            for i in 0..<4 { bytes[index + i] = raw[i] }
+            for i in 0..<4 { storage[index + i] = raw[i] }
         }
     }
 }
@@ -171,15 +177,22 @@ public struct ByteReader {
 extension FixedWidthInteger {
     /// The value's bytes, most significant first: the order of every integer
     /// in the format, and the order that makes LMDB keys sort numerically.
+    ///
+    /// These are inlinable so that the callers in other modules (every log
+    /// key, every count) get them specialized: the generic code looked up
+    /// type metadata on each call, about 6% of a scan.
+    @inlinable
     public var bigEndianBytes: [UInt8] { withUnsafeBytes(of: bigEndian) { Array($0) } }
 
     /// Nil unless `bytes` is exactly this type's size.
+    @inlinable
     public init?(bigEndianBytes bytes: UnsafeRawBufferPointer) {
         guard bytes.count == MemoryLayout<Self>.size else { return nil }
         self.init(bigEndian: bytes.loadUnaligned(as: Self.self))
     }
 
     /// Nil unless `bytes` is exactly this type's size.
+    @inlinable
     public init?(bigEndianBytes bytes: [UInt8]) {
         guard let value = bytes.withUnsafeBytes({ Self(bigEndianBytes: $0) }) else { return nil }
         self = value
