@@ -148,25 +148,45 @@ struct Projector: Sendable {
     /// Full resync: forget everything the server confirmed (tombstones too)
     /// and the pull cursor; pending intents stay and are applied over nothing.
     private func resetBase(_ txn: borrowing Transaction, _ effects: inout CommitEffects) throws {
-        // Collect first: writing while a cursor walks the same database
-        // would move the cursor.
-        var records: [([UInt8], EntityRecord)] = []
-        try txn.forEach(entities) { key, value in
-            records.append(([UInt8](key), try decodeRecord(value, key: [UInt8](key))))
-            return true
-        }
-        for (key, before) in records {
-            let (type, id) = EntityKey.split(key)
-            var record = before
-            record.base = nil
-            record.baseVersion = 0
-            // The server's versions may have started over (a new store).
-            record.ackedVersion = 0
-            record.visible = try fold(nil, record.pending, txn)
-            try save(record, replacing: before, type, id, txn)
-            effects.touchedTypes.insert(type)
+        var after: [UInt8]?
+        while true {
+            let batch = try records(after: after, txn)
+            guard let last = batch.last?.key else { break }
+            for (key, before) in batch {
+                let (type, id) = EntityKey.split(key)
+                var record = before
+                record.base = nil
+                record.baseVersion = 0
+                // The server's versions may have started over (a new store).
+                record.ackedVersion = 0
+                record.visible = try fold(nil, record.pending, txn)
+                try save(record, replacing: before, type, id, txn)
+                effects.touchedTypes.insert(type)
+            }
+            // A replay's working set is written out with each batch, so it
+            // does not grow with the table either.
+            try cache?.flush(self, txn)
+            after = last
         }
         try txn.delete(meta, key: MetaKey.cursor)
+    }
+
+    /// Up to `Store.resetBatchCountMax` stored records in key order, after
+    /// the key `after` (from the first when nil). They are read before any
+    /// is written: writing while a cursor walks the same database would
+    /// move the cursor.
+    private func records(after: [UInt8]?, _ txn: borrowing Transaction) throws -> [(key: [UInt8], record: EntityRecord)] {
+        var batch: [(key: [UInt8], record: EntityRecord)] = []
+        try txn.withCursor(entities) { cursor in
+            var item = try after.map { try cursor.seek(atLeast: $0) } ?? cursor.first()
+            if let after, let (key, _) = item, key.elementsEqual(after) { item = try cursor.next() }
+            while let (key, value) = item, batch.count < Store.resetBatchCountMax {
+                let bytes = [UInt8](key)
+                batch.append((bytes, try decodeRecord(value, key: bytes)))
+                item = try cursor.next()
+            }
+        }
+        return batch
     }
 
     /// Base with the pending intents applied in log order.

@@ -19,6 +19,9 @@ public final class Store: Sendable {
     public static let projectionVersion: UInt32 = 3
     /// Log entries applied per transaction while replaying.
     public static let replayChunkCountMax = 20_000
+    /// Entity records a resync reads and rewrites at a time: it holds one
+    /// batch in memory, not the whole table.
+    public static let resetBatchCountMax = 1_024
     /// The most entities `all(type:after:limit:)` returns at once.
     public static let pageCountMax = 10_000
 

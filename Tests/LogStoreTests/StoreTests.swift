@@ -245,6 +245,33 @@ struct StoreFixture {
         #expect(try fixture.store.count(type: "te") == 2)
     }
 
+    @Test func aResyncOverManyEntitiesResetsThemAllAndReplaysTheSame() async throws {
+        var fixture = try StoreFixture("resync-batches")
+        let store = fixture.store
+        // More entities than two reset batches, so the reset resumes twice.
+        let count = 2 * Store.resetBatchCountMax + 500
+        let ids = (0..<count).map { String(format: "t%05d", $0) }
+        for page in stride(from: 0, to: count, by: 500) {
+            let changes = ids[page..<min(page + 500, count)].map {
+                PulledChange(.upsert, entityType: "te", entityID: $0, serverVersion: 1, fields: ["a": 1])
+            }
+            try await store.applyPulledPage(changes, cursor: "c\(page)")
+        }
+        let mine = try await store.create(type: "te", fields: ["mine": true])
+        try await store.update(type: "te", id: ids[count - 1], changes: ["a": 2])
+        #expect(try store.count(type: "te") == count + 1)
+        try await store.resync(reason: "CURSOR_INVALID")
+        #expect(try store.count(type: "te") == 1)
+        #expect(try store.all(type: "te", limit: count).map(\.id) == [mine])
+        for id in [ids[0], ids[Store.resetBatchCountMax], ids[count - 1]] { #expect(try store.get(type: "te", id: id) == nil) }
+        let tables = try store.derivedTables()
+        // Replay meets the resync inside a chunk, with its working set.
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == tables)
+        try fixture.reopen()
+        #expect(try fixture.store.count(type: "te") == 1)
+    }
+
     // MARK: Outbox
 
     @Test func outboxRetriesAndFailures() async throws {
