@@ -88,31 +88,29 @@ public struct EntryScanner {
         chunk.empty()
         guard !exhausted else { return }
         let (log, end, first) = (self.log, self.end, nextOffset)
-        var reachedEnd = false
+        // Set when the chunk ends early (full, or at a bad key) rather than
+        // at the end of the log or of the range.
+        var more = false
         try log.environment.read { txn in
             chunk.compactedBelow = try log.compactedBelow(txn)
-            try txn.withCursor(log.logDatabase) { cursor in
-                var item = try cursor.seek(atLeast: OffsetKey.encode(first))
-                while let (key, value) = item {
-                    guard let offset = OffsetKey.decode(key) else {
-                        let error = LogStoreError(.corruptEntry, path: log.path, "a log key is \(key.count) bytes, not 8")
-                        if chunk.offsets.isEmpty { throw error }
-                        chunk.badKey = error
-                        return
-                    }
-                    if let end, offset > end { break }
-                    chunk.bytes.append(contentsOf: value)
-                    chunk.ends.append(chunk.bytes.count)
-                    chunk.offsets.append(offset)
-                    guard chunk.offsets.count < EventLog.scanChunkCountMax, chunk.bytes.count < EventLog.scanChunkBytesMax
-                    else { return }
-                    item = try cursor.next()
+            try txn.forEach(log.logDatabase, from: OffsetKey.encode(first)) { key, value in
+                guard let offset = OffsetKey.decode(key) else {
+                    let error = LogStoreError(.corruptEntry, path: log.path, "a log key is \(key.count) bytes, not 8")
+                    if chunk.offsets.isEmpty { throw error }
+                    chunk.badKey = error
+                    more = true
+                    return false
                 }
-                reachedEnd = true
+                if let end, offset > end { return false }
+                chunk.bytes.append(contentsOf: value)
+                chunk.ends.append(chunk.bytes.count)
+                chunk.offsets.append(offset)
+                more = chunk.offsets.count == EventLog.scanChunkCountMax || chunk.bytes.count >= EventLog.scanChunkBytesMax
+                return !more
             }
         }
         self.chunk = chunk
-        if reachedEnd { exhausted = true }
+        if !more { exhausted = true }
     }
 }
 
@@ -135,15 +133,12 @@ extension EventLog {
             let compactedBelow = try compactedBelow(txn)
             try start(compactedBelow, try EventLog.lastPosition(txn, log: logDatabase, path: path).lastOffset)
             var expected: UInt64 = 1
-            try txn.withCursor(logDatabase) { cursor in
-                var item = try cursor.first()
-                while let (key, value) = item {
-                    let entry = try EventLog.decode(key: key, value: value, path: path)
-                    try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
-                    expected = entry.offset + 1
-                    try visit(entry)
-                    item = try cursor.next()
-                }
+            try txn.forEach(logDatabase) { key, value in
+                let entry = try EventLog.decode(key: key, value: value, path: path)
+                try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
+                expected = entry.offset + 1
+                try visit(entry)
+                return true
             }
         }
     }

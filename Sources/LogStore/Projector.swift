@@ -177,14 +177,12 @@ struct Projector: Sendable {
     /// move the cursor.
     private func records(after: [UInt8]?, _ txn: borrowing Transaction) throws -> [(key: [UInt8], record: EntityRecord)] {
         var batch: [(key: [UInt8], record: EntityRecord)] = []
-        try txn.withCursor(entities) { cursor in
-            var item = try after.map { try cursor.seek(atLeast: $0) } ?? cursor.first()
-            if let after, let (key, _) = item, key.elementsEqual(after) { item = try cursor.next() }
-            while let (key, value) = item, batch.count < Store.resetBatchCountMax {
-                let bytes = [UInt8](key)
-                batch.append((bytes, try decodeRecord(value, key: bytes)))
-                item = try cursor.next()
-            }
+        try txn.forEach(entities, from: after) { key, value in
+            // The previous batch's last record, when it is still there.
+            if let after, key.elementsEqual(after) { return true }
+            let bytes = [UInt8](key)
+            batch.append((bytes, try decodeRecord(value, key: bytes)))
+            return batch.count < Store.resetBatchCountMax
         }
         return batch
     }
