@@ -27,6 +27,8 @@ let package = Package(
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
         ),
         .target(name: "CCRC32C"),
+        // posix_spawn for LogTesting's ChildProcess (see cspawn.h).
+        .target(name: "CSpawn"),
         .target(name: "LogFormat", dependencies: ["CCRC32C"]),
         .target(name: "LMDB", dependencies: ["CLMDB"]),
         .target(name: "LogStore", dependencies: ["LogFormat", "LMDB"]),
@@ -41,7 +43,7 @@ let package = Package(
         .target(name: "LogSync", dependencies: ["LogFormat", "LogStore"]),
         .target(name: "LogSyncHTTP", dependencies: ["LogFormat", "LogSync"]),
         .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore", "LogSync", "LogSyncHTTP"]),
-        .target(name: "LogTesting", dependencies: ["LogFormat", "LMDB", "LogStore", "LogSync", "LogServer"]),
+        .target(name: "LogTesting", dependencies: ["CSpawn", "LogFormat", "LMDB", "LogStore", "LogSync", "LogServer"]),
 
         .executableTarget(
             name: "bench",

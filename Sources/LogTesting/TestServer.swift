@@ -157,3 +157,13 @@ public func operation(
         idempotencyKey: key ?? UUIDv7.Generator.shared.next().uuidString, entityType: type, entityID: id, intent: intent,
         data: data ?? (intent == .delete ? nil : [:]), clientTimestamp: "2026-11-22T08:00:00.000000Z", baseVersion: base)
 }
+
+/// The line `syncserver` prints once it listens:
+/// `syncserver ID listening on http://127.0.0.1:PORT (data DIR)`.
+public enum SyncServerBanner {
+    /// The port a loopback server's banner names, or nil for any other line.
+    public static func port(in line: String) -> Int? {
+        guard let start = line.range(of: " listening on http://127.0.0.1:")?.upperBound else { return nil }
+        return Int(line[start...].prefix { $0.isNumber })
+    }
+}

@@ -117,18 +117,15 @@ import Testing
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the crashtest product first")
         let stores = try TemporaryDirectory("crashtest-orphans")
         defer { stores.remove() }
-        let harness = Process()
-        harness.executableURL = URL(fileURLWithPath: Self.executable)
-        harness.arguments = ["--workload", "sync", "--iterations", "1000", "--seed", "13", "--directory", stores.path]
-        harness.standardOutput = FileHandle.nullDevice
-        harness.standardError = FileHandle.nullDevice
-        try harness.run()
-        defer { if harness.isRunning { harness.terminate() } }
+        let harness = try ChildProcess(
+            executable: Self.executable,
+            arguments: ["--workload", "sync", "--iterations", "1000", "--seed", "13", "--directory", stores.path])
+        defer { harness.kill() }
 
         // Wait (a minute at most) until it runs both a server and a worker.
         var children: [(pid: Int32, command: String)] = []
         for _ in 0..<3_000 {
-            children = Self.children(of: harness.processIdentifier)
+            children = Self.children(of: harness.pid)
             let commands = Set(children.map(\.command))
             if commands.contains("syncserver") && commands.contains("crashtest") { break }
             try await Task.sleep(for: .milliseconds(20))
@@ -136,8 +133,8 @@ import Testing
         let commands = Set(children.map(\.command))
         try #require(commands.contains("syncserver") && commands.contains("crashtest"), "children: \(children)")
 
-        kill(harness.processIdentifier, SIGKILL)
-        harness.waitUntilExit()
+        harness.kill(SIGKILL)
+        #expect(await harness.waitForExit(timeout: .seconds(60)))
         var remaining = children
         for _ in 0..<3_000 where !remaining.isEmpty {
             remaining = remaining.filter { Self.isRunning($0.pid) }

@@ -232,26 +232,18 @@ extension ToolRun {
             _ = try await log.append(contentsOf: (1...5).map { _ in EntryBody.resync(reason: "before") })
             log.close()
         }
-        let tail = Process()
-        tail.executableURL = URL(fileURLWithPath: Tool.path("logtool"))
-        tail.arguments = ["tail", directory.path, "-n", "2", "--follow", "--seconds", "20", "--json"]
-        let output = Pipe()
-        tail.standardOutput = output
-        try tail.run()
-        defer { if tail.isRunning { tail.terminate() } }
+        let tail = try ChildProcess(
+            executable: Tool.path("logtool"),
+            arguments: ["tail", directory.path, "-n", "2", "--follow", "--seconds", "20", "--json"])
+        defer { tail.kill() }
         // Once tail has printed the last two, this process appends three more.
-        var text = ""
-        for _ in 0..<400 where text.split(separator: "\n").count < 2 {
-            text += String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
-        }
+        #expect(await tail.waitForLines(timeout: .seconds(20)) { $0.count >= 2 })
         let log = try EventLog(path: directory.path, options: .init(durability: .process))
         _ = try await log.append(contentsOf: (1...3).map { _ in EntryBody.resync(reason: "after") })
-        for _ in 0..<400 where text.split(separator: "\n").count < 5 {
-            text += String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
-        }
-        tail.terminate()
+        #expect(await tail.waitForLines(timeout: .seconds(20)) { $0.count >= 5 })
+        tail.kill(SIGTERM)
         log.close()
-        let offsets = try text.split(separator: "\n").map { line in
+        let offsets = try tail.outputLines.map { line in
             try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])["offset"] as? Int
         }
         #expect(offsets == [4, 5, 6, 7, 8])

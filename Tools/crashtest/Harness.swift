@@ -81,3 +81,10 @@ struct Harness {
         "crashtest: \(counts(tally)) (seed \(options.seed), durability \(options.durability.rawValue))"
     }
 }
+
+/// A failure of the harness itself (not of the store under test): a child
+/// that cannot be started, a tool that is missing, a timeout.
+struct HarnessError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,6 +1,7 @@
 import Foundation
 import LogFormat
 import LogStore
+import LogTesting
 
 #if canImport(Glibc)
     import Glibc

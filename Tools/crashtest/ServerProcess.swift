@@ -1,5 +1,6 @@
 import Foundation
 import LogStore
+import LogTesting
 
 /// A `syncserver` child process on a data directory, and a client for it.
 final class ServerProcess: Sendable {
@@ -25,9 +26,9 @@ final class ServerProcess: Sendable {
             arguments: [
                 "--data", data, "--host", "127.0.0.1", "--port", "0", "--token", "\(token):\(user)", "--durability",
                 durability.rawValue, "--stop-at-stdin-end",
-            ])
-        let banner = await child.waitForLine(timeout: startWaitMax) { $0.contains(" listening on http://127.0.0.1:") }
-        guard let banner, let port = port(in: banner) else {
+            ], holdingStdinOpen: true)
+        let banner = await child.waitForLine(timeout: startWaitMax) { SyncServerBanner.port(in: $0) != nil }
+        guard let banner, let port = SyncServerBanner.port(in: banner) else {
             child.kill()
             _ = await child.waitForExit(timeout: stopWaitMax)
             return .failure(Failure(description: "syncserver on \(data) did not start: \(child.errorText)"))
@@ -51,12 +52,6 @@ final class ServerProcess: Sendable {
 
     struct Failure: Error, CustomStringConvertible {
         var description: String
-    }
-
-    /// The port in `... listening on http://127.0.0.1:PORT (data ...)`.
-    static func port(in banner: String) -> Int? {
-        guard let start = banner.range(of: "127.0.0.1:")?.upperBound else { return nil }
-        return Int(banner[start...].prefix { $0.isNumber })
     }
 
     /// Stops it with SIGTERM, as an operator does, and waits.

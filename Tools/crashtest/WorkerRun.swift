@@ -1,4 +1,5 @@
 import Foundation
+import LogTesting
 
 #if canImport(Glibc)
     import Glibc

@@ -1,0 +1,270 @@
+import CSpawn
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A program run as a child process, the way a shell runs it: the tests run
+/// the tools through it, and the crash harness starts, watches and kills its
+/// workers and servers with it.
+///
+/// It is started with `posix_spawn` (see `cspawn.h`): a fresh exec of its
+/// binary that inherits no descriptor of this process but its own stdin,
+/// stdout and stderr. Foundation's `Process` is not used: on Linux it can
+/// crash a process that has many descriptors open, as a test run does.
+///
+/// Its stdout and stderr are each read to the end by a thread of their own,
+/// so a child that writes more than a pipe holds never blocks, and a third
+/// thread waits for it to end. The async waits poll with short sleeps, so
+/// they never block a thread of Swift's cooperative pool.
+public final class ChildProcess: Sendable {
+    /// How often the async waits look at the child again.
+    public static let pollInterval = Duration.milliseconds(2)
+
+    public let name: String
+    public let pid: pid_t
+    private let output: PipeReader
+    private let errors: PipeReader
+    /// The write end of the child's stdin when it is held open (see `init`).
+    private let input: Mutex<Int32?>
+    private let state = Mutex<Ending?>(nil)
+    private let ended = DispatchSemaphore(value: 0)
+
+    /// How a child ended.
+    public enum Ending: Equatable, Sendable, CustomStringConvertible {
+        case exit(Int32)
+        case signal(Int32)
+
+        /// The exit status, or 128 plus the signal, as a shell reports it.
+        public var status: Int32 {
+            switch self {
+            case .exit(let status): status
+            case .signal(let signal): 128 + signal
+            }
+        }
+
+        public var description: String {
+            switch self {
+            case .exit(let status): "exit status \(status)"
+            case .signal(let signal): "signal \(signal)\(signal == SIGKILL ? " (SIGKILL)" : "")"
+            }
+        }
+    }
+
+    /// Starts `executable` with `arguments`, in this process's environment.
+    /// - Parameter holdingStdinOpen: give the child a stdin pipe that is never
+    ///   written, so it reads its end when this process ends, even by
+    ///   SIGKILL (`syncserver --stop-at-stdin-end` then stops). Otherwise its
+    ///   stdin is /dev/null.
+    /// - Throws: `ChildProcessError` when it cannot be started (no such file,
+    ///   not executable, out of descriptors).
+    public init(_ name: String? = nil, executable: String, arguments: [String], holdingStdinOpen: Bool = false) throws {
+        let name = name ?? URL(fileURLWithPath: executable).lastPathComponent
+        self.name = name
+        var opened: [Int32] = []
+        func pipe() throws -> (read: Int32, write: Int32) {
+            var fds: [Int32] = [-1, -1]
+            let result = cspawn_pipe(&fds)
+            guard result == 0 else { throw ChildProcessError(name, executable, "a pipe", result) }
+            opened += fds
+            return (fds[0], fds[1])
+        }
+        do {
+            let stdout = try pipe()
+            let stderr = try pipe()
+            let stdin: (read: Int32, write: Int32?)
+            if holdingStdinOpen {
+                let held = try pipe()
+                stdin = (held.read, held.write)
+            } else {
+                let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+                guard null >= 0 else { throw ChildProcessError(name, executable, "/dev/null", errno) }
+                opened.append(null)
+                stdin = (null, nil)
+            }
+            var pid: pid_t = 0
+            let result = ChildProcess.spawn(executable, arguments, stdin.read, stdout.write, stderr.write, &pid)
+            guard result == 0 else { throw ChildProcessError(name, executable, nil, result) }
+            // The child has its copies; only the ends this process reads or
+            // holds stay open here.
+            for fd in [stdin.read, stdout.write, stderr.write] { close(fd) }
+            self.pid = pid
+            input = Mutex(stdin.write)
+            output = PipeReader(fd: stdout.read, label: "\(name) stdout")
+            errors = PipeReader(fd: stderr.read, label: "\(name) stderr")
+        } catch {
+            for fd in opened { close(fd) }
+            throw error
+        }
+        // The thread holds this object until the child has ended.
+        let reaper = Thread { [self] in
+            var status: Int32 = 0
+            var signal: Int32 = 0
+            // Only ECHILD can fail it, and this thread is the only reaper.
+            let result = cspawn_wait(pid, &status, &signal)
+            state.withLock { $0 = result != 0 || signal == 0 ? .exit(status) : .signal(signal) }
+            ended.signal()
+        }
+        reaper.name = "\(name) wait"
+        reaper.start()
+    }
+
+    deinit { closeInput() }
+
+    private static func spawn(
+        _ executable: String, _ arguments: [String], _ stdin: Int32, _ stdout: Int32, _ stderr: Int32, _ pid: inout pid_t
+    ) -> Int32 {
+        let argv = ([executable] + arguments).map { strdup($0) }
+        defer { argv.forEach { free($0) } }
+        return cspawn(executable, argv + [nil], environ, stdin, stdout, stderr, &pid)
+    }
+
+    /// Whether the child has not ended yet (a child that ended is reaped at
+    /// once, so its pid is never a zombie's for long).
+    public var isRunning: Bool { state.withLock { $0 == nil } }
+
+    /// How the child ended, once it has.
+    public var ending: Ending {
+        guard let ending = state.withLock({ $0 }) else { preconditionFailure("the ending of a running process") }
+        return ending
+    }
+
+    /// Sends `signal` (SIGKILL unless told otherwise); a child that already
+    /// ended is left alone.
+    public func kill(_ signal: Int32 = SIGKILL) {
+        // Checked and sent under the lock, so the pid cannot have been
+        // reaped (and reused) in between.
+        state.withLock { ending in
+            if ending == nil { send(signal, to: pid) }
+        }
+    }
+
+    /// Everything the child wrote to stdout so far.
+    public var outputText: String { output.text() }
+
+    /// The complete lines the child wrote to stdout so far. A last line
+    /// without its newline is left out: a child killed in the middle of
+    /// writing it never finished saying it.
+    public var outputLines: [String] {
+        let text = outputText
+        guard let lastNewline = text.lastIndex(of: "\n") else { return [] }
+        return text[..<lastNewline].split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    }
+
+    /// Everything the child wrote to stderr so far.
+    public var errorText: String { errors.text() }
+
+    /// Waits until the complete stdout lines so far satisfy `done`, the
+    /// child ends, or `timeout` passes.
+    /// - Returns: whether the lines satisfied `done`.
+    public func waitForLines(timeout: Duration, until done: ([String]) -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        // Bounded by the deadline.
+        while ContinuousClock.now < deadline {
+            if done(outputLines) { return true }
+            guard isRunning else { return done(outputLines) }
+            try? await Task.sleep(for: ChildProcess.pollInterval)
+        }
+        return false
+    }
+
+    /// Waits until a complete stdout line satisfies `matches`, the child
+    /// ends, or `timeout` passes.
+    /// - Returns: the first matching line, or nil.
+    public func waitForLine(timeout: Duration, where matches: (String) -> Bool) async -> String? {
+        var found: String?
+        _ = await waitForLines(timeout: timeout) { lines in
+            found = lines.first(where: matches)
+            return found != nil
+        }
+        return found
+    }
+
+    /// Waits until the child has ended and both of its pipes are read to
+    /// the end.
+    /// - Returns: false when `timeout` passed first.
+    public func waitForExit(timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        // Bounded by the deadline.
+        while ContinuousClock.now < deadline {
+            if !isRunning, output.finished, errors.finished {
+                closeInput()
+                return true
+            }
+            try? await Task.sleep(for: ChildProcess.pollInterval)
+        }
+        return false
+    }
+
+    /// Blocks the calling thread until the child has ended and both of its
+    /// pipes are read to the end.
+    public func waitUntilExit() -> Ending {
+        ended.wait()
+        ended.signal()
+        output.waitUntilFinished()
+        errors.waitUntilFinished()
+        closeInput()
+        return ending
+    }
+
+    /// Closed once the child has ended, or when this object goes: a harness
+    /// that starts thousands of children must not run out of descriptors.
+    private func closeInput() {
+        input.withLock { fd in
+            if let open = fd { close(open) }
+            fd = nil
+        }
+    }
+}
+
+private func send(_ signal: Int32, to pid: pid_t) {
+    _ = kill(pid, signal)
+}
+
+/// A child process that could not be started.
+public struct ChildProcessError: Error, CustomStringConvertible {
+    public let description: String
+
+    init(_ name: String, _ executable: String, _ what: String?, _ code: Int32) {
+        let reason = String(cString: strerror(code))
+        description = "cannot start \(name) (\(executable))\(what.map { ": cannot open \($0)" } ?? ""): \(reason)"
+    }
+}
+
+/// One of a child's output pipes, read to its end on a thread of its own.
+private final class PipeReader: Sendable {
+    private let state = Mutex<(bytes: [UInt8], finished: Bool)>(([], false))
+    private let done = DispatchSemaphore(value: 0)
+
+    init(fd: Int32, label: String) {
+        let thread = Thread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                // The end of the pipe (every copy of its write end closed:
+                // the child and its own children are gone), or an error.
+                if count <= 0 { break }
+                state.withLock { $0.bytes += buffer[..<count] }
+            }
+            close(fd)
+            state.withLock { $0.finished = true }
+            done.signal()
+        }
+        thread.name = label
+        thread.start()
+    }
+
+    var finished: Bool { state.withLock { $0.finished } }
+
+    func waitUntilFinished() {
+        done.wait()
+        done.signal()
+    }
+
+    func text() -> String { state.withLock { String(decoding: $0.bytes, as: UTF8.self) } }
+}

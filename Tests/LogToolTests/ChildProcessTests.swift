@@ -1,0 +1,53 @@
+import LogTesting
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The child processes the tests and the crash harness start.
+@Suite struct ChildProcessTests {
+    /// A child gets its own stdin, stdout and stderr and no other descriptor
+    /// of this process, even with over a thousand open (plain pipes, which
+    /// exec would not close): Foundation's `Process` could crash listing
+    /// that many, and a child holding another's pipe would keep it open.
+    @Test func aChildInheritsNoDescriptorEvenWithManyOpen() throws {
+        var held: [Int32] = []
+        defer { held.forEach { close($0) } }
+        for _ in 0..<750 {
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else { break }
+            held += fds
+        }
+        try #require(held.count >= 1_000, "could open only \(held.count) descriptors")
+        for _ in 0..<3 {
+            let listing = try ToolRun.run("/bin/ls", ["/proc/self/fd"])
+            #expect(listing.status == 0, "\(listing.errors)")
+            // 0, 1 and 2, and the one ls opened to list the directory.
+            #expect(listing.lines.count == 4, "\(listing.lines)")
+        }
+    }
+
+    @Test func exitStatusSignalAndOutputAreReported() async throws {
+        let shell = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "echo out; echo err >&2; exit 3"])
+        #expect(await shell.waitForExit(timeout: .seconds(30)))
+        #expect(shell.ending == .exit(3))
+        #expect(shell.outputLines == ["out"] && shell.errorText == "err\n")
+
+        let sleeper = try ChildProcess(executable: "/bin/sleep", arguments: ["30"])
+        #expect(sleeper.isRunning)
+        sleeper.kill()
+        #expect(await sleeper.waitForExit(timeout: .seconds(30)))
+        #expect(sleeper.ending == .signal(SIGKILL) && sleeper.ending.status == 128 + SIGKILL)
+    }
+
+    @Test func aMissingExecutableIsAnErrorNamingIt() {
+        #expect {
+            try ChildProcess(executable: "/nonexistent/tool", arguments: [])
+        } throws: { error in
+            "\(error)".contains("/nonexistent/tool") && "\(error)".contains("No such file")
+        }
+    }
+}
