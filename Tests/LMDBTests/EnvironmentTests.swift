@@ -77,6 +77,29 @@ import Testing
         #expect(try environment.read { txn in try txn.count(table) } == 0)
     }
 
+    /// A read that has ended holds no snapshot: its pooled transaction is
+    /// reset. One kept on its snapshot would keep every page later writes
+    /// free from reuse, and the file would grow with each write.
+    @Test func anEndedReadHoldsNoSnapshot() throws {
+        let directory = try TemporaryDirectory("lmdb-idle-read")
+        var options = Environment.Options()
+        options.durability = .process
+        let environment = try Environment(path: directory.path, options: options)
+        let table = try #require(try environment.openDatabase("t"))
+        let value = [UInt8](repeating: 7, count: 64 * 1024)
+        try environment.write { txn in try txn.put(table, key: [1], value: value) }
+        #expect(try environment.read { txn in try txn.get(table, key: [1]) } == value)
+        let before = environment.info().usedBytes
+        // Each write frees the 64 KiB of overflow pages the one before wrote.
+        for round in 0..<200 {
+            try environment.write { txn in try txn.put(table, key: [1], value: value.map { $0 &+ UInt8(round % 200) }) }
+        }
+        let grown = environment.info().usedBytes - before
+        // Pinned, the snapshot would keep all of them: about 13 MB.
+        #expect(grown < 1_000_000, "the file grew by \(grown) bytes")
+        #expect(try environment.read { txn in try txn.get(table, key: [1]) } == value.map { $0 &+ 199 })
+    }
+
     @Test func nestedTransactionRollsBackAlone() throws {
         struct Stop: Error {}
         let directory = try TemporaryDirectory("lmdb-nested")
