@@ -27,6 +27,7 @@ import Testing
         try await run.syncUntilQuiet()
         try await run.checkConverged()
         try await run.checkEveryIntentSettled()
+        await run.server.stop()
     }
 }
 

@@ -27,6 +27,7 @@ import Testing
         // The second update was pushed with the version its create's ack gave.
         try await a.store.update(type: "task", id: id, changes: ["done": false])
         #expect(await a.sync().acknowledged == 1)
+        await server.stop()
     }
 
     /// The server merges an update made against an older version with a
@@ -48,6 +49,7 @@ import Testing
         #expect(entity.fields == ["title": "Buy oat milk", "n": 2])
         #expect(entity.serverVersion == 3)
         #expect(try await server.pullAll().last?.data == entity.fields)
+        await server.stop()
     }
 
     /// "App crashes after user action": the intent is in the log before the
@@ -60,6 +62,7 @@ import Testing
         #expect(try a.store.outboxCount() == 1)
         #expect(await a.sync().acknowledged == 1)
         #expect(try await server.pullAll().map(\.entityID) == [id])
+        await server.stop()
     }
 
     /// "Network fails mid-push": retried with backoff; the operations stay.
@@ -107,6 +110,7 @@ import Testing
         try await server.faults(FaultSettings(failNext: 0))
         try await a.store.retryFailed()
         #expect(await a.sync().acknowledged == 1)
+        await server.stop()
     }
 
     /// "3/10 operations rejected": each handled on its own.
@@ -137,6 +141,7 @@ import Testing
         #expect(Set(rejected) == Set(doomed))
         #expect(try a.store.outboxCount() == 0)
         #expect(try a.entities("task").count == 7)
+        await server.stop()
     }
 
     /// A push whose answer is lost after the server applied it: the retry
@@ -156,6 +161,7 @@ import Testing
         guard case .ack(let ack)? = acks.first?.body else { return }
         #expect(ack.outcome == .duplicate)
         #expect(try await server.pullAll().count == 1)
+        await server.stop()
     }
 
     /// The circuit breaker trips after three 429s, waits, and recovers; the
@@ -199,6 +205,7 @@ import Testing
             ["rateLimited", "rateLimited"], ["pushing", "pushing"],
         ]
         for (from, to) in zip(names, names.dropFirst()) { #expect(allowed.contains([from, to]), "\(from) -> \(to)") }
+        await server.stop()
     }
 
     /// Pagination over 10,000 changes, cancelled after the first page and resumed.
@@ -225,6 +232,7 @@ import Testing
         #expect(rest.outcome == .completed)
         #expect(rest.changes == 9_000)
         #expect(try reader.store.count(type: "item") == 10_000)
+        await server.stop()
     }
 
     /// "Cursor becomes invalid": a full resync keeps pending intents, and
@@ -300,6 +308,7 @@ import Testing
         #expect(try b.entities("task")[task] == ["title": "from a and b"])
         #expect(try a.entities("task") == b.entities("task"))
         #expect(try a.entities("note") == b.entities("note"))
+        await server.stop()
     }
 }
 

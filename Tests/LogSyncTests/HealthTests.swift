@@ -24,6 +24,7 @@ import Testing
         #expect(health.oldestPendingAgeMilliseconds == nil && health.lastSuccessAt == nil && health.lastError == nil)
         #expect(!health.isOnline && !health.isStuck)
         #expect(health.state == .idle)
+        await server.stop()
     }
 
     /// The log line gives times as dates, not as raw milliseconds.
@@ -78,6 +79,7 @@ import Testing
         #expect(health.pendingCount == 0 && health.oldestPendingAgeMilliseconds == nil)
         #expect(!health.isStuck && health.lastError == nil)
         #expect(health.lastSuccessAt == a.clock.nowMilliseconds)
+        await server.stop()
     }
 
     /// Losing the server resets the online time: a later stretch online
@@ -116,5 +118,6 @@ import Testing
         let health = try await a.engine.health()
         #expect(health.failedCount == 1 && health.pendingCount == 0)
         #expect(health.oldestPendingAgeMilliseconds == nil && !health.isStuck)
+        await server.stop()
     }
 }

@@ -100,6 +100,7 @@ import Testing
         #expect(await reader.engine.lastError == nil)
         let rest = await reader.sync()
         #expect(rest.outcome == .completed && rest.changes == 35)
+        await server.stop()
     }
 
     /// A background run that finds a sync running joins it, and its budget
@@ -119,6 +120,7 @@ import Testing
         #expect(reports.map(\.outcome) == [.cancelled, .cancelled])
         #expect(reports[0] == reports[1])
         #expect(reports[0].pages == 1)
+        await server.stop()
     }
 
     /// 50 items on the server, and a reader of pages of 5 whose pulls each
