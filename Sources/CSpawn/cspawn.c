@@ -8,6 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef __APPLE__
+#include <crt_externs.h>
+#define environ (*_NSGetEnviron())
+#else
+extern char **environ;
+#endif
+
 int cspawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd,
            pid_t *pid) {
     posix_spawn_file_actions_t actions;
@@ -40,7 +47,7 @@ int cspawn(const char *path, char *const argv[], char *const envp[], int stdin_f
     if (result == 0) result = posix_spawnattr_setsigdefault(&attributes, &all);
     if (result == 0) result = posix_spawnattr_setsigmask(&attributes, &none);
     if (result == 0) result = posix_spawnattr_setflags(&attributes, flags);
-    if (result == 0) result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    if (result == 0) result = posix_spawn(pid, path, &actions, &attributes, argv, envp ? envp : environ);
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return result;

@@ -38,12 +38,16 @@ public final class ChildProcess: Sendable {
     public enum Ending: Equatable, Sendable, CustomStringConvertible {
         case exit(Int32)
         case signal(Int32)
+        /// waitpid failed with this errno (something else reaped the child).
+        case unknown(Int32)
 
-        /// The exit status, or 128 plus the signal, as a shell reports it.
+        /// The exit status, or 128 plus the signal, as a shell reports it;
+        /// -1 when unknown.
         public var status: Int32 {
             switch self {
             case .exit(let status): status
             case .signal(let signal): 128 + signal
+            case .unknown: -1
             }
         }
 
@@ -51,6 +55,7 @@ public final class ChildProcess: Sendable {
             switch self {
             case .exit(let status): "exit status \(status)"
             case .signal(let signal): "signal \(signal)\(signal == SIGKILL ? " (SIGKILL)" : "")"
+            case .unknown(let code): "an unknown ending (waitpid: \(String(cString: strerror(code))))"
             }
         }
     }
@@ -104,9 +109,9 @@ public final class ChildProcess: Sendable {
         let reaper = Thread { [self] in
             var status: Int32 = 0
             var signal: Int32 = 0
-            // Only ECHILD can fail it, and this thread is the only reaper.
             let result = cspawn_wait(pid, &status, &signal)
-            state.withLock { $0 = result != 0 || signal == 0 ? .exit(status) : .signal(signal) }
+            let ending: Ending = result != 0 ? .unknown(result) : signal != 0 ? .signal(signal) : .exit(status)
+            state.withLock { $0 = ending }
             ended.signal()
         }
         reaper.name = "\(name) wait"
@@ -120,7 +125,7 @@ public final class ChildProcess: Sendable {
     ) -> Int32 {
         let argv = ([executable] + arguments).map { strdup($0) }
         defer { argv.forEach { free($0) } }
-        return cspawn(executable, argv + [nil], environ, stdin, stdout, stderr, &pid)
+        return cspawn(executable, argv + [nil], nil, stdin, stdout, stderr, &pid)
     }
 
     /// Whether the child has not ended yet (a child that ended is reaped at

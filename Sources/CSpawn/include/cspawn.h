@@ -12,7 +12,8 @@
 // past glibc's buffer when the process has about 1,300 descriptors open and
 // crashes (swift-corelibs-foundation pull request 5472, in Swift 6.3.1).
 
-/// Spawns `path` with `argv` and `envp` (both ending in NULL).
+/// Spawns `path` with `argv` and `envp` (both ending in NULL; a NULL `envp`
+/// passes this process's environment).
 /// - Returns: 0 and the child's pid in `pid`, or an errno value.
 int cspawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd,
            pid_t *pid);
