@@ -62,10 +62,11 @@ public enum PushOutcome: Sendable, Equatable {
 }
 
 extension Store {
-    /// Pending intents in log order: at most `limit`, and only those due at
-    /// `now` (Unix milliseconds) unless `dueOnly` is false.
+    /// Pending intents in log order: at most `limit`, and with `now` (Unix
+    /// milliseconds) only those due then.
+    /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
     public func outbox(limit: Int = Int.max, dueAt now: UInt64? = nil) throws -> [PendingIntent] {
-        precondition(limit >= 0, "negative limit")
+        try checkLimit(limit)
         return try log.environment.read { txn in
             var items: [PendingIntent] = []
             try txn.forEach(projector.outbox) { key, value in

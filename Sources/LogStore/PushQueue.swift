@@ -26,8 +26,9 @@ extension Store {
     /// Each returned intent's `baseVersion` is the one to send: the greater
     /// of the version it was made against and the server versions answered
     /// for earlier intents on its entity (section 7).
+    /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
     public func pushBatch(limit: Int, now: UInt64) throws -> [PendingIntent] {
-        precondition(limit >= 0, "negative limit")
+        try checkLimit(limit)
         return try log.environment.read { txn in
             var batch: [PendingIntent] = []
             var held: Set<ByteKey> = []

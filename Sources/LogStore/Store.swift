@@ -272,10 +272,15 @@ extension Store {
         }
     }
 
+    func checkLimit(_ limit: Int) throws {
+        guard limit >= 0 else { throw LogStoreError(.invalidArgument, path: path, "a limit of \(limit) is negative") }
+    }
+
     /// Entities of `type` ordered by id, starting after `after` (exclusive),
     /// at most `limit` (up to `pageCountMax`).
+    /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
     public func all(type: String, after: String? = nil, limit: Int = 100) throws -> [Entity] {
-        precondition(limit >= 0, "negative limit")
+        try checkLimit(limit)
         let limit = min(limit, Store.pageCountMax)
         let prefix = EntityKey.prefix(type: type)
         return try log.environment.read { txn in

@@ -76,6 +76,19 @@ struct StoreFixture {
         #expect(second.map(\.id) == (10..<25).map { String(format: "id-%02d", $0) })
         #expect(try store.all(type: "te", limit: 0).isEmpty)
         #expect(try store.all(type: "t").map(\.id) == ["zzz"])
+        // A negative limit is refused with an error, as every bad argument
+        // is, rather than stopping the app.
+        func refused(_ call: () throws -> Any) -> Bool {
+            do {
+                _ = try call()
+                return false
+            } catch {
+                return (error as? LogStoreError)?.code == .invalidArgument && "\(error)".contains("is negative")
+            }
+        }
+        #expect(refused { try store.all(type: "te", limit: -1) })
+        #expect(refused { try store.outbox(limit: -1) })
+        #expect(refused { try store.pushBatch(limit: -5, now: 0) })
         #expect(try store.count(type: "te") == 25)
     }
 
