@@ -70,6 +70,14 @@ int cspawn_pipe(int fds[2]) {
 #endif
 }
 
+int cspawn_wait_ended(pid_t pid) {
+    siginfo_t info;
+    while (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT) != 0) {
+        if (errno != EINTR) return errno;
+    }
+    return 0;
+}
+
 int cspawn_wait(pid_t pid, int *exit_status, int *signal) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0) {

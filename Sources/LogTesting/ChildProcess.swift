@@ -105,13 +105,16 @@ public final class ChildProcess: Sendable {
             for fd in opened { close(fd) }
             throw error
         }
-        // The thread holds this object until the child has ended.
+        // The thread holds this object until the child has ended. It reaps
+        // the child under the lock `kill` takes (see there).
         let reaper = Thread { [self] in
-            var status: Int32 = 0
-            var signal: Int32 = 0
-            let result = cspawn_wait(pid, &status, &signal)
-            let ending: Ending = result != 0 ? .unknown(result) : signal != 0 ? .signal(signal) : .exit(status)
-            state.withLock { $0 = ending }
+            let waited = cspawn_wait_ended(pid)
+            state.withLock { ending in
+                var status: Int32 = 0
+                var signal: Int32 = 0
+                let result = waited != 0 ? waited : cspawn_wait(pid, &status, &signal)
+                ending = result != 0 ? .unknown(result) : signal != 0 ? .signal(signal) : .exit(status)
+            }
             ended.signal()
         }
         reaper.name = "\(name) wait"
@@ -141,8 +144,8 @@ public final class ChildProcess: Sendable {
     /// Sends `signal` (SIGKILL unless told otherwise); a child that already
     /// ended is left alone.
     public func kill(_ signal: Int32 = SIGKILL) {
-        // Checked and sent under the lock, so the pid cannot have been
-        // reaped (and reused) in between.
+        // Checked and sent under the lock the reaper holds while it reaps:
+        // until then the child's pid cannot be another process's.
         state.withLock { ending in
             if ending == nil { send(signal, to: pid) }
         }

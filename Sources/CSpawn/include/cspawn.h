@@ -23,7 +23,13 @@ int cspawn(const char *path, char *const argv[], char *const envp[], int stdin_f
 /// - Returns: 0, or an errno value.
 int cspawn_pipe(int fds[2]);
 
-/// Waits for the child `pid` to end (retrying on EINTR).
+/// Waits for the child `pid` to end without reaping it (retrying on EINTR):
+/// until `cspawn_wait` reaps it, its pid stays its own, so a signal sent to
+/// it cannot reach another process that reused the number.
+/// - Returns: 0, or an errno value.
+int cspawn_wait_ended(pid_t pid);
+
+/// Waits for the child `pid` to end and reaps it (retrying on EINTR).
 /// - Returns: 0 with either `exit_status` set (and `signal` 0) or `signal`
 ///   set (the signal that ended it), or an errno value.
 int cspawn_wait(pid_t pid, int *exit_status, int *signal);
