@@ -1,3 +1,4 @@
+import LogFormat
 import LogStore
 import Synchronization
 
@@ -21,6 +22,27 @@ public struct SyncConfiguration: Sendable {
     public init() {}
 
     func strategy(for type: String) -> ConflictStrategy { conflictStrategies[type] ?? defaultConflictStrategy }
+
+    /// - Throws: `SyncConfigurationError` naming the first setting out of
+    ///   its range.
+    public func validate() throws(SyncConfigurationError) {
+        let push = 1...Wire.pushOperationCountMax
+        guard push.contains(pushBatchCountMax) else {
+            throw SyncConfigurationError("pushBatchCountMax \(pushBatchCountMax) is outside \(push)")
+        }
+        let pull = 1...Wire.pullPageCountMax
+        guard pull.contains(pullPageCountMax) else {
+            throw SyncConfigurationError("pullPageCountMax \(pullPageCountMax) is outside \(pull)")
+        }
+        guard resyncsPerRunMax >= 0 else { throw SyncConfigurationError("resyncsPerRunMax \(resyncsPerRunMax) is negative") }
+    }
+}
+
+/// A `SyncConfiguration` setting out of its range.
+public struct SyncConfigurationError: Error, Equatable, Sendable, CustomStringConvertible {
+    public let description: String
+
+    init(_ description: String) { self.description = "sync configuration: " + description }
 }
 
 /// Stops a running sync at its next page boundary: when `cancel()` is

@@ -39,9 +39,8 @@ public actor SyncEngine {
     public init(
         store: Store, transport: any SyncTransport, clock: any SyncClock = SystemClock(),
         configuration: SyncConfiguration = .init(), random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
-    ) {
-        precondition((1...Wire.pushOperationCountMax).contains(configuration.pushBatchCountMax), "push batch size out of range")
-        precondition((1...Wire.pullPageCountMax).contains(configuration.pullPageCountMax), "pull page size out of range")
+    ) throws(SyncConfigurationError) {
+        try configuration.validate()
         self.store = store
         self.transport = transport
         self.clock = clock

@@ -89,6 +89,33 @@ import Testing
         #expect(await replica.sync().acknowledged == 0)
         replica.clock.advance(by: 1_300)
         #expect(await replica.sync().acknowledged == 1)
+        await server.stop()
+    }
+
+    /// A setting the protocol cannot carry is an error when the engine is
+    /// made, naming it, rather than a trap or a failure at the first sync.
+    @Test func aConfigurationOutOfRangeIsRefused() throws {
+        let directory = try TemporaryDirectory("engine-configuration")
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let transport = HTTPTransport(baseURL: URL(string: "http://127.0.0.1:9")!, token: "unused")
+        let tooMany = Wire.pushOperationCountMax + 1
+        let cases: [(named: String, change: (inout SyncConfiguration) -> Void)] = [
+            ("pushBatchCountMax 0 is outside 1...", { $0.pushBatchCountMax = 0 }),
+            ("pushBatchCountMax \(tooMany) is outside 1...", { $0.pushBatchCountMax = tooMany }),
+            ("pullPageCountMax 0 is outside 1...", { $0.pullPageCountMax = 0 }),
+            ("resyncsPerRunMax -1 is negative", { $0.resyncsPerRunMax = -1 }),
+        ]
+        for (named, change) in cases {
+            var configuration = SyncConfiguration()
+            change(&configuration)
+            #expect {
+                try SyncEngine(store: store, transport: transport, configuration: configuration)
+            } throws: { error in
+                error is SyncConfigurationError && "\(error)".contains(named)
+            }
+        }
+        #expect(throws: Never.self) { try SyncEngine(store: store, transport: transport) }
     }
 
     /// "Server returns 500": retried up to 10 times, then failed and reported.

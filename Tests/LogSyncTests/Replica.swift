@@ -24,20 +24,20 @@ final class Replica: @unchecked Sendable {
         self.configuration = configuration
         self.transport = transport ?? HTTPTransport(baseURL: server.url, token: token, options: loopback)
         store = try Store(path: directory.path, options: .init(durability: .process))
-        engine = SyncEngine(store: store, transport: self.transport, clock: clock, configuration: configuration)
+        engine = try SyncEngine(store: store, transport: self.transport, clock: clock, configuration: configuration)
     }
 
     /// Closes the store and opens it again with a new engine, as after a crash or restart.
     func restart() throws {
         store.close()
         store = try Store(path: directory.path, options: .init(durability: .process))
-        engine = SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
+        engine = try SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
     }
 
     /// Talks to `server` from now on (it may have moved to another port).
     func connect(to server: TestServer, token: String = "alice-token") throws {
         transport = HTTPTransport(baseURL: server.url, token: token, options: loopback)
-        engine = SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
+        engine = try SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
     }
 
     @discardableResult

@@ -182,7 +182,7 @@ enum SyncBenchmark {
         var options = HTTPTransport.Options()
         options.ignoreProxies = true
         let transport = TimedTransport(HTTPTransport(baseURL: server.url, token: user, options: options))
-        let engine = SyncEngine(store: store, transport: transport, configuration: shape.configuration)
+        let engine = try SyncEngine(store: store, transport: transport, configuration: shape.configuration)
         let clock = ContinuousClock()
         let cpuBefore = processCPUSeconds()
         let started = clock.now

@@ -78,7 +78,7 @@ struct SyncWorkload: Workload {
         var options = HTTPTransport.Options()
         // Proxy settings from the environment must not catch loopback requests.
         options.ignoreProxies = true
-        return SyncEngine(
+        return try SyncEngine(
             store: store, transport: HTTPTransport(baseURL: url, token: ServerProcess.token, options: options), configuration: configuration)
     }
 }

@@ -16,8 +16,8 @@ enum SyncDemo {
             laptop.close()
             phone.close()
         }
-        let laptopSync = SyncEngine(store: laptop, transport: transport)
-        let phoneSync = SyncEngine(store: phone, transport: transport)
+        let laptopSync = try SyncEngine(store: laptop, transport: transport)
+        let phoneSync = try SyncEngine(store: phone, transport: transport)
 
         print("\n== Two replicas write offline")
         let groceries = try await laptop.create(type: "task", fields: ["title": "Buy milk", "done": false])
