@@ -272,6 +272,7 @@ extension Store {
         }
     }
 
+    /// The check every call that takes a `limit` makes first.
     func checkLimit(_ limit: Int) throws {
         guard limit >= 0 else { throw LogStoreError(.invalidArgument, path: path, "a limit of \(limit) is negative") }
     }

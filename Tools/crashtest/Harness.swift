@@ -82,8 +82,9 @@ struct Harness {
     }
 }
 
-/// A failure of the harness itself (not of the store under test): a child
-/// that cannot be started, a tool that is missing, a timeout.
+/// A failure of the harness itself (not of the store under test): a tool
+/// that is missing, a directory it cannot make, a child that never ends.
+/// (A child that cannot start at all is a `ChildProcessError`.)
 struct HarnessError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
