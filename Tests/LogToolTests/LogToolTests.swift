@@ -17,11 +17,9 @@ enum Tool {
         try ToolRun.run(path(executable), arguments)
     }
 
-    /// `run`, waited for on a Dispatch thread rather than a cooperative one.
+    /// `run`, waited for off the cooperative pool (`ToolRun.running`).
     static func runOffThePool(_ arguments: [String]) async throws -> ToolRun {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try run(arguments) }) }
-        }
+        try await ToolRun.running(path("logtool"), arguments)
     }
 }
 
