@@ -170,7 +170,7 @@ public enum EntryCodec {
     /// How many arrays and objects enclose the deepest value (0 for flat fields).
     private static func nesting(of fields: Fields) -> Int {
         var deepest = 0
-        for index in fields.elements.indices { deepest = max(deepest, nesting(of: fields.elements[index].value)) }
+        for field in fields { deepest = max(deepest, nesting(of: field.value)) }
         return deepest
     }
 

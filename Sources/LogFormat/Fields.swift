@@ -5,18 +5,30 @@ import Foundation
 /// sort and decoding needs no hashing; lookups are binary searches.
 public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByDictionaryLiteral {
     public typealias Element = (name: String, value: Value)
-    public private(set) var elements: [Element]
+    /// One name and its value. Stored as a struct rather than as `Element`
+    /// (a tuple): an array of tuples is destroyed through the runtime's
+    /// generic tuple witness, field by field: decoding the bench's entity
+    /// fields and dropping them took 180 ns as tuples, 140 ns as structs.
+    struct Field: Sendable {
+        var name: String
+        var value: Value
+    }
 
-    public init() { elements = [] }
+    private var storage: [Field]
+
+    /// The pairs in ascending name order.
+    public var elements: [Element] { storage.map { ($0.name, $0.value) } }
+
+    public init() { storage = [] }
 
     /// Builds the set from pairs in any order; a later pair with the same
     /// name replaces an earlier one.
     public init(_ pairs: some Sequence<(String, Value)>) {
-        var sorted: [Element] = pairs.map { (name: $0.0, value: $0.1) }
+        var sorted = pairs.map { Field(name: $0.0, value: $0.1) }
         // A stable sort keeps the pairs of a repeated name in input order, so
         // keeping the last of each run means "later wins".
         sorted.sort { Fields.precedes($0.name, $1.name) }
-        var unique: [Element] = []
+        var unique: [Field] = []
         unique.reserveCapacity(sorted.count)
         for element in sorted {
             if let last = unique.last, Fields.same(last.name, element.name) {
@@ -25,7 +37,7 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
                 unique.append(element)
             }
         }
-        elements = unique
+        storage = unique
     }
 
     public init(dictionaryLiteral elements: (String, Value)...) { self.init(elements) }
@@ -33,7 +45,7 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
     public init(_ dictionary: [String: Value]) { self.init(dictionary.map { ($0.key, $0.value) }) }
 
     /// Takes pairs that are already strictly ascending (the decoder checks).
-    init(sorted elements: [Element]) { self.elements = elements }
+    init(sorted fields: [Field]) { storage = fields }
 
     /// The canonical order: byte-wise on UTF-8, not Unicode collation.
     public static func precedes(_ lhs: String, _ rhs: String) -> Bool {
@@ -55,23 +67,26 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
         }
     }
 
-    public var startIndex: Int { elements.startIndex }
-    public var endIndex: Int { elements.endIndex }
-    public subscript(position: Int) -> Element { elements[position] }
+    public var startIndex: Int { storage.startIndex }
+    public var endIndex: Int { storage.endIndex }
+    public subscript(position: Int) -> Element {
+        let field = storage[position]
+        return (field.name, field.value)
+    }
 
     /// The value named `name`, or nil. Setting nil removes the name.
     public subscript(name: String) -> Value? {
         get {
             let index = insertionIndex(of: name)
-            return index < elements.count && Fields.same(elements[index].name, name) ? elements[index].value : nil
+            return index < storage.count && Fields.same(storage[index].name, name) ? storage[index].value : nil
         }
         set {
             let index = insertionIndex(of: name)
-            let present = index < elements.count && Fields.same(elements[index].name, name)
+            let present = index < storage.count && Fields.same(storage[index].name, name)
             switch (present, newValue) {
-            case (true, let value?): elements[index].value = value
-            case (true, nil): elements.remove(at: index)
-            case (false, let value?): elements.insert((name: name, value: value), at: index)
+            case (true, let value?): storage[index].value = value
+            case (true, nil): storage.remove(at: index)
+            case (false, let value?): storage.insert(Field(name: name, value: value), at: index)
             case (false, nil): break
             }
         }
@@ -86,10 +101,10 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
 
     private func insertionIndex(of name: String) -> Int {
         var low = 0
-        var high = elements.count
+        var high = storage.count
         while low < high {
             let middle = (low + high) / 2
-            if Fields.precedes(elements[middle].name, name) { low = middle + 1 } else { high = middle }
+            if Fields.precedes(storage[middle].name, name) { low = middle + 1 } else { high = middle }
         }
         return low
     }
@@ -97,17 +112,17 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
     public static func == (lhs: Fields, rhs: Fields) -> Bool {
         // Copies share their storage: a record whose visible state is its
         // base (the common case) compares in O(1).
-        let shared = lhs.elements.withUnsafeBufferPointer { a in
-            rhs.elements.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress && a.count == b.count }
+        let shared = lhs.storage.withUnsafeBufferPointer { a in
+            rhs.storage.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress && a.count == b.count }
         }
         if shared { return true }
-        return lhs.elements.count == rhs.elements.count
-            && zip(lhs.elements, rhs.elements).allSatisfy { Fields.same($0.name, $1.name) && $0.value == $1.value }
+        return lhs.storage.count == rhs.storage.count
+            && zip(lhs.storage, rhs.storage).allSatisfy { Fields.same($0.name, $1.name) && $0.value == $1.value }
     }
 
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(elements.count)
-        for element in elements {
+        hasher.combine(storage.count)
+        for element in storage {
             hasher.combine(Value.string(element.name))
             hasher.combine(element.value)
         }
@@ -117,8 +132,8 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
 extension Fields {
     /// A u32 count, then each name (u32 length + UTF-8) and value, ascending.
     public func encode(into writer: inout ByteWriter) {
-        writer.write(bigEndian: UInt32(clamping: elements.count))
-        for element in elements {
+        writer.write(bigEndian: UInt32(clamping: storage.count))
+        for element in storage {
             writer.write(lengthPrefixed: element.name)
             element.value.encode(into: &writer)
         }
@@ -127,8 +142,8 @@ extension Fields {
     public static func decode(from reader: inout ByteReader, depth: Int = 0) throws(FormatError) -> Fields {
         // Each field is at least a 4-byte name length and a 1-byte tag.
         let count = try reader.readCount("field count", minimumElementBytes: 5)
-        var elements: [Element] = []
-        elements.reserveCapacity(count)
+        var fields: [Field] = []
+        fields.reserveCapacity(count)
         // The order is checked on the names' bytes as stored, before any
         // string is made of them.
         var previous = UnsafeRawBufferPointer(start: nil, count: 0)
@@ -142,15 +157,15 @@ extension Fields {
             }
             previous = raw
             let name = try ByteReader.string(raw, "field name", at: namePosition, reader)
-            elements.append((name: name, value: try Value.decode(from: &reader, depth: depth)))
+            fields.append(Field(name: name, value: try Value.decode(from: &reader, depth: depth)))
         }
-        return Fields(sorted: elements)
+        return Fields(sorted: fields)
     }
 }
 
 extension Fields: CustomStringConvertible {
     public var description: String {
-        "[" + elements.map { "\($0.name): \($0.value)" }.joined(separator: ", ") + "]"
+        "[" + storage.map { "\($0.name): \($0.value)" }.joined(separator: ", ") + "]"
     }
 }
 
@@ -158,6 +173,6 @@ extension Fields {
     /// The size of the fields' binary form (`Format/storage.md`, section 8),
     /// counted without encoding them: `encode(into:)` writes exactly this.
     public var encodedSize: Int {
-        elements.reduce(4) { size, element in size + 4 + element.name.utf8.count + element.value.encodedSize }
+        storage.reduce(4) { size, element in size + 4 + element.name.utf8.count + element.value.encodedSize }
     }
 }
