@@ -38,11 +38,14 @@ struct Projector: Sendable {
             if live { effects.wroteIntents = true }
         case .ack(let ack):
             try settle(ack.intentOffset, txn, &effects) { record, intent in
-                record.confirmed = record.confirmed.applying(ack: intent, version: ack.serverVersion)
+                let before = record.confirmed
+                record.confirmed = before.applying(ack: intent, version: ack.serverVersion)
                 record.ackedVersion = max(record.ackedVersion, ack.serverVersion)
+                // `applying(ack:)` either keeps the base or applies the intent to it.
+                return record.confirmed != before
             }
         case .reject(let reject):
-            let intent = try settle(reject.intentOffset, txn, &effects) { _, _ in }
+            let intent = try settle(reject.intentOffset, txn, &effects) { _, _ in false }
             if live, let intent {
                 effects.events.append(
                     .rejected(
@@ -101,14 +104,16 @@ struct Projector: Sendable {
     }
 
     /// Takes the intent at `offset` out of the pending set (acked or
-    /// rejected), lets `confirm` update the base, and recomputes the visible
-    /// state. An intent no longer pending (a repeated answer, perhaps to an
-    /// intent compaction has since removed) changes nothing; the outbox
-    /// holds exactly the pending intents, so it is asked first.
+    /// rejected), lets `confirm` update the base (it returns true when it
+    /// applied the intent to the base, false when it left the base as it
+    /// was), and recomputes the visible state. An intent no longer pending
+    /// (a repeated answer, perhaps to an intent compaction has since
+    /// removed) changes nothing; the outbox holds exactly the pending
+    /// intents, so it is asked first.
     @discardableResult
     private func settle(
         _ offset: UInt64, _ txn: borrowing Transaction, _ effects: inout CommitEffects,
-        confirm: (inout EntityRecord, Intent) -> Void
+        confirm: (inout EntityRecord, Intent) -> Bool
     ) throws -> Intent? {
         let offsetKey = OffsetKey.encode(offset)
         guard try txn.contains(outbox, key: offsetKey) else { return nil }
@@ -118,11 +123,18 @@ struct Projector: Sendable {
         else { return nil }
         var record = before
         record.pending.remove(at: index)
-        confirm(&record, intent)
+        let appliedToBase = confirm(&record, intent)
         // Only intents made before an answer need its version; once none is
         // pending, every later intent is made against a base that has it.
         if record.pending.isEmpty { record.ackedVersion = 0 }
-        record.visible = try fold(record.base, record.pending, txn)
+        // The visible state is the base with the pending intents applied in
+        // order. When the oldest pending intent moved into the base, the new
+        // base with the rest applied is the visible state already: nothing
+        // to read back from the log. Otherwise it is folded again (with
+        // none pending, that is the base itself, sharing its storage).
+        if index != 0 || !appliedToBase || record.pending.isEmpty {
+            record.visible = try fold(record.base, record.pending, txn)
+        }
         try save(record, replacing: before, intent.entityType, intent.entityID, txn)
         try txn.delete(outbox, key: offsetKey)
         effects.touchedTypes.insert(intent.entityType)

@@ -183,6 +183,33 @@ struct StoreFixture {
         #expect(try store.get(type: "te", id: "t1")?.fields == ["a": 1, "b": 3])
     }
 
+    /// Acks of the oldest pending intents, in order, move each into the
+    /// base; the visible state keeps the change still pending, and a replay
+    /// builds the same tables.
+    @Test func inOrderAcksMoveIntentsIntoTheBaseAndKeepTheRestVisible() async throws {
+        let fixture = try StoreFixture("rule-ack-in-order")
+        let store = fixture.store
+        let id = try await store.create(type: "te", fields: ["a": 1])
+        try await store.update(type: "te", id: id, changes: ["b": 2])
+        try await store.update(type: "te", id: id, changes: ["a": 3])
+        let pending = try store.outbox()
+        try #require(pending.count == 3)
+        try await store.record([
+            (pending[0].offset, .acknowledged(.applied, serverVersion: 1)),
+            (pending[1].offset, .acknowledged(.applied, serverVersion: 2)),
+        ])
+        let entity = try #require(try store.get(type: "te", id: id))
+        #expect(entity.fields == ["a": 3, "b": 2])
+        #expect(entity.serverVersion == 2)
+        #expect(entity.pendingIntentCount == 1)
+        let incremental = try store.derivedTables()
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == incremental)
+        // What the acks put in the base shows once the last intent is rejected.
+        try await store.record([(pending[2].offset, .rejected(code: "CONFLICT", message: "no"))])
+        #expect(try store.get(type: "te", id: id)?.fields == ["a": 1, "b": 2])
+    }
+
     /// The server merged an update over a change this client had not
     /// pulled (`b` at version 2): the ack's version 3 is right, but the base
     /// the ack made by applying the intent locally is not. The pull that

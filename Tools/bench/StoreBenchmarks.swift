@@ -138,7 +138,12 @@ enum StoreWriteBenchmark {
     static let batchedStoreName = "store-write-batched"
     static let singleStoreName = "store-write-single"
     static let sqliteName = "store-write-sqlite.db"
+    static let acksStoreName = "store-write-acks"
     static let batchedTarget = 100_000.0
+    /// Row c: updates pending on one entity before the acks, smaller first.
+    static let pendingCounts = [200, 2000]
+    /// Row c: acks per `Store.record` call.
+    static let acksPerRecord = 50
 
     struct Outcome: Sendable {
         var section: ReportSection
@@ -159,8 +164,15 @@ enum StoreWriteBenchmark {
         let single = try await measureSingle(settings, workload, workspace)
         workspace.remove(singleStoreName)
         workspace.remove(sqliteName)
+        let pendingList = pendingCounts.map(Report.grouped).joined(separator: " and ")
+        progress("store write: in-order acks of \(pendingList) updates pending on one entity")
+        var acks: [Duration] = []
+        for pending in pendingCounts {
+            acks.append(try await measureInOrderAcks(pending: pending, workspace))
+            workspace.remove(acksStoreName)
+        }
         var section = ReportSection(title(settings))
-        section.rows = [batchedRow(batched, counts)] + singleRows(single, counts)
+        section.rows = [batchedRow(batched, counts)] + singleRows(single, counts) + ackRows(acks)
         section.notes = try notes(settings, workload, sqlite: single.sqliteSettings)
         return Outcome(section: section, sqliteVersion: single.sqliteSettings.sqliteVersion)
     }
@@ -221,7 +233,27 @@ enum StoreWriteBenchmark {
                 + "leaf-to-root path of every B-tree a create touches (log, entities, outbox, idempotency, counts, "
                 + "meta, the catalog, the free list), so DESIGN.md expects ours to lose to SQLite when every write "
                 + "is its own commit. The store wins by sharing commits: group commit (section 2) and batches (row a).",
+            "c: one entity created, then updated \(pendingCounts.map(Report.grouped).joined(separator: " or ")) "
+                + "times (one commit each, .process), then every intent acknowledged oldest first, "
+                + "\(acksPerRecord) per Store.record call, each at the next server version; rate = acks / time of "
+                + "the record calls. Each ack moves its intent into the confirmed state; the visible state already "
+                + "has it, so the intents still pending are not read back from the log. What still grows with "
+                + "their number is the entity record, which lists their offsets (8 bytes each) and which every "
+                + "ack rewrites.",
         ]
+    }
+
+    private static func ackRows(_ times: [Duration]) -> [ResultRow] {
+        let perAck = zip(pendingCounts, times).map { count, time in time.seconds / Double(count + 1) * 1e6 }
+        return zip(pendingCounts, times).enumerated().map { index, pair in
+            let (count, time) = pair
+            return ResultRow(
+                "\(index == 0 ? "c." : "  ") in-order acks, \(Report.grouped(count)) updates pending on one entity",
+                Double(count + 1) / time.seconds, "acks/s",
+                detail: String(format: "%.1f µs per ack", perAck[index])
+                    + (index == 0 ? "" : String(format: " against %.1f µs with %@ pending", perAck[0],
+                        Report.grouped(pendingCounts[0]))))
+        }
     }
 
     /// "; per commit: ours ... , SQLite ..." from the write counters.
@@ -232,6 +264,38 @@ enum StoreWriteBenchmark {
                 Double(writes.calls) / Double(count))
         }
         return "; written per commit: ours \(text(ours)), SQLite \(text(sqlite))"
+    }
+
+    /// Creates one entity, updates it `pending` times, then acknowledges
+    /// every intent in log order; returns the time of the `record` calls.
+    private static func measureInOrderAcks(pending: Int, _ workspace: Workspace) async throws -> Duration {
+        let store = try Store(path: workspace.path(acksStoreName), options: EventLog.Options(durability: .process))
+        defer { store.close() }
+        let id = try await store.create(type: TimeEntryWorkload.entityType, fields: ["n": 0, "note": "pending"])
+        for n in 1...pending {
+            try await store.update(type: TimeEntryWorkload.entityType, id: id, changes: ["n": .int(Int64(n))])
+        }
+        let clock = ContinuousClock()
+        var elapsed = Duration.zero
+        var acked = 0
+        while true {
+            let intents = try store.outbox(limit: acksPerRecord)
+            guard !intents.isEmpty else { break }
+            let outcomes = intents.enumerated().map { index, intent in
+                (intent.offset, PushOutcome.acknowledged(.applied, serverVersion: UInt64(acked + index + 1)))
+            }
+            let start = clock.now
+            let settled = try await store.record(outcomes)
+            elapsed += clock.now - start
+            guard settled.count == intents.count else {
+                throw BenchError("record settled \(settled.count) of \(intents.count)")
+            }
+            acked += settled.count
+        }
+        let entity = try store.get(type: TimeEntryWorkload.entityType, id: id)
+        guard acked == pending + 1, entity?.fields["n"] == .int(Int64(pending)), entity?.serverVersion == UInt64(acked)
+        else { throw BenchError("after \(acked) acks the entity is \(String(describing: entity))") }
+        return elapsed
     }
 
     struct BatchedOutcome: Sendable {
