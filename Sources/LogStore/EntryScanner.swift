@@ -71,12 +71,11 @@ public struct EntryScanner {
         let range = (index == 0 ? 0 : chunk.ends[index - 1])..<chunk.ends[index]
         let entry = try chunk.bytes.withUnsafeBytes { bytes in
             try withUnsafeBytes(of: offset.bigEndian) { key in
-                try EventLog.decode(key: key, value: UnsafeRawBufferPointer(rebasing: bytes[range]), path: log.path)
+                try EventLog.decode(
+                    key: key, value: UnsafeRawBufferPointer(rebasing: bytes[range]), following: &nextOffset,
+                    compactedBelow: chunk.compactedBelow, path: log.path)
             }
         }
-        try EventLog.checkDensity(
-            expected: nextOffset, found: entry.offset, compactedBelow: chunk.compactedBelow, path: log.path)
-        nextOffset = entry.offset + 1
         chunk.index += 1
         return entry
     }
@@ -134,10 +133,9 @@ extension EventLog {
             try start(compactedBelow, try EventLog.lastPosition(txn, log: logDatabase, path: path).lastOffset)
             var expected: UInt64 = 1
             try txn.forEach(logDatabase) { key, value in
-                let entry = try EventLog.decode(key: key, value: value, path: path)
-                try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
-                expected = entry.offset + 1
-                try visit(entry)
+                try visit(
+                    try EventLog.decode(
+                        key: key, value: value, following: &expected, compactedBelow: compactedBelow, path: path))
                 return true
             }
         }

@@ -308,6 +308,21 @@ extension EventLog {
         }
     }
 
+    /// Decodes the entry under `key` as the one after `expected - 1` in a
+    /// read of the log in order: it must follow with no gap (see
+    /// `checkDensity`). `expected` then names the offset after it; it stays
+    /// as it was when this throws.
+    /// - Throws: `LogStoreError` `.corruptEntry` or `.gap`.
+    static func decode(
+        key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, following expected: inout UInt64,
+        compactedBelow: UInt64, path: String
+    ) throws -> Entry {
+        let entry = try decode(key: key, value: value, path: path)
+        try checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
+        expected = entry.offset + 1
+        return entry
+    }
+
     /// Checks that `found` may follow `expected`: equal, or a hole that lies
     /// wholly below the compaction watermark.
     static func checkDensity(expected: UInt64, found: UInt64, compactedBelow: UInt64, path: String) throws {

@@ -129,21 +129,17 @@ extension Store {
         projector.cache = cache
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
-        try txn.withCursor(log.logDatabase) { cursor in
-            var item = try cursor.seek(atLeast: OffsetKey.encode(expected))
-            var applied = 0
-            while let (key, value) = item {
-                guard applied < Store.replayChunkCountMax else {
-                    more = true
-                    return
-                }
-                let entry = try EventLog.decode(key: key, value: value, path: path)
-                try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
-                try projector.apply(entry, txn, &effects, live: live)
-                expected = entry.offset + 1
-                applied += 1
-                item = try cursor.next()
+        var applied = 0
+        try txn.forEach(log.logDatabase, from: OffsetKey.encode(expected)) { key, value in
+            guard applied < Store.replayChunkCountMax else {
+                more = true
+                return false
             }
+            let entry = try EventLog.decode(
+                key: key, value: value, following: &expected, compactedBelow: compactedBelow, path: path)
+            try projector.apply(entry, txn, &effects, live: live)
+            applied += 1
+            return true
         }
         try cache.flush(projector, txn)
         try markWatermark(expected - 1, txn)
