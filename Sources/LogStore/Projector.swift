@@ -32,7 +32,11 @@ struct Projector: Sendable {
             record.pending.append(entry.offset)
             try save(record, replacing: before, intent.entityType, intent.entityID, txn)
             let offsetKey = OffsetKey.encode(entry.offset)
-            try txn.put(outbox, key: offsetKey, value: Projector.newOutboxState)
+            if let cache {
+                cache.stageOutbox(entry.offset)
+            } else {
+                try txn.put(outbox, key: offsetKey, value: Projector.newOutboxState)
+            }
             try txn.put(idempotency, key: Array(intent.idempotencyKey.utf8), value: offsetKey)
             effects.touchedTypes.insert(intent.entityType)
             if live { effects.wroteIntents = true }
@@ -96,6 +100,14 @@ struct Projector: Sendable {
 
     /// An empty cursor means none (the protocol's cursors are never empty).
     private func setCursor(_ cursor: String, _ txn: borrowing Transaction) throws {
+        if let cache {
+            cache.cursor = cursor
+        } else {
+            try storeCursor(cursor, txn)
+        }
+    }
+
+    func storeCursor(_ cursor: String, _ txn: borrowing Transaction) throws {
         if cursor.isEmpty {
             try txn.delete(meta, key: MetaKey.cursor)
         } else {
@@ -116,7 +128,8 @@ struct Projector: Sendable {
         confirm: (inout EntityRecord, Intent) -> Bool
     ) throws -> Intent? {
         let offsetKey = OffsetKey.encode(offset)
-        guard try txn.contains(outbox, key: offsetKey) else { return nil }
+        let staged = cache?.stagedOutbox(offset)
+        guard try staged ?? txn.contains(outbox, key: offsetKey) else { return nil }
         let intent = try readIntent(at: offset, txn)
         guard let before = try load(intent.entityType, intent.entityID, txn),
             let index = before.pending.firstIndex(of: offset)
@@ -136,7 +149,11 @@ struct Projector: Sendable {
             record.visible = try fold(record.base, record.pending, txn)
         }
         try save(record, replacing: before, intent.entityType, intent.entityID, txn)
-        try txn.delete(outbox, key: offsetKey)
+        if staged != nil {
+            cache?.unstageOutbox(offset)
+        } else {
+            try txn.delete(outbox, key: offsetKey)
+        }
         effects.touchedTypes.insert(intent.entityType)
         return intent
     }
@@ -325,8 +342,9 @@ extension EntityKey {
 }
 
 /// Replay's working set for one chunk: the records it touched (each loaded
-/// once and written once, in key order, at the end) and the per-type counts.
-/// It belongs to the one writer job that made it.
+/// once and written once, in key order, at the end), the per-type counts,
+/// the intents it added to the outbox and the pull cursor. It belongs to the
+/// one writer job that made it.
 ///
 /// It does not keep the intents it decoded: settling one reads it back from
 /// the log. Keeping a chunk's intents alive made replay about 10% slower
@@ -339,12 +357,44 @@ final class ProjectionCache: @unchecked Sendable {
     /// Where each key's record is in `records`.
     private var positions: [ByteKey: Int] = [:]
     var counts: [String: Int] = [:]
+    /// The pull cursor the chunk's last server change left, if it had one
+    /// ("" for none).
+    var cursor: String?
+    /// The intents applied since the last flush that are still pending, one
+    /// flag per offset from `outboxBase`. Most of those a chunk sees acked
+    /// are acked within it, and then never reach the outbox database; the
+    /// rest are appended to it in one ascending run.
+    private var outboxBase: UInt64 = 0
+    private var outboxPending: [Bool] = []
 
     /// Sized for a chunk of `entryCount` entries, so the sets never grow
     /// (and rehash) as it runs.
     init(entryCount: Int) {
         records.reserveCapacity(entryCount)
         positions.reserveCapacity(entryCount)
+        outboxPending.reserveCapacity(entryCount)
+    }
+
+    /// The intent at `offset` (past every one staged so far) is pending.
+    func stageOutbox(_ offset: UInt64) {
+        if outboxPending.isEmpty { outboxBase = offset }
+        let index = Int(offset - outboxBase)
+        outboxPending.append(contentsOf: repeatElement(false, count: index - outboxPending.count))
+        outboxPending.append(true)
+    }
+
+    /// Whether the intent at `offset` is pending, when the chunk knows: an
+    /// offset at or past the first one staged since the last flush was
+    /// applied by this chunk (or is not an intent it has seen, so not
+    /// pending). nil for an earlier offset: the outbox database knows.
+    func stagedOutbox(_ offset: UInt64) -> Bool? {
+        guard !outboxPending.isEmpty, offset >= outboxBase else { return nil }
+        let index = offset - outboxBase
+        return index < outboxPending.count && outboxPending[Int(index)]
+    }
+
+    func unstageOutbox(_ offset: UInt64) {
+        outboxPending[Int(offset - outboxBase)] = false
     }
 
     /// The record as the chunk left it: nil when the chunk has not touched
@@ -373,8 +423,17 @@ final class ProjectionCache: @unchecked Sendable {
         records.sort { $0.key < $1.key }
         for (key, record) in records { try projector.storeRecord(record, key: key.bytes, txn) }
         for (type, count) in counts { try projector.storeCount(count, type, txn) }
+        // Every staged offset is past the outbox's last key (they are past
+        // the watermark), so each is an append at the end of its B-tree.
+        for (index, pending) in outboxPending.enumerated() where pending {
+            let key = OffsetKey.encode(outboxBase + UInt64(index))
+            try txn.put(projector.outbox, key: key, value: Projector.newOutboxState, flags: .append)
+        }
+        if let cursor { try projector.storeCursor(cursor, txn) }
         records.removeAll(keepingCapacity: true)
         positions.removeAll(keepingCapacity: true)
         counts = [:]
+        cursor = nil
+        outboxPending.removeAll(keepingCapacity: true)
     }
 }
