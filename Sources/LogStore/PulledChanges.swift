@@ -63,10 +63,17 @@ extension Store {
     /// index, counts, cursor) from the log alone, a chunk of entries per
     /// transaction. Outbox retry timers start over.
     public func rebuildProjections() async throws {
+        try await rebuildProjections(entriesPerTransaction: Store.replayChunkCountMax)
+    }
+
+    /// `rebuildProjections()` with another chunk size, so tests can put
+    /// chunk boundaries anywhere.
+    package func rebuildProjections(entriesPerTransaction: Int) async throws {
+        precondition(entriesPerTransaction > 0, "a replay chunk needs room for an entry")
         // Straight to the log's writer: `write` would stamp the watermark
         // with the last offset, which is what replay must not do.
         try await log.perform { txn, _ in try self.clearDerived(txn) }
-        while try await log.perform({ txn, _ in try self.replayChunk(txn) }) {}
+        while try await log.perform({ txn, _ in try self.replayChunk(txn, countMax: entriesPerTransaction) }) {}
     }
 
     /// Opening: rebuild if the derived databases have another version,
@@ -114,24 +121,27 @@ extension Store {
         try log.metaNumber(MetaKey.watermark, txn) ?? 0
     }
 
-    /// Applies up to `replayChunkCountMax` entries after the watermark.
+    /// Applies up to `countMax` entries after the watermark.
     /// - Returns: whether entries remain.
-    private func replayChunk(_ txn: borrowing Transaction) throws -> Bool {
+    private func replayChunk(_ txn: borrowing Transaction, countMax: Int = Store.replayChunkCountMax) throws -> Bool {
         var effects = CommitEffects()
-        return try replayChunk(txn, &effects, live: false)
+        return try replayChunk(txn, &effects, live: false, countMax: countMax)
     }
 
-    private func replayChunk(_ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool) throws -> Bool {
+    private func replayChunk(
+        _ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool,
+        countMax: Int = Store.replayChunkCountMax
+    ) throws -> Bool {
         var expected = try watermark(txn) + 1
         var more = false
         var projector = self.projector
-        let cache = ProjectionCache(entryCount: Store.replayChunkCountMax)
+        let cache = ProjectionCache(entryCount: countMax)
         projector.cache = cache
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
         var applied = 0
         try txn.forEach(log.logDatabase, from: OffsetKey.encode(expected)) { key, value in
-            guard applied < Store.replayChunkCountMax else {
+            guard applied < countMax else {
                 more = true
                 return false
             }
