@@ -23,6 +23,8 @@ final class GroupCommitter: @unchecked Sendable {
     // Guarded by `condition`.
     private var queue: [any WriteJob] = []
     private var closing = false
+    /// How many queued jobs the writer waits for.
+    private var wakeCount = 1
     private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
     /// Wakes the callers of a committed group. Waking 64 blocked threads
@@ -58,7 +60,9 @@ final class GroupCommitter: @unchecked Sendable {
         defer { condition.unlock() }
         guard !closing else { return false }
         queue.append(job)
-        condition.signal()
+        // Waking the writer before it has what it waits for would only make
+        // it look and sleep again, taking a core from the callers.
+        if queue.count >= wakeCount { condition.signal() }
         return true
     }
 
@@ -85,25 +89,58 @@ final class GroupCommitter: @unchecked Sendable {
     /// (woken by the previous commit, about to submit again): a fraction of
     /// one durable commit, so a lone writer never waits at all.
     static let lingerMax: TimeInterval = 0.000_1
-    /// The size of the last group; only the writer thread touches it.
+    /// After a wait for returning callers runs out, the writer skips this
+    /// many chances to wait for them.
+    static let rejoinPauseCount = 16
+    // Only the writer thread touches these two (under `condition`).
+    /// The size of the last group.
     private var lastGroupCount = 0
+    /// Chances to wait for returning callers still to skip.
+    private var rejoinPause = 0
 
     private func nextGroup() -> [any WriteJob]? {
         condition.lock()
         defer { condition.unlock() }
+        // Jobs queued while the last group committed, and the callers of
+        // that group, woken now and on their way back, can share the next
+        // commit. Without this wait they take turns: two halves of the
+        // writers, each commit carrying one. It pays when callers come back
+        // quickly (an async caller's task resumes): bench section 2, async
+        // appends, 30-40% more entries/s with 4 to 64 writers. 64 blocked
+        // threads woken one by one on two cores take longer than the commit
+        // the wait saves, so after a wait that runs out the writer stops
+        // waiting for a while.
+        if !queue.isEmpty, lastGroupCount > 0, !closing {
+            if rejoinPause > 0 {
+                rejoinPause -= 1
+            } else {
+                let target = min(queue.count + lastGroupCount, GroupCommitter.groupCountMax)
+                if !waitForQueue(target) { rejoinPause = GroupCommitter.rejoinPauseCount }
+            }
+        }
         while queue.isEmpty && !closing { condition.wait() }
         if queue.isEmpty { return nil }
         // Fewer jobs than half the last group means the rest of its callers
         // are still being woken; a moment's wait lets them share this commit.
         if queue.count * 2 < lastGroupCount, !closing {
-            let deadline = Date(timeIntervalSinceNow: GroupCommitter.lingerMax)
-            while queue.count * 2 < lastGroupCount, !closing, condition.wait(until: deadline) {}
+            waitForQueue((lastGroupCount + 1) / 2)
         }
         let count = min(queue.count, GroupCommitter.groupCountMax)
         let group = Array(queue.prefix(count))
         queue.removeFirst(count)
         lastGroupCount = count
         return group
+    }
+
+    /// Waits up to `lingerMax` for `count` queued jobs, holding `condition`.
+    /// - Returns: whether they came (or the committer is closing).
+    @discardableResult
+    private func waitForQueue(_ count: Int) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: GroupCommitter.lingerMax)
+        wakeCount = count
+        defer { wakeCount = 1 }
+        while queue.count < count, !closing, condition.wait(until: deadline) {}
+        return queue.count >= count || closing
     }
 
     private func commit(_ group: [any WriteJob]) {
