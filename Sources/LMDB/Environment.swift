@@ -361,6 +361,9 @@ extension Environment {
         public var pageSize: Int
         public var maxReaders: Int
         public var readersUsed: Int
+        /// The id of the last committed write transaction: how many commits
+        /// the environment has had.
+        public var lastTransactionID: Int
     }
 
     public func info() -> Info {
@@ -371,7 +374,7 @@ extension Environment {
         return Info(
             mapSize: envInfo.me_mapsize, usedBytes: (envInfo.me_last_pgno + 1) * Int(stat.ms_psize),
             pageSize: Int(stat.ms_psize), maxReaders: Int(envInfo.me_maxreaders),
-            readersUsed: Int(envInfo.me_numreaders))
+            readersUsed: Int(envInfo.me_numreaders), lastTransactionID: envInfo.me_last_txnid)
     }
 
     /// Writes a consistent copy of the environment into the empty directory

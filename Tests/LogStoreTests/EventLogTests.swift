@@ -1,7 +1,7 @@
 import Foundation
 import LMDB
 import LogFormat
-import LogStore
+@testable import LogStore
 import LogTesting
 import Testing
 
@@ -47,6 +47,7 @@ func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil
         let directory = try TemporaryDirectory("log-tasks")
         let log = try EventLog(path: directory.path)
         let perWriter = 40
+        let commitsBefore = log.environment.info().lastTransactionID
         let offsets = try await withThrowingTaskGroup(of: [(UInt64, Int)].self) { group in
             for writer in 0..<64 {
                 group.addTask {
@@ -63,25 +64,43 @@ func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil
             return all
         }
         try checkDense(log, offsets: offsets, count: 64 * perWriter)
+        try checkShared(log, commitsBefore: commitsBefore, appends: 64 * perWriter)
     }
 
     @Test func sixtyFourConcurrentThreadsGetDenseOffsets() throws {
         let directory = try TemporaryDirectory("log-threads")
         let log = try EventLog(path: directory.path)
         let perWriter = 40
+        let commitsBefore = log.environment.info().lastTransactionID
         let results = ResultBox()
-        DispatchQueue.concurrentPerform(iterations: 64) { writer in
-            for i in 0..<perWriter {
-                let n = writer * perWriter + i
-                do {
-                    results.add(try log.appendBlocking(intent(n)), n)
-                } catch {
-                    results.fail(error)
+        // Threads of their own: DispatchQueue.concurrentPerform would run
+        // the 64 writers on as many threads as there are cores.
+        let finished = DispatchGroup()
+        for writer in 0..<64 {
+            finished.enter()
+            Thread {
+                defer { finished.leave() }
+                for i in 0..<perWriter {
+                    let n = writer * perWriter + i
+                    do {
+                        results.add(try log.appendBlocking(intent(n)), n)
+                    } catch {
+                        results.fail(error)
+                    }
                 }
-            }
+            }.start()
         }
+        finished.wait()
         #expect(results.errors.isEmpty)
         try checkDense(log, offsets: results.offsets, count: 64 * perWriter)
+        try checkShared(log, commitsBefore: commitsBefore, appends: 64 * perWriter)
+    }
+
+    /// Concurrent appends shared their commits: at least two to a commit on
+    /// average (each commit syncs, while 63 other writers wait to append).
+    private func checkShared(_ log: EventLog, commitsBefore: Int, appends: Int) throws {
+        let commits = log.environment.info().lastTransactionID - commitsBefore
+        #expect(commits * 2 <= appends, "\(appends) appends took \(commits) commits")
     }
 
     /// Every offset from 1 to `count` handed out once, and each entry is the
