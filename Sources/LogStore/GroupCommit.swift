@@ -110,19 +110,22 @@ final class GroupCommitter: @unchecked Sendable {
         // threads woken one by one on two cores take longer than the commit
         // the wait saves, so after a wait that runs out the writer stops
         // waiting for a while.
+        var waited = false
         if !queue.isEmpty, lastGroupCount > 0, !closing {
             if rejoinPause > 0 {
                 rejoinPause -= 1
             } else {
                 let target = min(queue.count + lastGroupCount, GroupCommitter.groupCountMax)
                 if !waitForQueue(target) { rejoinPause = GroupCommitter.rejoinPauseCount }
+                waited = true
             }
         }
         while queue.isEmpty && !closing { condition.wait() }
         if queue.isEmpty { return nil }
         // Fewer jobs than half the last group means the rest of its callers
-        // are still being woken; a moment's wait lets them share this commit.
-        if queue.count * 2 < lastGroupCount, !closing {
+        // are still being woken; a moment's wait lets them share this commit
+        // (one wait per group at most).
+        if !waited, queue.count * 2 < lastGroupCount, !closing {
             waitForQueue((lastGroupCount + 1) / 2)
         }
         let count = min(queue.count, GroupCommitter.groupCountMax)
