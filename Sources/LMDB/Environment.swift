@@ -45,7 +45,8 @@ public final class Environment: @unchecked Sendable {
 
     /// How many times one write may grow the map and retry before giving up.
     static let mapGrowthAttemptsMax = 40
-    /// How many reset read transactions are kept for reuse.
+    /// How many reset read transactions `readPool` keeps for reuse (besides
+    /// the one in `spareRead`).
     static let readPoolCountMax = 16
 
     let handle: OpaquePointer
@@ -54,6 +55,13 @@ public final class Environment: @unchecked Sendable {
     private let resizeLock = ReadWriteLock()
     private let state: Mutex<State>
     private let openDatabaseLock = Mutex(())
+    /// False once the environment is closed or has failed (`state` says
+    /// which), so a read can check it without taking the lock.
+    private let usable = Atomic<Bool>(true)
+    /// One reset read transaction (its address; 0 when empty), taken and
+    /// given back without a lock. A thread that reads alone always finds
+    /// its transaction here; concurrent readers fall back to `readPool`.
+    private let spareRead = Atomic<UInt>(0)
 
     /// A reset read transaction. `MDB_NOTLS` lets any thread renew it.
     private struct PooledTransaction: @unchecked Sendable { let handle: OpaquePointer }
@@ -153,10 +161,16 @@ public final class Environment: @unchecked Sendable {
             let pool = state.withLock { state -> [PooledTransaction]? in
                 guard !state.closed else { return nil }
                 state.closed = true
+                usable.store(false, ordering: .releasing)
                 defer { state.readPool = [] }
                 return state.readPool
             }
             guard let pool else { return }
+            // No read is running (they hold the resize lock shared), so the
+            // spare cannot change under us.
+            if let spare = OpaquePointer(bitPattern: spareRead.exchange(0, ordering: .acquiringAndReleasing)) {
+                mdb_txn_abort(spare)
+            }
             for txn in pool { mdb_txn_abort(txn.handle) }
             mdb_env_close(handle)
             Environment.unregister(path)
@@ -233,7 +247,10 @@ extension Environment {
             // The commit may have written part of its pages; LMDB's own state
             // is not to be trusted now (DESIGN.md: "treat the environment as
             // failed and reopen it").
-            state.withLock { $0.failed = LMDBError(code: .environmentFailed, operation: "mdb_txn_commit", path: path) }
+            state.withLock {
+                $0.failed = LMDBError(code: .environmentFailed, operation: "mdb_txn_commit", path: path)
+                usable.store(false, ordering: .releasing)
+            }
             throw error
         }
         return value
@@ -262,20 +279,20 @@ extension Environment {
 
     /// nil when the map was resized by another process.
     private func renewedOrNewRead() throws(LMDBError) -> OpaquePointer? {
+        // The fast path, without a lock: reads are the store's hot path.
+        if usable.load(ordering: .acquiring),
+            let spare = OpaquePointer(bitPattern: spareRead.exchange(0, ordering: .acquiringAndReleasing))
+        {
+            return try renewed(spare)
+        }
         // One lock both checks the environment is usable and takes a pooled
-        // transaction: reads are the hot path.
+        // transaction.
         let pooledOrProblem = state.withLock { state -> Result<PooledTransaction?, LMDBError> in
             if state.closed { return .failure(LMDBError(code: .closed, operation: "read", path: path)) }
             if let failed = state.failed { return .failure(failed) }
             return .success(state.readPool.popLast())
         }
-        if let pooled = try pooledOrProblem.get()?.handle {
-            let result = mdb_txn_renew(pooled)
-            if result == 0 { return pooled }
-            mdb_txn_abort(pooled)
-            if result == MDB_MAP_RESIZED { return nil }
-            try check(result, "mdb_txn_renew", path: path)
-        }
+        if let pooled = try pooledOrProblem.get()?.handle { return try renewed(pooled) }
         var txn: OpaquePointer?
         let result = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
         if result == MDB_MAP_RESIZED { return nil }
@@ -284,11 +301,25 @@ extension Environment {
         return txn
     }
 
+    /// The pooled transaction renewed; nil when the map was resized by
+    /// another process. It is aborted when it cannot be renewed.
+    private func renewed(_ pooled: OpaquePointer) throws(LMDBError) -> OpaquePointer? {
+        let result = mdb_txn_renew(pooled)
+        if result == 0 { return pooled }
+        mdb_txn_abort(pooled)
+        if result == MDB_MAP_RESIZED { return nil }
+        throw LMDBError(code: LMDBError.Code(rawValue: result), operation: "mdb_txn_renew", path: path)
+    }
+
     /// Ends a transaction from `beginRead` (back to the pool, reset) and
     /// releases the resize lock.
     @usableFromInline
     func endRead(_ txn: OpaquePointer) {
         mdb_txn_reset(txn)
+        if spareRead.compareExchange(expected: 0, desired: UInt(bitPattern: txn), ordering: .acquiringAndReleasing).exchanged {
+            resizeLock.unlock()
+            return
+        }
         let kept = state.withLock { state -> Bool in
             guard state.readPool.count < Environment.readPoolCountMax else { return false }
             state.readPool.append(PooledTransaction(handle: txn))

@@ -1,5 +1,6 @@
 import Foundation
 import LMDB
+import Synchronization
 import LogTesting
 import Testing
 
@@ -98,6 +99,59 @@ import Testing
         // Pinned, the snapshot would keep all of them: about 13 MB.
         #expect(grown < 1_000_000, "the file grew by \(grown) bytes")
         #expect(try environment.read { txn in try txn.get(table, key: [1]) } == value.map { $0 &+ 199 })
+    }
+
+    /// Concurrent readers share the pooled read transactions: each sees one
+    /// snapshot, none is handed to two readers at once, none is lost (that
+    /// would take a new reader slot), and closing ends the ones kept.
+    @Test func concurrentReadersShareThePool() throws {
+        let directory = try TemporaryDirectory("lmdb-readers")
+        var options = Environment.Options()
+        options.durability = .process
+        let environment = try Environment(path: directory.path, options: options)
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in
+            try txn.put(table, key: [1], value: key(0))
+            try txn.put(table, key: [2], value: key(0))
+        }
+        let readerCount = 8
+        let torn = Mutex(0)
+        let done = Atomic<Bool>(false)
+        let rounds = Atomic<Int>(0)
+        let writer = Thread {
+            while !done.load(ordering: .relaxed) {
+                let round = rounds.wrappingAdd(1, ordering: .relaxed).newValue
+                try? environment.write { txn in
+                    try txn.put(table, key: [1], value: key(round))
+                    try txn.put(table, key: [2], value: key(round))
+                }
+            }
+        }
+        writer.start()
+        // Threads of their own: `concurrentPerform` would run as many at
+        // once as there are cores.
+        let readers = (0..<readerCount).map { _ in
+            Thread {
+                for _ in 0..<5_000 {
+                    let pair = try? environment.read { txn in (try txn.get(table, key: [1]), try txn.get(table, key: [2])) }
+                    if pair == nil || pair?.0 != pair?.1 || pair?.0 == nil { torn.withLock { $0 += 1 } }
+                }
+            }
+        }
+        readers.forEach { $0.start() }
+        while readers.contains(where: { !$0.isFinished }) { usleep(1_000) }
+        done.store(true, ordering: .relaxed)
+        #expect(torn.withLock { $0 } == 0)
+        #expect(rounds.load(ordering: .relaxed) > 1)
+        // One slot per transaction ever begun: at most one per reader
+        // running at once (the writer takes none).
+        #expect(environment.info().readersUsed <= readerCount)
+        while !writer.isFinished { usleep(1_000) }
+        environment.close()
+        let reopened = try Environment(path: directory.path, options: options)
+        let table2 = try #require(try reopened.openDatabase("t", create: false))
+        let pair = try reopened.read { txn in (try txn.get(table2, key: [1]), try txn.get(table2, key: [2])) }
+        #expect(pair.0 != nil && pair.0 == pair.1)
     }
 
     @Test func nestedTransactionRollsBackAlone() throws {
