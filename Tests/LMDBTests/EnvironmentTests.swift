@@ -1,7 +1,7 @@
 import Foundation
 import LMDB
-import Synchronization
 import LogTesting
+import Synchronization
 import Testing
 
 @Suite struct EnvironmentTests {
@@ -101,9 +101,11 @@ import Testing
         #expect(try environment.read { txn in try txn.get(table, key: [1]) } == value.map { $0 &+ 199 })
     }
 
-    /// Concurrent readers share the pooled read transactions: each sees one
-    /// snapshot, none is handed to two readers at once, none is lost (that
-    /// would take a new reader slot), and closing ends the ones kept.
+    /// Concurrent readers share the pooled read transactions (the lock-free
+    /// spare and the locked pool): each sees one snapshot, none is handed to
+    /// two readers at once, none is lost (a new one would take another
+    /// reader slot), and the environment closes and reopens with the last
+    /// write whole.
     @Test func concurrentReadersShareThePool() throws {
         let directory = try TemporaryDirectory("lmdb-readers")
         var options = Environment.Options()
