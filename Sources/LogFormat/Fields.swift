@@ -95,8 +95,13 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
     /// Applies `changes` over these fields: each changed name takes its new value.
     public func merging(_ changes: Fields) -> Fields {
         var merged = self
-        for change in changes { merged[change.name] = change.value }
+        merged.merge(changes)
         return merged
+    }
+
+    /// `merging(_:)` in place: with storage of its own, no copy.
+    public mutating func merge(_ changes: Fields) {
+        for change in changes.storage { self[change.name] = change.value }
     }
 
     private func insertionIndex(of name: String) -> Int {

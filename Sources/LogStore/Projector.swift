@@ -26,11 +26,11 @@ struct Projector: Sendable {
     func apply(_ entry: Entry, _ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool) throws {
         switch entry.body {
         case .intent(let intent):
-            let before = try load(intent.entityType, intent.entityID, txn)
-            var record = before ?? EntityRecord()
-            record.visible = Projector.applying(intent, to: record.visible)
-            record.pending.append(entry.offset)
-            try save(record, replacing: before, intent.entityType, intent.entityID, txn)
+            try update(intent.entityType, intent.entityID, txn) { record in
+                Projector.apply(intent, to: &record.visible)
+                record.pending.append(entry.offset)
+                return true
+            }
             let offsetKey = OffsetKey.encode(entry.offset)
             if let cache {
                 cache.stageOutbox(entry.offset)
@@ -91,10 +91,17 @@ struct Projector: Sendable {
     /// its fields into an existing entity (and cannot bring back a missing
     /// one), a delete removes it.
     static func applying(_ intent: Intent, to state: Fields?) -> Fields? {
+        var state = state
+        apply(intent, to: &state)
+        return state
+    }
+
+    /// `applying(_:to:)` in place (an update to fields of their own merges without a copy).
+    static func apply(_ intent: Intent, to state: inout Fields?) {
         switch intent.operation {
-        case .create: intent.fields
-        case .update: state?.merging(intent.fields)
-        case .delete: nil
+        case .create: state = intent.fields
+        case .update: state?.merge(intent.fields)
+        case .delete: state = nil
         }
     }
 
@@ -131,24 +138,24 @@ struct Projector: Sendable {
         let staged = cache?.stagedOutbox(offset)
         guard try staged ?? txn.contains(outbox, key: offsetKey) else { return nil }
         let intent = try readIntent(at: offset, txn)
-        guard let before = try load(intent.entityType, intent.entityID, txn),
-            let index = before.pending.firstIndex(of: offset)
-        else { return nil }
-        var record = before
-        record.pending.remove(at: index)
-        let appliedToBase = confirm(&record, intent)
-        // Only intents made before an answer need its version; once none is
-        // pending, every later intent is made against a base that has it.
-        if record.pending.isEmpty { record.ackedVersion = 0 }
-        // The visible state is the base with the pending intents applied in
-        // order. When the oldest pending intent moved into the base, the new
-        // base with the rest applied is the visible state already: nothing
-        // to read back from the log. Otherwise it is folded again (with
-        // none pending, that is the base itself, sharing its storage).
-        if index != 0 || !appliedToBase || record.pending.isEmpty {
-            record.visible = try fold(record.base, record.pending, txn)
+        let settled = try update(intent.entityType, intent.entityID, txn) { record in
+            guard let index = record.pending.firstIndex(of: offset) else { return false }
+            record.pending.remove(at: index)
+            let appliedToBase = confirm(&record, intent)
+            // Only intents made before an answer need its version; once none is
+            // pending, every later intent is made against a base that has it.
+            if record.pending.isEmpty { record.ackedVersion = 0 }
+            // The visible state is the base with the pending intents applied in
+            // order. When the oldest pending intent moved into the base, the new
+            // base with the rest applied is the visible state already: nothing
+            // to read back from the log. Otherwise it is folded again (with
+            // none pending, that is the base itself, sharing its storage).
+            if index != 0 || !appliedToBase || record.pending.isEmpty {
+                record.visible = try fold(record.base, record.pending, txn)
+            }
+            return true
         }
-        try save(record, replacing: before, intent.entityType, intent.entityID, txn)
+        guard settled else { return nil }
         if staged != nil {
             cache?.unstageOutbox(offset)
         } else {
@@ -164,14 +171,14 @@ struct Projector: Sendable {
         _ type: String, _ id: String, version: UInt64, state: Fields?, _ txn: borrowing Transaction,
         _ effects: inout CommitEffects
     ) throws {
-        let before = try load(type, id, txn)
-        var record = before ?? EntityRecord()
-        let confirmed = record.confirmed.applying(version: version, state: state)
-        guard confirmed != record.confirmed else { return }
-        record.confirmed = confirmed
-        record.visible = try fold(record.base, record.pending, txn)
-        try save(record, replacing: before, type, id, txn)
-        effects.touchedTypes.insert(type)
+        let changed = try update(type, id, txn) { record in
+            let confirmed = record.confirmed.applying(version: version, state: state)
+            guard confirmed != record.confirmed else { return false }
+            record.confirmed = confirmed
+            record.visible = try fold(record.base, record.pending, txn)
+            return true
+        }
+        if changed { effects.touchedTypes.insert(type) }
     }
 
     /// Full resync: forget everything the server confirmed (tombstones too)
@@ -179,17 +186,18 @@ struct Projector: Sendable {
     private func resetBase(_ txn: borrowing Transaction, _ effects: inout CommitEffects) throws {
         var after: [UInt8]?
         while true {
-            let batch = try records(after: after, txn)
-            guard let last = batch.last?.key else { break }
-            for (key, before) in batch {
+            let batch = try keys(after: after, txn)
+            guard let last = batch.last else { break }
+            for key in batch {
                 let (type, id) = EntityKey.split(key)
-                var record = before
-                record.base = nil
-                record.baseVersion = 0
-                // The server's versions may have started over (a new store).
-                record.ackedVersion = 0
-                record.visible = try fold(nil, record.pending, txn)
-                try save(record, replacing: before, type, id, txn)
+                try update(type, id, txn) { record in
+                    record.base = nil
+                    record.baseVersion = 0
+                    // The server's versions may have started over (a new store).
+                    record.ackedVersion = 0
+                    record.visible = try fold(nil, record.pending, txn)
+                    return true
+                }
                 effects.touchedTypes.insert(type)
             }
             // A replay's working set is written out with each batch, so it
@@ -200,17 +208,16 @@ struct Projector: Sendable {
         try txn.delete(meta, key: MetaKey.cursor)
     }
 
-    /// Up to `Store.resetBatchCountMax` stored records in key order, after
-    /// the key `after` (from the first when nil). They are read before any
-    /// is written: writing while a cursor walks the same database would
-    /// move the cursor.
-    private func records(after: [UInt8]?, _ txn: borrowing Transaction) throws -> [(key: [UInt8], record: EntityRecord)] {
-        var batch: [(key: [UInt8], record: EntityRecord)] = []
-        try txn.forEach(entities, from: after) { key, value in
+    /// Up to `Store.resetBatchCountMax` keys of stored records in key
+    /// order, after the key `after` (from the first when nil). They are read
+    /// before any record is written: writing while a cursor walks the same
+    /// database would move the cursor.
+    private func keys(after: [UInt8]?, _ txn: borrowing Transaction) throws -> [[UInt8]] {
+        var batch: [[UInt8]] = []
+        try txn.forEach(entities, from: after) { key, _ in
             // The previous batch's last record, when it is still there.
             if let after, key.elementsEqual(after) { return true }
-            let bytes = [UInt8](key)
-            batch.append((bytes, try decodeRecord(value, key: bytes)))
+            batch.append([UInt8](key))
             return batch.count < Store.resetBatchCountMax
         }
         return batch
@@ -275,25 +282,33 @@ struct Projector: Sendable {
         }
     }
 
-    /// Writes the record (or removes an empty one) and keeps the per-type
-    /// count of visible entities in step. `before` is the record it replaces.
-    func save(
-        _ record: EntityRecord, replacing before: EntityRecord?, _ type: String, _ id: String,
-        _ txn: borrowing Transaction
-    ) throws {
+    /// Lets `body` change the entity's record in place (an empty record
+    /// when it has none), then saves it (removing an empty one) and keeps
+    /// the per-type count of visible entities in step. `body` returns
+    /// whether it changed the record; when it did not, nothing is saved.
+    /// - Returns: what `body` returned.
+    @discardableResult
+    func update(
+        _ type: String, _ id: String, _ txn: borrowing Transaction, _ body: (inout EntityRecord) throws -> Bool
+    ) throws -> Bool {
         let key = EntityKey.encode(type: type, id: id)
-        let wasVisible = before?.visible != nil
-        let isVisible = record.visible != nil
+        var visibility: (was: Bool, is: Bool)?
         if let cache {
-            cache.set(record.isEmpty ? nil : record, ByteKey(key))
-            if wasVisible != isVisible {
-                let count = try cache.counts[type] ?? visibleCount(type, txn)
-                cache.counts[type] = count + (isVisible ? 1 : -1)
+            visibility = try cache.update(ByteKey(key), load: { try loadStored(key, txn) }, body)
+        } else {
+            var record = try loadStored(key, txn) ?? EntityRecord()
+            let wasVisible = record.visible != nil
+            if try body(&record) {
+                try storeRecord(record, key: key, txn)
+                visibility = (wasVisible, record.visible != nil)
             }
-            return
         }
-        try storeRecord(record, key: key, txn)
-        if wasVisible != isVisible { try storeCount(try visibleCount(type, txn) + (isVisible ? 1 : -1), type, txn) }
+        guard let visibility else { return false }
+        if visibility.was != visibility.is {
+            let count = try visibleCount(type, txn) + (visibility.is ? 1 : -1)
+            if let cache { cache.counts[type] = count } else { try storeCount(count, type, txn) }
+        }
+        return true
     }
 
     func storeRecord(_ record: EntityRecord?, key: [UInt8], _ txn: borrowing Transaction) throws {
@@ -413,13 +428,27 @@ final class ProjectionCache: @unchecked Sendable {
         positions[key].map { records[$0].record }
     }
 
-    func set(_ record: EntityRecord?, _ key: ByteKey) {
+    /// `Projector.update` on the chunk's copy of the record: loaded with
+    /// `load` the first time the chunk touches it, changed in place after
+    /// (so its fields and pending offsets are not copied on write).
+    /// - Returns: whether the record was visible before and after, nil when
+    ///   `body` left it unchanged.
+    func update(
+        _ key: ByteKey, load: () throws -> EntityRecord?, _ body: (inout EntityRecord) throws -> Bool
+    ) throws -> (was: Bool, is: Bool)? {
         if let position = positions[key] {
-            records[position].record = record
-        } else {
-            positions[key] = records.count
-            records.append((key, record))
+            // Taken out, so the one reference is the local one.
+            var record = records[position].record.take() ?? EntityRecord()
+            defer { records[position].record = record.isEmpty ? nil : record }
+            let wasVisible = record.visible != nil
+            return try body(&record) ? (wasVisible, record.visible != nil) : nil
         }
+        var record = try load() ?? EntityRecord()
+        let wasVisible = record.visible != nil
+        guard try body(&record) else { return nil }
+        positions[key] = records.count
+        records.append((key, record.isEmpty ? nil : record))
+        return (wasVisible, record.visible != nil)
     }
 
     /// Writes what the chunk changed and empties the record and count sets.
