@@ -312,6 +312,55 @@ struct StoreFixture {
         #expect(try fixture.store.count(type: "te") == 1)
     }
 
+    /// Replay's chunks are write transactions like any other: one that
+    /// fills the map is aborted, the map grows, and the chunk runs again from
+    /// the start, with a working set of its own. The log is copied raw into a
+    /// store with a tiny map (which grows to hold the log alone), so the
+    /// replay has to grow it again; the tables must come out as the
+    /// incremental path made them in a store with room.
+    @Test func replayThatFillsTheMapGrowsItAndBuildsTheSameTables() async throws {
+        let roomy = try StoreFixture("replay-map-roomy")
+        var random = RandomEntries(seed: 20_261_123)
+        var ids: [String] = []
+        for round in 0..<12 {
+            var batch = WriteBatch()
+            for _ in 0..<100 {
+                var fields = random.storeFields()
+                fields["note"] = .string(String(repeating: "n", count: random.int(0...200)))
+                ids.append(try batch.create(type: "te", fields: fields))
+            }
+            for _ in 0..<50 { try batch.update(type: "te", id: ids[random.int(0...ids.count - 1)], changes: random.storeFields()) }
+            try await roomy.store.write(batch)
+            // Acks for the oldest pending intents, some entities pulled.
+            let acks = try roomy.store.outbox(limit: 80).enumerated().map { index, intent in
+                (intent.offset, PushOutcome.acknowledged(.applied, serverVersion: UInt64(round * 100 + index + 1)))
+            }
+            try await roomy.store.record(acks)
+            let pulled = (0..<30).map { index in
+                PulledChange(.upsert, entityType: "prj", entityID: "p\(round)-\(index)", serverVersion: 1, fields: random.storeFields())
+            }
+            try await roomy.store.applyPulledPage(pulled, cursor: "c\(round)")
+        }
+        let expected = try roomy.store.derivedTables()
+        var bodies: [EntryBody] = []
+        var scanner = roomy.store.log.entries(from: 1)
+        while let entry = try scanner.next() { bodies.append(entry.body) }
+
+        let directory = try TemporaryDirectory("replay-map-tiny")
+        var options = EventLog.Options(durability: .process)
+        options.initialMapSize = 64 << 10
+        let store = try Store(path: directory.path, options: options)
+        defer { store.close() }
+        _ = try store.log.appendBlocking(contentsOf: bodies)
+        let beforeReplay = store.log.mapUsage().mapSize
+        try await store.rebuildProjections(entriesPerTransaction: 500)
+        #expect(store.log.mapUsage().mapSize > beforeReplay, "the replay never filled the map")
+        #expect(try store.derivedTables() == expected)
+        for id in [ids[0], ids[ids.count / 2], ids[ids.count - 1]] {
+            #expect(try store.get(type: "te", id: id) == roomy.store.get(type: "te", id: id))
+        }
+    }
+
     // MARK: Outbox
 
     @Test func outboxRetriesAndFailures() async throws {
