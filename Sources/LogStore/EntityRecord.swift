@@ -164,24 +164,28 @@ extension EntityRecord {
 /// UTF-8. Types never contain a zero byte, so each type is one key range.
 enum EntityKey {
     static func encode(type: String, id: String) -> [UInt8] {
-        var key: [UInt8] = []
-        key.reserveCapacity(type.utf8.count + 1 + id.utf8.count)
-        key.append(contentsOf: type.utf8)
-        key.append(0)
-        key.append(contentsOf: id.utf8)
-        return key
+        let count = type.utf8.count + 1 + id.utf8.count
+        return [UInt8](unsafeUninitializedCapacity: count) { key, initialized in
+            fill(key, type: type, id: id)
+            initialized = count
+        }
     }
 
     /// Calls `body` with the key in a stack buffer (no allocation: the read
     /// path builds one key per `get`).
     static func withKey<R>(type: String, id: String, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-        let typeCount = type.utf8.count
-        return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: typeCount + 1 + id.utf8.count) { key in
-            copyUTF8(of: type, to: key, at: 0)
-            key.initializeElement(at: typeCount, to: 0)
-            copyUTF8(of: id, to: key, at: typeCount + 1)
+        try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: type.utf8.count + 1 + id.utf8.count) { key in
+            fill(key, type: type, id: id)
             return try body(UnsafeRawBufferPointer(key))
         }
+    }
+
+    /// Writes the key into `key`, which has exactly its length.
+    private static func fill(_ key: UnsafeMutableBufferPointer<UInt8>, type: String, id: String) {
+        let typeCount = type.utf8.count
+        copyUTF8(of: type, to: key, at: 0)
+        key.initializeElement(at: typeCount, to: 0)
+        copyUTF8(of: id, to: key, at: typeCount + 1)
     }
 
     /// Copies the string's UTF-8 into `buffer` from `start`: one copy from
