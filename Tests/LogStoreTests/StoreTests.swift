@@ -92,6 +92,27 @@ struct StoreFixture {
         #expect(try store.count(type: "te") == 25)
     }
 
+    /// Ids are any UTF-8: short ones (stored inside the string) and long
+    /// ones, with characters of two to four bytes, are found by `get`,
+    /// ordered by their bytes in `all`, and come back the same from a replay.
+    @Test func idsOfAnyUTF8AreFoundAndOrderedByTheirBytes() async throws {
+        var fixture = try StoreFixture("store-utf8-ids")
+        let ids = ["é", "z", "漢字-🙂", "ascii-id-longer-than-fifteen-bytes", "é-" + String(repeating: "漢", count: 20) + "-🙂"]
+        for (n, id) in ids.enumerated() { _ = try await fixture.store.create(type: "te", id: id, fields: ["n": .int(Int64(n))]) }
+        try await fixture.store.update(type: "te", id: ids[4], changes: ["m": true])
+        for (n, id) in ids.enumerated() {
+            #expect(try fixture.store.get(type: "te", id: id)?.fields["n"] == .int(Int64(n)), "\(id)")
+        }
+        #expect(try fixture.store.get(type: "te", id: "漢字") == nil)
+        let byBytes = ids.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        #expect(try fixture.store.all(type: "te").map(\.id) == byBytes)
+        let tables = try fixture.store.derivedTables()
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.derivedTables() == tables)
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "te", id: ids[4])?.fields == ["n": 4, "m": true])
+    }
+
     @Test func aBatchIsAllOrNothing() async throws {
         let fixture = try StoreFixture("store-batch")
         let store = fixture.store
