@@ -151,6 +151,16 @@ struct Confirmed: Equatable {
 }
 
 extension EntityRecord {
+    /// Whether the app saw the entity before a change, and sees it after.
+    typealias Visibility = (was: Bool, is: Bool)
+
+    /// Runs `body`, which changes the record and returns whether it did.
+    /// - Returns: the visibility before and after, nil when unchanged.
+    mutating func change(_ body: (inout EntityRecord) throws -> Bool) rethrows -> Visibility? {
+        let wasVisible = visible != nil
+        return try body(&self) ? (wasVisible, visible != nil) : nil
+    }
+
     var confirmed: Confirmed {
         get { Confirmed(version: baseVersion, fields: base) }
         set {

@@ -292,16 +292,13 @@ struct Projector: Sendable {
         _ type: String, _ id: String, _ txn: borrowing Transaction, _ body: (inout EntityRecord) throws -> Bool
     ) throws -> Bool {
         let key = EntityKey.encode(type: type, id: id)
-        var visibility: (was: Bool, is: Bool)?
+        let visibility: EntityRecord.Visibility?
         if let cache {
             visibility = try cache.update(ByteKey(key), load: { try loadStored(key, txn) }, body)
         } else {
             var record = try loadStored(key, txn) ?? EntityRecord()
-            let wasVisible = record.visible != nil
-            if try body(&record) {
-                try storeRecord(record, key: key, txn)
-                visibility = (wasVisible, record.visible != nil)
-            }
+            visibility = try record.change(body)
+            if visibility != nil { try storeRecord(record, key: key, txn) }
         }
         guard let visibility else { return false }
         if visibility.was != visibility.is {
@@ -431,24 +428,21 @@ final class ProjectionCache: @unchecked Sendable {
     /// `Projector.update` on the chunk's copy of the record: loaded with
     /// `load` the first time the chunk touches it, changed in place after
     /// (so its fields and pending offsets are not copied on write).
-    /// - Returns: whether the record was visible before and after, nil when
-    ///   `body` left it unchanged.
+    /// - Returns: as `EntityRecord.change`.
     func update(
         _ key: ByteKey, load: () throws -> EntityRecord?, _ body: (inout EntityRecord) throws -> Bool
-    ) throws -> (was: Bool, is: Bool)? {
+    ) throws -> EntityRecord.Visibility? {
         if let position = positions[key] {
             // Taken out, so the one reference is the local one.
             var record = records[position].record.take() ?? EntityRecord()
             defer { records[position].record = record.isEmpty ? nil : record }
-            let wasVisible = record.visible != nil
-            return try body(&record) ? (wasVisible, record.visible != nil) : nil
+            return try record.change(body)
         }
         var record = try load() ?? EntityRecord()
-        let wasVisible = record.visible != nil
-        guard try body(&record) else { return nil }
+        guard let visibility = try record.change(body) else { return nil }
         positions[key] = records.count
         records.append((key, record.isEmpty ? nil : record))
-        return (wasVisible, record.visible != nil)
+        return visibility
     }
 
     /// Writes what the chunk changed and empties the record and count sets.
