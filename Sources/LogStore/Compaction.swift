@@ -42,6 +42,11 @@ extension Store {
     /// - Throws: `LogStoreError.invalidArgument` for a watermark past the end.
     public func compact(below watermark: UInt64, dryRun: Bool = false) async throws -> CompactionReport {
         try await log.perform { txn, context in
+            // Entries appended to the log directly are projected first, as
+            // before any store write: the plan reads the conflicts table,
+            // and an entry folded away before it was projected would leave
+            // rows (an outbox row, a conflict) naming entries that are gone.
+            try self.catchUp(through: context.position.lastOffset, txn, &context.effects)
             let last = max(context.position.lastOffset, 1)
             guard (1...last).contains(watermark) else {
                 throw LogStoreError(

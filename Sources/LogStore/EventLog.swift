@@ -91,23 +91,39 @@ public final class EventLog: Sendable {
             }
         }
         let environment = try Environment(path: path, options: environmentOptions)
+        let databases: (log: Database, meta: Database)
+        let writerLock: WriterLock?
+        var derived: [String: Database?] = [:]
+        let initial: WriteContext.Position
+        // A refused open leaves nothing behind: the environment closed, the
+        // writer lock released (it would otherwise stay held, by a leaked
+        // descriptor, until this process ends), and no lock file in a
+        // directory that turned out not to be a store.
         do {
+            databases = try EventLog.openDatabases(environment, create: !options.readOnly)
             writerLock = options.readOnly ? nil : try WriterLock(directory: environment.path)
+            do {
+                for name in derivedDatabases {
+                    derived[name] = try environment.openDatabase(name, create: !options.readOnly)
+                }
+                initial = try environment.read { txn in
+                    try EventLog.lastPosition(txn, log: databases.log, path: environment.path)
+                }
+            } catch {
+                writerLock?.release()
+                throw error
+            }
         } catch {
             environment.close()
             throw error
         }
+        self.writerLock = writerLock
         self.environment = environment
         self.path = environment.path
-        let (log, meta) = try EventLog.openDatabases(environment, create: !options.readOnly)
+        let log = databases.log
         logDatabase = log
-        metaDatabase = meta
-        var derived: [String: Database?] = [:]
-        for name in derivedDatabases {
-            derived[name] = try environment.openDatabase(name, create: !options.readOnly)
-        }
+        metaDatabase = databases.meta
         self.derivedDatabases = derived
-        let initial = try environment.read { txn in try EventLog.lastPosition(txn, log: log, path: environment.path) }
         let position = CommittedPosition(initial)
         self.position = position
         committer =

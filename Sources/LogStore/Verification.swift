@@ -139,16 +139,17 @@ extension Store {
         // projections from one snapshot. Read from this store, they would
         // include commits made after the copy, which the replay lacks.
         let stored: DerivedTables
+        var problems: [StoreProblem] = []
         do {
             let snapshot = try Store(path: copyPath, options: .inspecting)
             defer { snapshot.close() }
             stored = try snapshot.derivedTables()
+            problems += try snapshot.damagedOutboxRows()
         }
         let copy = try Store(path: copyPath, options: .init(durability: .process))
         defer { copy.close() }
         try await copy.rebuildProjections()
         let replayed = try copy.derivedTables()
-        var problems: [StoreProblem] = []
         problems += Store.compare("entities", stored.entities, replayed.entities, pairs: true)
         problems += Store.compare("counts", stored.counts, replayed.counts, pairs: true)
         problems += Store.compare("idempotency", stored.idempotency, replayed.idempotency, pairs: true)
@@ -161,6 +162,24 @@ extension Store {
             problems.append(StoreProblem(table: "meta", message: "projection watermark is \(stored.watermark), the log ends at \(replayed.watermark)"))
         }
         return Array(problems.prefix(EventLog.problemCountMax))
+    }
+
+    /// Outbox rows whose attempt state does not decode. Replay resets
+    /// those values, so it cannot compare them, but the store cannot read
+    /// its outbox while one is damaged.
+    private func damagedOutboxRows() throws -> [StoreProblem] {
+        try log.environment.read { txn in
+            var problems: [StoreProblem] = []
+            try txn.forEach(projector.outbox) { key, value in
+                do {
+                    _ = try OutboxState(decoding: value)
+                } catch {
+                    problems.append(StoreProblem(offset: OffsetKey.decode(key), table: "outbox", message: "attempt state: \(error)"))
+                }
+                return problems.count < EventLog.problemCountMax
+            }
+            return problems
+        }
     }
 
     /// Rows (key, value pairs flattened, or keys alone) that differ.
@@ -208,6 +227,14 @@ extension Store {
         try await log.perform { txn, context in
             guard context.position.lastOffset == 0 else {
                 throw LogStoreError(.invalidArgument, path: self.path, "import needs an empty store")
+            }
+            // Compaction's watermark is at most the last offset (1 for an
+            // empty log); past it, holes would hide entries appended later.
+            let last = entries.last?.offset ?? 0
+            guard compactedBelow <= max(last, 1) else {
+                throw LogStoreError(
+                    .invalidArgument, path: self.path,
+                    "the compaction watermark \(compactedBelow) is past the last offset of the import, \(last)")
             }
             for (index, entry) in entries.enumerated() {
                 let expected = context.position.lastOffset + 1

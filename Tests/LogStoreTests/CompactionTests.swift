@@ -159,6 +159,23 @@ import Testing
         #expect(try fixture.store.get(type: "te", id: "q") != nil)
     }
 
+    /// Entries appended to the log directly are projected before a
+    /// compaction folds them away, as before any store write: otherwise the
+    /// outbox keeps a row for an intent the compaction removed.
+    @Test func compactionProjectsRawAppendsFirst() async throws {
+        let fixture = try StoreFixture("raw-append-compact")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        _ = try await store.log.append(.ack(Ack(intentOffset: 1, outcome: .applied, serverVersion: 1)))  // 2
+        _ = try await store.log.append(.remote(Remote(cursor: "c1", .upsert, entityType: "te", entityID: "b", serverVersion: 1)))  // 3
+        _ = try await store.compact(below: 3)
+        #expect(try store.outbox().isEmpty)
+        #expect(try store.get(type: "te", id: "a")?.serverVersion == 1)
+        let incremental = try store.derivedTables()
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == incremental)
+    }
+
     @Test func appendsTheProjectionsCouldNotApplyAreRefused() async throws {
         let fixture = try StoreFixture("raw-invalid")
         let log = fixture.store.log

@@ -138,6 +138,67 @@ import Testing
         #expect(error?.detail.contains("version 2") == true)
     }
 
+    /// A writable open that is refused lets go of the writer lock, and
+    /// leaves no lock file in an environment that is not a store: once the
+    /// store is put right, this process opens it for writing again.
+    @Test func aRefusedOpenHoldsNoWriterLock() throws {
+        let directory = try TemporaryDirectory("integrity-refused-lock")
+        do {
+            let log = try EventLog(path: directory.path)
+            log.close()
+        }
+        func setVersion(_ version: UInt8) throws {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            try environment.write { txn in
+                try txn.put(meta, key: Array("format".utf8), value: Array("SYNCLOG\0".utf8) + [0, 0, 0, version])
+            }
+        }
+        try setVersion(2)
+        let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
+        #expect(error?.code == .unsupportedFormat)
+        try setVersion(1)
+        let reopened = try EventLog(path: directory.path)
+        reopened.close()
+
+        let other = try TemporaryDirectory("integrity-refused-lock-other")
+        do {
+            let environment = try Environment(path: other.path)
+            let table = try #require(try environment.openDatabase("accounts"))
+            try environment.write { txn in try txn.put(table, key: [1], value: [2]) }
+            environment.close()
+        }
+        #expect(throws: LogStoreError.self) { try EventLog(path: other.path) }
+        #expect(!FileManager.default.fileExists(atPath: other.appending("writer.lock")))
+    }
+
+    /// Damage to an outbox row makes the outbox unreadable; verify reports it.
+    @Test func verifyFindsADamagedOutboxRow() async throws {
+        let directory = try TemporaryDirectory("integrity-outbox")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            let outbox = try #require(try environment.openDatabase("outbox", create: false))
+            // Status 7 is no status (storage.md, section 15, "outbox").
+            try environment.write { txn in try txn.put(outbox, key: key(1), value: [7] + [UInt8](repeating: 0, count: 16)) }
+            environment.close()
+        }
+        do {
+            let store = try Store(path: directory.path, options: .inspecting)
+            defer { store.close() }
+            let error = #expect(throws: LogStoreError.self) { try store.outbox() }
+            #expect(error?.code == .corruptEntry)
+        }
+        let scratch = try TemporaryDirectory("integrity-outbox-scratch")
+        let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
+        #expect(report.problems.contains { $0.table == "outbox" && $0.offset == 1 }, "\(report.problems)")
+    }
+
     @Test func aReadOnlyStoreReadsButRefusesAppends() async throws {
         let directory = try TemporaryDirectory("integrity-readonly")
         do {
