@@ -88,6 +88,43 @@ extension ToolRun {
         #expect(verify.status == 0 && verify.errors.contains("6 entries checked, 0 problems"))
     }
 
+    /// A conflict recorded as the sync engine records it (the intent
+    /// rejected with CONFLICT, the decision left to the app) is listed.
+    @Test func conflictsListsWhatWaitsForTheApp() async throws {
+        let directory = try TemporaryDirectory("logtool-conflicts")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+            try await store.record([(1, .conflict(ServerState(serverVersion: 3, deleted: false, data: ["n": 2]), message: "newer"))])
+            #expect(try store.conflicts().map(\.conflict.serverVersion) == [3])
+            store.close()
+        }
+        let waiting = try Tool.run(["conflicts", directory.path, "--json"])
+        #expect(waiting.status == 0, "\(waiting.errors)")
+        #expect(try waiting.objects().map { $0["server_version"] as? Int } == [3])
+    }
+
+    /// The compaction watermark is the log's, reported also when the
+    /// projections are stale (entries appended without the store).
+    @Test func statReportsTheWatermarkOfAStoreWithStaleProjections() async throws {
+        let directory = try TemporaryDirectory("logtool-stat-stale")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1)], cursor: "c1")
+            try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 2)], cursor: "c2")
+            _ = try await store.compact(below: 2)
+            store.close()
+        }
+        do {
+            let log = try EventLog(path: directory.path, options: .init(durability: .process))
+            _ = try await log.append(.resync(reason: "raw"))
+            log.close()
+        }
+        let report = try #require(try Tool.run(["stat", directory.path, "--json"]).objects().first)
+        #expect((report["projections"] as? String)?.hasPrefix("stale") == true)
+        #expect(report["compacted_below"] as? Int == 2)
+    }
+
     @Test func verifyFindsAFlippedByteInTheFile() async throws {
         let directory = try await makeStore("logtool-flip")
         let file = directory.appending("data.mdb")
@@ -359,9 +396,11 @@ extension ToolRun {
         #expect(a.output.contains("\"kind\":\"snapshot\"") && a.output.contains("\"kind\":\"conflict\""))
         #expect(try Tool.run(["verify", copy]).status == 0)
         #expect(try Tool.run(["stat", copy, "--json"]).objects().first?["compacted_below"] as? Int == 10)
-        // The first conflict's intent was acknowledged; the second still waits.
+        // Both wait for the app, as `Store.conflicts()` lists them: only a
+        // conflict entry with a resolution settles a conflict (storage.md,
+        // section 15), not an ack of its intent.
         let waiting = try Tool.run(["conflicts", copy, "--json"]).objects()
-        #expect(waiting.map { $0["server_version"] as? Int } == [3])
+        #expect(waiting.map { $0["server_version"] as? Int } == [2, 3])
         #expect(try Tool.run(["conflicts", copy, "--all", "--json"]).objects().count == 2)
         // A second import into the same directory is refused; so is garbage.
         #expect(try Tool.run(["import", file, copy]).status == 2)
@@ -405,6 +444,29 @@ extension LogToolExportTests {
         try (exported.dropLast().joined(separator: "\n") + "\n").write(toFile: cut, atomically: true, encoding: .utf8)
         let imported = try Tool.run(["import", cut, directory.appending("copy")])
         #expect(imported.status == 2 && imported.errors.contains("the entries end at offset 2, the header says 3"), "\(imported.errors)")
+    }
+}
+
+extension LogToolExportTests {
+    /// A header whose compaction watermark lies past the log's last entry
+    /// would let holes hide the loss of entries the store appends later
+    /// (storage.md, section 4: the watermark is at most the last offset).
+    @Test func anImportWithAWatermarkPastItsEndIsRefused() async throws {
+        let directory = try TemporaryDirectory("logtool-import-watermark")
+        let source = directory.appending("source")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            for number in 0..<3 { try await store.create(type: "te", id: "e\(number)", fields: [:]) }
+            store.close()
+        }
+        var lines = try Tool.run(["export", source]).lines
+        #expect(lines.first?.contains(#""compacted_below":0,"#) == true, "\(lines)")
+        lines[0] = lines[0].replacingOccurrences(of: #""compacted_below":0,"#, with: #""compacted_below":100,"#)
+        let file = directory.appending("watermark.jsonl")
+        try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let imported = try Tool.run(["import", file, directory.appending("copy")])
+        #expect(imported.status == 2 && imported.errors.contains("compaction watermark 100"), "\(imported.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
     }
 }
 

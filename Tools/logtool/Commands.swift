@@ -51,6 +51,8 @@ struct Stat: ParsableCommand {
             report.entries += 1
             report.kinds[entry.kind.description, default: 0] += 1
         }
+        // The log's own: the projections may be stale, and the store unopenable.
+        report.compactedBelow = try log.compactedBelow()
         log.close()
         do {
             let opened = try store.openStore()
@@ -58,7 +60,6 @@ struct Stat: ParsableCommand {
             let state = try opened.projectionState()
             report.projectionVersion = state.version
             report.projectionWatermark = state.watermark
-            report.compactedBelow = try opened.compactedBelow()
             let outbox = try opened.outbox()
             report.outbox = outbox.count
             if let oldest = outbox.first {
@@ -281,7 +282,7 @@ func intoNewDirectory<R>(_ path: String, option: String, _ body: () async throws
 
 struct Conflicts: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print the conflicts waiting for the app (resolution pending, intent still pending), or all with --all.")
+        abstract: "Print the conflicts waiting for the app (as Store.conflicts() lists them), or all with --all.")
 
     @OptionGroup var store: StoreOptions
     @Flag(help: "Every conflict entry in the log, resolved or not.") var all = false
@@ -289,12 +290,14 @@ struct Conflicts: ParsableCommand {
     func run() throws {
         let opened = try store.openStore()
         defer { opened.close() }
-        let pending = Set(try opened.outbox().map(\.offset))
+        // The conflict entries the `conflicts` table names. A conflict is
+        // recorded with the reject that settles its intent, so the intent
+        // of a waiting conflict is not in the outbox.
+        let waiting = Set(try opened.conflicts().map(\.offset))
         var scanner = opened.log.entries()
         while let entry = try scanner.next() {
-            guard case .conflict(let conflict) = entry.body else { continue }
-            let waiting = conflict.resolution == .pending && pending.contains(conflict.intentOffset)
-            if all || waiting { try printEntry(entry, json: store.json) }
+            guard case .conflict = entry.body else { continue }
+            if all || waiting.contains(entry.offset) { try printEntry(entry, json: store.json) }
         }
     }
 }
