@@ -78,7 +78,10 @@ public struct Fields: Hashable, Sendable, RandomAccessCollection, ExpressibleByD
     public subscript(name: String) -> Value? {
         get {
             let index = insertionIndex(of: name)
-            return index < storage.count && Fields.same(storage[index].name, name) ? storage[index].value : nil
+            // Not `: nil`, which the ternary would take for `Value.null` (a
+            // nil literal), so that a missing name read as a present null.
+            guard index < storage.count, Fields.same(storage[index].name, name) else { return Optional.none }
+            return storage[index].value
         }
         set {
             let index = insertionIndex(of: name)

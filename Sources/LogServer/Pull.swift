@@ -58,6 +58,12 @@ extension SyncService {
             if let cursor, cursor.generation < generation {
                 return PullResponse(changes: [], cursor: "", hasMore: true, forceResync: true)
             }
+            // A cursor of a later generation, or past the end of the feed, was
+            // never issued by this store (one restored from a backup, say): an
+            // empty page that kept it would skip the changes made next.
+            if let cursor, try cursor.generation > generation || cursor.offset > storage.lastOffset(txn) {
+                throw ServiceError(.cursorInvalid, "the cursor points past the end of this server's feed; pull again without one")
+            }
             let after = cursor?.offset ?? 0
             guard let user = try storage.userNumber(identity.user, txn) else {
                 let same = Cursor(serverID: storage.serverID, generation: generation, offset: after)

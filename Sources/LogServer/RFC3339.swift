@@ -13,10 +13,11 @@ enum RFC3339 {
             return value
         }
         guard b.count >= 20, let month = digits(5..<7), let day = digits(8..<10), let hour = digits(11..<13),
-            let minute = digits(14..<16), let second = digits(17..<19), digits(0..<4) != nil,
+            let minute = digits(14..<16), let second = digits(17..<19), let year = digits(0..<4),
             b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: "t"),
             b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":"),
-            (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second <= 60
+            (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day), hour < 24, minute < 60,
+            second <= 60
         else { return false }
         var index = 19
         if b[index] == UInt8(ascii: ".") {
@@ -32,5 +33,14 @@ enum RFC3339 {
             let offsetMinute = digits(index + 4..<index + 6)
         else { return false }
         return offsetHour < 24 && offsetMinute < 60
+    }
+
+    /// RFC 3339 section 5.7: the day must exist in its month.
+    private static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
     }
 }

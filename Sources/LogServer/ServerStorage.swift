@@ -88,9 +88,14 @@ final class ServerStorage: Sendable {
         return number
     }
 
+    /// The offset of the feed's last change (shared by all users); 0 before the first.
+    func lastOffset(_ txn: borrowing Transaction) throws -> UInt64 {
+        try txn.get(meta, key: MetaKey.nextOffset).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
+    }
+
     /// The next offset of the change feed (shared by all users), consumed.
     func takeOffset(_ txn: borrowing Transaction) throws -> UInt64 {
-        let offset = (try txn.get(meta, key: MetaKey.nextOffset).flatMap { UInt64(bigEndianBytes: $0) } ?? 0) + 1
+        let offset = try lastOffset(txn) + 1
         try txn.put(meta, key: MetaKey.nextOffset, value: offset.bigEndianBytes)
         return offset
     }

@@ -47,6 +47,13 @@ public final class SyncServer: Sendable {
 
     public var serverID: String { service.serverID }
 
+    /// Every path the protocol defines, with the one method it takes.
+    static let endpoints = [
+        ("/v1/health", "GET"), ("/v1/push", "POST"), ("/v1/pull", "GET"), ("/v1/admin/resync", "POST"),
+        ("/v1/admin/faults", "POST"),
+    ]
+    static let paths = Set(endpoints.map(\.0))
+
     /// Waits for queued writes and closes the store.
     public func close() { service.storage.close() }
 
@@ -68,11 +75,8 @@ public final class SyncServer: Sendable {
         router.post("/v1/admin/resync") { request, context in try await routes.resync(request, context) }
         router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
         // A known path with another method is 405 with the methods it takes.
-        for (path, allowed) in [
-            ("/v1/health", "GET"), ("/v1/push", "POST"), ("/v1/pull", "GET"), ("/v1/admin/resync", "POST"),
-            ("/v1/admin/faults", "POST"),
-        ] {
-            for method in [HTTPRequest.Method.get, .post, .put, .delete, .patch] where method.rawValue != allowed {
+        for (path, allowed) in SyncServer.endpoints {
+            for method in [HTTPRequest.Method.get, .post, .put, .delete, .patch, .head, .options] where method.rawValue != allowed {
                 router.on(RouterPath(path), method: method) { _, _ -> Response in
                     throw ServiceError(.methodNotAllowed, "\(path) takes \(allowed)", allow: allowed)
                 }
@@ -104,6 +108,9 @@ struct ProtocolMiddleware: RouterMiddleware {
                 if delay > .zero { try await Task.sleep(for: delay) }
                 if let failure = server.faults.takeFailure() { throw failure }
             }
+            // Exactly: the router would also take `/v1/push/` or `/v1//push`
+            // for `/v1/push` (it skips empty path segments).
+            guard SyncServer.paths.contains(path) else { throw ServiceError(.notFound, "no such endpoint: \(path.prefix(100))") }
             response = try await next(request, context)
         } catch let error as ServiceError {
             response = Reply.error(error)

@@ -165,6 +165,14 @@ final class SyncService: Sendable {
             guard overlapping.isEmpty else {
                 return conflict("\(overlapping.joined(separator: ", ")) changed on the server after version \(base)")
             }
+            if let (added, existing) = equivalentName(data, before.fields) {
+                let scalars = { (text: String) in text.unicodeScalars.map { "U+" + String($0.value, radix: 16, uppercase: true) } }
+                return .failure(
+                    Rejection(
+                        code: .validationError,
+                        message: "\(name): field \(scalars(added)) differs from the field \(scalars(existing)) only by Unicode "
+                            + "normalization; the two cannot be in one object (sync-protocol.md, section 16, point 17)"))
+            }
             after.fields = before.fields.merging(data)
             for field in data { after.fieldVersions[field.name] = after.version }
         case .delete:
@@ -177,6 +185,25 @@ final class SyncService: Sendable {
             after.fieldVersions = [:]
         }
         return .success(after)
+    }
+
+    /// A name of `changes` that `fields` lacks, byte for byte, but has in a
+    /// canonically equivalent spelling (U+00E9 and U+0065 U+0301), with
+    /// that spelling. An entity holding both would be written as one object
+    /// with two names that Swift's `String`, and so every Swift reader, takes
+    /// for one (`sync-protocol.md`, section 16, point 17): the client's reader
+    /// refuses such a pull page, and the field versions here would merge them.
+    static func equivalentName(_ changes: Fields, _ fields: Fields) -> (String, String)? {
+        guard !changes.isEmpty, !fields.isEmpty else { return nil }
+        // Keyed by `String`, which compares by canonical equivalence.
+        var spellings: [String: String] = [:]
+        for (name, _) in fields { spellings[name] = name }
+        for (name, _) in changes {
+            guard let existing = spellings[name], !Fields.same(existing, name) else { continue }
+            // Rare: is the name there after all, in the very same bytes?
+            if !fields.contains(where: { Fields.same($0.name, name) }) { return (name, existing) }
+        }
+        return nil
     }
 
     private func appendChange(_ operation: PushOperation, _ state: EntityState, user: UInt32, _ txn: borrowing Transaction) throws {

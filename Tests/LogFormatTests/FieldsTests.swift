@@ -20,6 +20,16 @@ import Testing
         #expect(fields == ["b": 2])
     }
 
+    /// A name the fields lack reads as nil, not as the value null (which
+    /// `Value` also spells `nil`): "absent" and "present and null" differ,
+    /// as `ConflictStrategy` and conflict resolution rely on.
+    @Test func aMissingNameIsNilNotNull() {
+        let fields: Fields = ["a": 1, "n": .null]
+        #expect(fields["missing"] == Optional<Value>.none)
+        #expect(fields["n"] == Optional<Value>.some(.null))
+        #expect((fields["missing"] ?? 7) == 7)
+    }
+
     /// `ByteKey.compare` checks the first bytes in a loop and the rest with
     /// memcmp: both parts, and the bytes past 0x7F, must keep LMDB's order.
     @Test func byteOrderMatchesLexicographicOrder() {

@@ -46,3 +46,56 @@ import Testing
         #expect(changes.map(\.entityID) == ["t1"])
     }
 }
+
+/// Cursors a hostile or confused client makes up, sent to the executable so
+/// that a crash shows as a dead process rather than a dead test run.
+@Suite struct ForgedCursorProcessTests {
+    /// A cursor in the reference server's encoding (`Pull.swift`): the server
+    /// ID, the resync generation and a feed offset, base64url.
+    static func cursor(serverID: String, generation: UInt64, offset: UInt64) throws -> String {
+        let id = try #require(UUIDv7(ulidString: serverID))
+        let bytes = id.bytes + generation.bigEndianBytes + offset.bigEndianBytes
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    @Test func cursorsTheServerNeverIssuedAreInvalidAndNeverCrashIt() async throws {
+        let executable = SyncServerProcessTests.executable
+        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-forged-cursor")
+        let server = try ChildProcess(
+            executable: executable.path, arguments: ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice"])
+        defer { server.kill() }
+        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
+        func send(_ path: String, body: Data? = nil) async throws -> (Int, Data) {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+            request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
+            if let body {
+                request.httpMethod = "POST"
+                request.httpBody = body
+            }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+        }
+        let push = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t1", ["n": 1], key: "k")]))
+        #expect(try await send("/v1/push", body: push).0 == 200)
+        let serverID = try JSONDecoder().decode(HealthResponse.self, from: try await send("/v1/health").1).serverID
+        // The feed holds one change: offsets past it, and generations after
+        // the current one (0), were never issued.
+        let forged = [
+            (generation: UInt64(0), offset: UInt64(2)), (0, 1 << 40), (1, 0), (7, 1), (0, UInt64.max),
+        ]
+        for (generation, offset) in forged {
+            let cursor = try Self.cursor(serverID: serverID, generation: generation, offset: offset)
+            let reply = try? await send("/v1/pull?cursor=\(cursor)")
+            #expect(reply?.0 == 410, "generation \(generation), offset \(offset): \(reply.map { String(decoding: $0.1, as: UTF8.self) } ?? "no answer")")
+            #expect(server.isRunning, "generation \(generation), offset \(offset): the server died: \(server.errorText.suffix(300))")
+            if !server.isRunning { return }
+        }
+        // The cursors it did issue still work.
+        let page = try JSONDecoder().decode(PullResponse.self, from: try await send("/v1/pull").1)
+        #expect(page.changes.count == 1)
+        #expect(try await send("/v1/pull?cursor=\(page.cursor)").0 == 200)
+    }
+}

@@ -101,6 +101,29 @@ import Testing
         #expect(try await server.pullAll().count == 2)
     }
 
+    /// `client_timestamp` must be an RFC 3339 date-time, whose day exists
+    /// in its month (RFC 3339 section 5.7): the 30th of February is not a date.
+    @Test func aClientTimestampOnADayThatDoesNotExistIsRejected() async throws {
+        let server = try await TestServer("push-timestamps")
+        defer { Task { await server.stop() } }
+        let stamps = [
+            ("2026-02-30T08:00:00Z", false), ("2026-04-31T08:00:00Z", false), ("2025-02-29T08:00:00Z", false),
+            ("1900-02-29T08:00:00Z", false), ("2026-06-31T08:00:00.5+02:00", false),
+            ("2024-02-29T08:00:00Z", true), ("2000-02-29T08:00:00Z", true), ("2026-01-31t08:00:00z", true),
+            ("2026-12-31T23:59:59.123456789-05:30", true),
+        ]
+        let operations = stamps.enumerated().map { index, stamp in
+            var create = operation(.create, "t\(index)", ["n": 1])
+            create.clientTimestamp = stamp.0
+            return create
+        }
+        let results = try await server.push(operations).decode(PushResponse.self).results
+        for (result, stamp) in zip(results, stamps) {
+            #expect((result.status == .applied) == stamp.1, "\(stamp.0): \(result.status) \(result.errorMessage ?? "")")
+            if !stamp.1 { #expect(result.errorCode == .validationError, "\(stamp.0)") }
+        }
+    }
+
     @Test func createsAndDeletesFollowTheEntitysLife() async throws {
         let server = try await TestServer("push-life")
         defer { Task { await server.stop() } }
@@ -226,6 +249,55 @@ import Testing
     }
 }
 
+@Suite struct PullCursorBoundaryTests {
+    /// An operator restores the server's store from a backup: the server ID
+    /// is the backup's, but the feed is shorter than a client's cursor says.
+    /// The cursor points past the end of the feed, which the server can tell
+    /// it never issued (`sync-protocol.md` section 8, "Cursors"): 410, so the
+    /// client resyncs, rather than an empty page that keeps the cursor and
+    /// makes the client skip the changes the restored feed gets next.
+    @Test func aCursorPastTheEndOfARestoredStoreIsInvalid() async throws {
+        let server = try await TestServer("pull-restored", durability: .full)
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        await server.stop()
+        let backup = try TemporaryDirectory("pull-restored-backup")
+        try FileManager.default.copyItem(atPath: server.configuration.dataDirectory, toPath: backup.appending("data"))
+        try await server.restart()
+        _ = try await server.push([operation(.create, "t2", ["n": 2]), operation(.create, "t3", ["n": 3])])
+        let cursor = try await server.pull().decode(PullResponse.self).cursor
+        await server.stop()
+
+        let restored = try await TestServer("pull-restored-2", durability: .full, dataDirectory: backup.appending("data"))
+        defer { Task { await restored.stop() } }
+        #expect(restored.server.serverID == server.server.serverID)
+        let reply = try await restored.pull(cursor: cursor)
+        #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid, "\(String(decoding: reply.body, as: UTF8.self))")
+    }
+}
+
+/// Names that differ only by Unicode canonical equivalence (U+00E9 and
+/// U+0065 U+0301) must not appear in one object (`sync-protocol.md`, section
+/// 16, point 17): the Swift reader refuses such an object as a repeated name.
+@Suite struct CanonicallyEquivalentFieldTests {
+    @Test func anUpdateNeverPutsTwoEquivalentNamesInOneEntity() async throws {
+        let server = try await TestServer("push-equivalent-names")
+        defer { Task { await server.stop() } }
+        let composed = "caf\u{E9}"
+        let decomposed = "cafe\u{301}"
+        let create = try await server.push([operation(.create, "t1", [composed: 1])]).decode(PushResponse.self)
+        #expect(create.results[0].status == .applied)
+        let update = try await server.push([operation(.update, "t1", [decomposed: 2], base: 1)]).decode(PushResponse.self)
+        #expect(update.results[0].errorCode == .validationError)
+        // The feed stays readable by the client's reader.
+        let body = try await server.pull().body
+        #expect(throws: Never.self) { try PullResponse.decode(json: body) }
+        // The same name, byte for byte, is of course an update.
+        let same = try await server.push([operation(.update, "t1", [composed: 3], base: 1)]).decode(PushResponse.self)
+        #expect(same.results[0].status == .applied)
+    }
+}
+
 @Suite struct ProtocolErrorTests {
     @Test func everyRequestLevelErrorHasTheEnvelope() async throws {
         let server = try await TestServer("errors")
@@ -257,6 +329,24 @@ import Testing
         let extra = #"{"operations":[{"idempotency_key":"k","entity_type":"te","entity_id":"x","intent":"create","data":{},"client_timestamp":"2026-11-22T08:00:00Z","base_version":0,"future":1}],"also":2}"#
         #expect(try await server.send("POST", "/v1/push", body: Data(extra.utf8)).decode(PushResponse.self).results[0].status == .applied)
         #expect(try await server.send("GET", "/v1/health", token: nil).decode(HealthResponse.self).status == "ok")
+    }
+
+    /// Paths are matched exactly (`sync-protocol.md` section 2): a trailing
+    /// slash or an empty segment makes an unknown path, and a known path with
+    /// any other method, HEAD and OPTIONS included, is 405 with `Allow`.
+    @Test func pathsMatchExactlyAndEveryOtherMethodIs405() async throws {
+        let server = try await TestServer("paths")
+        defer { Task { await server.stop() } }
+        let push = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t1", ["n": 1])]))
+        for (method, path) in [("POST", "/v1/push/"), ("POST", "//v1/push"), ("POST", "/v1//push"), ("GET", "/v1/health/"), ("GET", "/v1/pull/")] {
+            let reply = try await server.send(method, path, body: method == "POST" ? push : nil)
+            #expect(reply.status == 404 && reply.error?.error.code == .notFound, "\(method) \(path): \(reply.status)")
+        }
+        #expect(try await server.pullAll().isEmpty)
+        for (method, path, allowed) in [("OPTIONS", "/v1/push", "POST"), ("HEAD", "/v1/push", "POST"), ("OPTIONS", "/v1/pull", "GET")] {
+            let reply = try await server.send(method, path)
+            #expect(reply.status == 405 && reply.headers["allow"] == allowed, "\(method) \(path): \(reply.status)")
+        }
     }
 
     @Test func rateLimitsAnswer429WithRetryAfter() async throws {
