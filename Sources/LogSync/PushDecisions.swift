@@ -39,7 +39,10 @@ enum PushDecisions {
             let code = result.errorCode ?? WireErrorCode(rawValue: "")
             let message = result.errorMessage ?? ""
             if code == .conflict {
-                guard let state = result.serverState else { return .record(.rejected(code: code.rawValue, message: message)) }
+                // The protocol always sends the server's state with a
+                // conflict: without it the answer is malformed, so the change
+                // is tried again rather than dropped unresolved.
+                guard let state = result.serverState else { return .retry("CONFLICT without server_state: \(message)") }
                 return .record(.conflict(state, message: message))
             }
             if permanentCodes.contains(code) { return .record(.rejected(code: code.rawValue, message: message)) }

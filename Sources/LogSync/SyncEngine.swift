@@ -152,19 +152,43 @@ public actor SyncEngine {
         var synced = 0
         set(.pushing(synced: 0, total: total))
         // Each batch settles its intents or defers them, so the due set
-        // shrinks; conflict resolutions may add a few intents.
-        let batchesMax = 2 * (total / configuration.pushBatchCountMax + 1) + 8
-        for _ in 0..<batchesMax {
-            let batch = try store.pushBatch(limit: configuration.pushBatchCountMax, now: clock.nowMilliseconds)
+        // shrinks; conflict resolutions may add a few intents. A batch too
+        // large for the server halves the batch size for the rest of the run
+        // (at most log2 of it times, so those are not counted).
+        var limit = configuration.pushBatchCountMax
+        var batches = 0
+        while batches < 2 * (total / limit + 1) + 8 {
+            let batch = try store.pushBatch(limit: limit, now: clock.nowMilliseconds)
             guard !batch.isEmpty else { return nil }
-            if let stop = try await pushBatch(batch, &report) { return stop }
+            switch try await pushBatch(batch, &report) {
+            case .split:
+                // Fetched again rather than sent in halves: the second half's
+                // base versions and holds depend on the first half's answers.
+                limit = batch.count / 2
+                continue
+            case .stop(let outcome):
+                return outcome
+            case .pushed:
+                break
+            }
+            batches += 1
             synced += batch.count
             set(.pushing(synced: synced, total: max(total, synced)))
         }
         return nil
     }
 
-    private func pushBatch(_ batch: [PendingIntent], _ report: inout SyncReport) async throws -> SyncOutcome? {
+    /// How one push request ended.
+    private enum BatchResult {
+        /// Every answer is recorded, or the intents wait for a retry.
+        case pushed
+        /// Too large for the server: push its intents in smaller requests.
+        case split
+        /// The run ends.
+        case stop(SyncOutcome)
+    }
+
+    private func pushBatch(_ batch: [PendingIntent], _ report: inout SyncReport) async throws -> BatchResult {
         let response: PushResponse
         do {
             response = try await transport.push(PushRequest(operations: batch.map(PushDecisions.operation)))
@@ -195,25 +219,23 @@ public actor SyncEngine {
         let strategies = configuration
         try await store.record(outcomes) { strategies.strategy(for: $0.intent.entityType).decide($0) }
         for (item, message) in retries { try await scheduleRetry([item], message, retryAfterSeconds: nil, &report) }
-        return nil
+        return .pushed
     }
 
-    private func pushFailed(_ batch: [PendingIntent], _ error: TransportError, _ report: inout SyncReport) async throws -> SyncOutcome? {
+    private func pushFailed(_ batch: [PendingIntent], _ error: TransportError, _ report: inout SyncReport) async throws -> BatchResult {
         let rateLimited = noteFailure(error)
         switch PushDecisions.decide(error, batchCount: batch.count) {
         case .split:
-            let half = batch.count / 2
-            if let stop = try await pushBatch(Array(batch[..<half]), &report) { return stop }
-            return try await pushBatch(Array(batch[half...]), &report)
+            return .split
         case .retryAll:
             try await scheduleRetry(batch, "push: \(error.message)", retryAfterSeconds: error.retryAfterSeconds, &report)
-            return rateLimited ?? .failed("push: \(error.message)")
+            return .stop(rateLimited ?? .failed("push: \(error.message)"))
         case .failAll:
             try await store.markFailed(offsets: batch.map(\.offset), error: "push: \(error.message)")
             report.retried += batch.count
-            return .failed("push: \(error.message)")
+            return .stop(.failed("push: \(error.message)"))
         case .stop:
-            return .failed("push: \(error.message)")
+            return .stop(.failed("push: \(error.message)"))
         }
     }
 
@@ -253,6 +275,14 @@ public actor SyncEngine {
                     continue
                 }
                 return noteFailure(error) ?? .failed("pull: \(error.message)")
+            }
+            // An upsert carries the entity's full fields (section 8): one
+            // without them is a body the protocol does not define, retryable
+            // as a network error, and never applied as an entity emptied.
+            if let index = page.changes.firstIndex(where: { $0.operation == .upsert && $0.data == nil }) {
+                breaker.recordAnswer(success: false)
+                let change = page.changes[index]
+                return .failed("pull: changes[\(index)] (\(change.entityType) \(change.entityID)) is an upsert without data")
             }
             breaker.recordAnswer(success: true)
             if page.forceResync {

@@ -12,7 +12,10 @@ public actor SyncScheduler {
     private var timers: [SchedulerCore.Timer: (generation: UInt64, task: Task<Void, Never>)] = [:]
     private var generation: UInt64 = 0
     private var listeners: [Task<Void, Never>] = []
-    private var syncs: [Task<Void, Never>] = []
+    /// The syncs started and not yet ended, by number: each removes itself
+    /// when it ends, so a long-lived scheduler holds none of the past ones.
+    private var syncs: [UInt64: Task<Void, Never>] = [:]
+    private var syncNumber: UInt64 = 0
     /// Why each sync was started, in order (for tests and diagnostics).
     public private(set) var triggered: [SchedulerCore.Reason] = []
 
@@ -59,11 +62,14 @@ public actor SyncScheduler {
         return await engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock))
     }
 
+    /// How many started syncs the scheduler still holds (tests).
+    var heldSyncCount: Int { syncs.count }
+
     /// Waits for the syncs started so far (tests).
     public func settle() async {
         let running = syncs
-        syncs = []
-        for task in running { await task.value }
+        syncs = [:]
+        for task in running.values { await task.value }
     }
 
     private func handle(_ event: SchedulerCore.Event) {
@@ -72,7 +78,12 @@ public actor SyncScheduler {
             case .sync(let reason):
                 triggered.append(reason)
                 let engine = self.engine
-                syncs.append(Task { await engine.sync() })
+                syncNumber += 1
+                let number = syncNumber
+                syncs[number] = Task { [weak self] in
+                    await engine.sync()
+                    await self?.syncEnded(number)
+                }
             case .setTimer(let timer, let deadline):
                 timers[timer]?.task.cancel()
                 let clock = self.clock
@@ -87,6 +98,8 @@ public actor SyncScheduler {
             }
         }
     }
+
+    private func syncEnded(_ number: UInt64) { syncs[number] = nil }
 
     /// A timer's sleep ended; it counts only if it was not replaced or cancelled since.
     private func fire(_ timer: SchedulerCore.Timer, _ generation: UInt64) {

@@ -337,6 +337,103 @@ import Testing
         #expect(try a.entities("note") == b.entities("note"))
         await server.stop()
     }
+
+    /// A request too large for the server (413) is pushed in smaller ones.
+    /// An update after its create, both in the refused request, is sent with
+    /// the version the create's ack gave, as section 7 asks across requests,
+    /// rather than with the version it was made against: otherwise the
+    /// server takes the client's own create for a conflicting change.
+    @Test func aSplitRequestCarriesTheVersionsItsFirstHalfWasAnswered() async throws {
+        let server = try await TestServer("split")
+        let a = try Replica("a", server: server)
+        // Two operations of 2.2 MB each: together over the 4 MiB body limit.
+        let large = String(repeating: "x", count: 2_200_000)
+        let id = try await a.store.create(type: "doc", fields: ["body": .string(large)])
+        try await a.store.update(type: "doc", id: id, changes: ["body": .string(large + "y")])
+        let report = await a.sync()
+        #expect(report.outcome == .completed)
+        #expect(report.acknowledged == 2)
+        #expect(report.conflicts == 0)
+        #expect(try a.store.conflicts().isEmpty)
+        #expect(try a.store.outboxCount() == 0)
+        #expect(try await server.pullAll().last?.data?["body"] == .string(large + "y"))
+        await server.stop()
+    }
+
+    /// A pulled upsert without `data` (a body the protocol does not define,
+    /// which `PullResponse.decode` reads as nil data) fails the run with a
+    /// clear error: it neither wipes the entity's fields nor moves the
+    /// cursor past the change, so a later pull still delivers it.
+    @Test func aPulledUpsertWithoutDataIsAnErrorAndLosesNothing() async throws {
+        let server = try await TestServer("upsert-without-data")
+        let b = try Replica("b", server: server)
+        let id = try await b.store.create(type: "task", fields: ["title": "Buy milk"])
+        await b.sync()
+        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let a = try Replica("a", server: server, transport: UpsertsWithoutData(inner: inner))
+        let broken = await a.sync()
+        if case .failed(let message) = broken.outcome {
+            #expect(message.contains("without data"))
+        } else {
+            Issue.record("expected the malformed page to fail the run, got \(broken.outcome)")
+        }
+        #expect(try a.store.pullCursor() == nil)
+        try a.connect(to: server)
+        #expect(await a.sync().outcome == .completed)
+        #expect(try a.entities("task") == [id: ["title": "Buy milk"]])
+        await server.stop()
+    }
+
+    /// A `CONFLICT` result without `server_state` (which the protocol
+    /// always sends with it) is not taken for a permanent rejection: the
+    /// local change stays pending, and once the server answers properly the
+    /// conflict is recorded and waits for the app.
+    @Test func aConflictWithoutServerStateKeepsTheChange() async throws {
+        let server = try await TestServer("conflict-without-state")
+        let b = try Replica("b", server: server)
+        let id = try await b.store.create(type: "task", fields: ["title": "v1"])
+        await b.sync()
+        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let a = try Replica("a", server: server, transport: ConflictsWithoutState(inner: inner))
+        await a.sync()
+        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
+        await b.sync()
+        try await a.store.update(type: "task", id: id, changes: ["title": "from a"])
+        let report = await a.sync()
+        #expect(report.rejected == 0)
+        #expect(try a.store.outboxCount() == 1)
+        #expect(try a.entities("task")[id] == ["title": "from a"])
+        try a.connect(to: server)
+        try await a.syncUntilQuiet()
+        #expect(try a.store.conflicts().map(\.intent.fields) == [["title": "from a"]])
+        await server.stop()
+    }
+}
+
+/// Answers pushes with the server's results, conflicts stripped of their state.
+struct ConflictsWithoutState: SyncTransport {
+    let inner: HTTPTransport
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        var response = try await inner.push(request)
+        for index in response.results.indices { response.results[index].serverState = nil }
+        return response
+    }
+}
+
+/// Answers pulls with the server's pages, upserts stripped of their data.
+struct UpsertsWithoutData: SyncTransport {
+    let inner: HTTPTransport
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        var page = try await inner.pull(cursor: cursor, limit: limit)
+        for index in page.changes.indices where page.changes[index].operation == .upsert { page.changes[index].data = nil }
+        return page
+    }
 }
 
 let loopback: HTTPTransport.Options = {

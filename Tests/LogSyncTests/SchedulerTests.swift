@@ -85,6 +85,25 @@ import Testing
         await scheduler.stop()
     }
 
+    /// A scheduler lives as long as the app: the syncs it started are let
+    /// go once they end, not kept (a periodic sync every 30 s would pile up
+    /// a task for each).
+    @Test func finishedSyncsAreNotKept() async throws {
+        let server = try await TestServer("scheduler-finished")
+        let replica = try Replica("scheduled-finished", server: server)
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true))
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        for _ in 0..<5 {
+            await scheduler.nudge()
+            try await waitUntil { await replica.engine.callersOfRunningSync == 0 }
+        }
+        #expect(await scheduler.triggered.count == 6)
+        try await waitUntil { await scheduler.heldSyncCount == 0 }
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// "App backgrounded": a background run with a budget of 1 s, on a
     /// network where each page takes 400 ms, applies three pages (the
     /// budget is checked before each) and stops cleanly; the next sync
