@@ -94,11 +94,14 @@ public struct Transaction: ~Copyable {
     /// Removes `key`. Returns false if it was not there.
     @discardableResult
     public func delete(_ database: Database, key: [UInt8]) throws(LMDBError) -> Bool {
+        try key.withUnsafeBytes { key in Result { () throws(LMDBError) in try delete(database, key: key) } }.get()
+    }
+
+    @discardableResult
+    public func delete(_ database: Database, key: UnsafeRawBufferPointer) throws(LMDBError) -> Bool {
         precondition(!isReadOnly, "delete in a read-only transaction")
-        let result = key.withUnsafeBytes { key in
-            var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
-            return mdb_del(handle, database.dbi, &keyValue, nil)
-        }
+        var keyValue = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        let result = mdb_del(handle, database.dbi, &keyValue, nil)
         if result == MDB_NOTFOUND { return false }
         try check(result, "mdb_del", path: path)
         return true

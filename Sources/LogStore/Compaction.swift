@@ -188,7 +188,7 @@ extension Store {
         for entry in entries {
             switch entry.body {
             case .intent(let intent):
-                let entity = ByteKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
+                let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
                 intents[entry.offset] = entity
                 pending[entity, default: []].insert(entry.offset)
             case .ack(let ack): answer(ack.intentOffset, at: entry.offset)

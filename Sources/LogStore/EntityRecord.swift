@@ -190,6 +190,11 @@ enum EntityKey {
         }
     }
 
+    /// The key as a dictionary key, built without an array.
+    static func byteKey(type: String, id: String) -> ByteKey {
+        withKey(type: type, id: id) { ByteKey($0) }
+    }
+
     /// Writes the key into `key`, which has exactly its length.
     private static func fill(_ key: UnsafeMutableBufferPointer<UInt8>, type: String, id: String) {
         let typeCount = type.utf8.count

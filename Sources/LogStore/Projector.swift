@@ -31,13 +31,12 @@ struct Projector: Sendable {
                 record.pending.append(entry.offset)
                 return true
             }
-            let offsetKey = OffsetKey.encode(entry.offset)
             if let cache {
                 cache.stageOutbox(entry.offset)
             } else {
-                try txn.put(outbox, key: offsetKey, value: Projector.newOutboxState)
+                try txn.put(outbox, key: OffsetKey.encode(entry.offset), value: Projector.newOutboxState)
             }
-            try txn.put(idempotency, key: Array(intent.idempotencyKey.utf8), value: offsetKey)
+            try putIdempotencyKey(intent.idempotencyKey, offset: entry.offset, txn)
             effects.touchedTypes.insert(intent.entityType)
             if live { effects.wroteIntents = true }
         case .ack(let ack):
@@ -84,6 +83,17 @@ struct Projector: Sendable {
                 try txn.delete(conflicts, key: key)
             }
             if live { effects.events.append(.conflict(offset: entry.offset, conflict)) }
+        }
+    }
+
+    /// Maps the key to its intent's offset, from the string's and the
+    /// offset's own bytes (no arrays: replay writes one per intent).
+    private func putIdempotencyKey(_ key: String, offset: UInt64, _ txn: borrowing Transaction) throws {
+        var key = key
+        try key.withUTF8 { key in
+            try withUnsafeBytes(of: offset.bigEndian) { value in
+                try txn.put(idempotency, key: UnsafeRawBufferPointer(key), value: value)
+            }
         }
     }
 
@@ -240,30 +250,26 @@ struct Projector: Sendable {
     }
 
     func load(_ type: String, _ id: String, _ txn: borrowing Transaction) throws -> EntityRecord? {
-        let key = EntityKey.encode(type: type, id: id)
-        if let cached = cache?.record(ByteKey(key)) { return cached }
-        return try loadStored(key, txn)
+        try EntityKey.withKey(type: type, id: id) { key in
+            if let cached = cache?.record(ByteKey(key)) { return cached }
+            return try loadStored(key, txn)
+        }
     }
 
     /// The entity's acked version (0 without a record), without decoding its fields.
     func ackedVersion(_ type: String, _ id: String, _ txn: borrowing Transaction) throws -> UInt64 {
-        let key = EntityKey.encode(type: type, id: id)
-        if let cached = cache?.record(ByteKey(key)) { return cached?.ackedVersion ?? 0 }
-        return try key.withUnsafeBytes { raw in
-            try txn.withValue(entities, key: raw) { value in
+        try EntityKey.withKey(type: type, id: id) { key in
+            if let cached = cache?.record(ByteKey(key)) { return cached?.ackedVersion ?? 0 }
+            return try txn.withValue(entities, key: key) { value in
                 try reportingDamage(key) { () throws(FormatError) in try EntityRecord.ackedVersion(decoding: value) }
-            }
-        } ?? 0
-    }
-
-    private func loadStored(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityRecord? {
-        try key.withUnsafeBytes { raw in
-            try txn.withValue(entities, key: raw) { value in try decodeRecord(value, key: key) }
+            } ?? 0
         }
     }
 
-    func decodeRecord(_ value: UnsafeRawBufferPointer, key: [UInt8]) throws -> EntityRecord {
-        try reportingDamage(key) { () throws(FormatError) in try EntityRecord(decoding: value) }
+    private func loadStored(_ key: UnsafeRawBufferPointer, _ txn: borrowing Transaction) throws -> EntityRecord? {
+        try txn.withValue(entities, key: key) { value in
+            try reportingDamage(key) { () throws(FormatError) in try EntityRecord(decoding: value) }
+        }
     }
 
     func decodeVisible(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws
@@ -291,14 +297,12 @@ struct Projector: Sendable {
     func update(
         _ type: String, _ id: String, _ txn: borrowing Transaction, _ body: (inout EntityRecord) throws -> Bool
     ) throws -> Bool {
-        let key = EntityKey.encode(type: type, id: id)
-        let visibility: EntityRecord.Visibility?
-        if let cache {
-            visibility = try cache.update(ByteKey(key), load: { try loadStored(key, txn) }, body)
-        } else {
+        let visibility = try EntityKey.withKey(type: type, id: id) { key -> EntityRecord.Visibility? in
+            if let cache { return try cache.update(ByteKey(key), load: { try loadStored(key, txn) }, body) }
             var record = try loadStored(key, txn) ?? EntityRecord()
-            visibility = try record.change(body)
+            let visibility = try record.change(body)
             if visibility != nil { try storeRecord(record, key: key, txn) }
+            return visibility
         }
         guard let visibility else { return false }
         if visibility.was != visibility.is {
@@ -308,9 +312,9 @@ struct Projector: Sendable {
         return true
     }
 
-    func storeRecord(_ record: EntityRecord?, key: [UInt8], _ txn: borrowing Transaction) throws {
+    func storeRecord(_ record: EntityRecord?, key: UnsafeRawBufferPointer, _ txn: borrowing Transaction) throws {
         if let record, !record.isEmpty {
-            try txn.put(entities, key: key, value: record.encoded())
+            try record.encoded().withUnsafeBytes { value in try txn.put(entities, key: key, value: value) }
         } else {
             try txn.delete(entities, key: key)
         }
@@ -454,7 +458,15 @@ final class ProjectionCache: @unchecked Sendable {
         // record out (retaining its fields) for every comparison.
         // `positions` is stale from here on, and emptied below.
         records.sort { $0.key < $1.key }
-        for (key, record) in records { try projector.storeRecord(record, key: key.bytes, txn) }
+        // In place: a copy of each (cold) record would retain and release
+        // its key, fields and pending offsets.
+        try records.withUnsafeBufferPointer { records in
+            for index in records.indices {
+                try records[index].key.withUnsafeBytes { key in
+                    try projector.storeRecord(records[index].record, key: key, txn)
+                }
+            }
+        }
         for (type, count) in counts { try projector.storeCount(count, type, txn) }
         // Every staged offset is past the outbox's last key (they are past
         // the watermark), so each is an append at the end of its B-tree.

@@ -37,7 +37,7 @@ extension Store {
                 guard let offset = OffsetKey.decode(key) else { return true }
                 var item = try pendingIntent(at: offset, try decodeOutboxState(value, key: key), txn)
                 let intent = item.intent
-                let entity = ByteKey(EntityKey.encode(type: intent.entityType, id: intent.entityID))
+                let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
                 guard !held.contains(entity) else { return true }
                 guard item.state.status == .pending, item.state.nextAttemptAt <= now else {
                     held.insert(entity)

@@ -48,6 +48,33 @@ import Testing
             let order = a.withUnsafeBytes { x in b.withUnsafeBytes { y in ByteKey.compare(x, y) } }
             #expect(order.signum() == expected, "\(a) against \(b)")
             #expect((ByteKey(a) < ByteKey(b)) == (expected < 0))
+            #expect((ByteKey(b) < ByteKey(a)) == (expected > 0))
+            #expect((ByteKey(a) == ByteKey(b)) == (expected == 0))
+            #expect(ByteKey(a).bytes == a)
+            if expected == 0 { #expect(ByteKey(a).hashValue == ByteKey(b).hashValue) }
+        }
+    }
+
+    /// Keys of up to 32 bytes are kept in words, longer ones in an array:
+    /// sets and sorts must not tell the two apart from the bytes.
+    @Test func byteKeysAreSetAndSortedByTheirBytesAtEveryLength() {
+        var random = SeededRandom(seed: 0xB17F)
+        var keys: [[UInt8]] = []
+        for length in 0...70 {
+            for _ in 0..<4 {
+                // A small alphabet with zero bytes, so padding-like tails occur.
+                keys.append((0..<length).map { _ in [0x00, 0x01, 0x61, 0xFF][Int.random(in: 0..<4, using: &random)] })
+            }
+            keys.append([UInt8](repeating: 0, count: length))
+        }
+        let unique = Set(keys.map(ByteKey.init))
+        #expect(Set(unique.map(\.bytes)) == Set(keys))
+        #expect(unique.count == Set(keys).count)
+        let sorted = unique.sorted().map(\.bytes)
+        #expect(sorted == Set(keys).sorted { $0.lexicographicallyPrecedes($1) })
+        for key in keys {
+            key.withUnsafeBytes { raw in #expect(ByteKey(raw) == ByteKey(key)) }
+            ByteKey(key).withUnsafeBytes { raw in #expect([UInt8](raw) == key) }
         }
     }
 
