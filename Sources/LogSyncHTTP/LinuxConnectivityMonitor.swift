@@ -3,7 +3,8 @@ import LogSync
 
 /// Whether the machine has a network path, read from the kernel: an
 /// interface other than loopback that is up (`/sys/class/net/*/operstate`)
-/// and a default route (`/proc/net/route`). It polls at an interval, on the
+/// and a default route, IPv4 (`/proc/net/route`) or IPv6
+/// (`/proc/net/ipv6_route`, so an IPv6-only network counts). It polls at an interval, on the
 /// engine's clock; that is simpler than a netlink socket and quick enough
 /// for a 2.5 s debounce. On systems without these files it reports a path
 /// (the health check still decides whether the server is reachable).
@@ -42,6 +43,7 @@ public struct LinuxConnectivityMonitor: ConnectivityMonitor {
     public func hasPath() -> Bool {
         let net = (root as NSString).appendingPathComponent("sys/class/net")
         let route = (root as NSString).appendingPathComponent("proc/net/route")
+        let route6 = (root as NSString).appendingPathComponent("proc/net/ipv6_route")
         guard let interfaces = try? FileManager.default.contentsOfDirectory(atPath: net) else { return true }
         let up = interfaces.contains { name in
             guard name != "lo" else { return false }
@@ -49,7 +51,9 @@ public struct LinuxConnectivityMonitor: ConnectivityMonitor {
             // "unknown" is what many virtual interfaces (tun, some veth) report while working.
             return ["up", "unknown"].contains(state?.trimmingCharacters(in: .whitespacesAndNewlines))
         }
-        return up && Self.hasDefaultRoute(try? String(contentsOfFile: route, encoding: .utf8))
+        guard up else { return false }
+        return Self.hasDefaultRoute(try? String(contentsOfFile: route, encoding: .utf8))
+            || Self.hasDefaultIPv6Route(try? String(contentsOfFile: route6, encoding: .utf8))
     }
 
     /// A line of `/proc/net/route` whose destination is 00000000 (and whose
@@ -60,6 +64,23 @@ public struct LinuxConnectivityMonitor: ConnectivityMonitor {
             let columns = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
             guard columns.count > 3, columns[1] == "00000000", let flags = Int(columns[3], radix: 16) else { return false }
             return flags & 0x1 != 0
+        }
+    }
+
+    /// A line of `/proc/net/ipv6_route` for ::/0 (destination all zeros,
+    /// prefix length 0) that is up (RTF_UP) and not a reject route
+    /// (RTF_REJECT, which the kernel keeps on `lo` where there is no IPv6
+    /// route) is a default route. No file: no IPv6 default route.
+    static func hasDefaultIPv6Route(_ table: String?) -> Bool {
+        guard let table else { return false }
+        return table.split(separator: "\n").contains { line in
+            let columns = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
+            guard columns.count >= 10, columns[0].allSatisfy({ $0 == "0" }), columns[0].count == 32, columns[1] == "00",
+                let flags = Int(columns[8], radix: 16)
+            else { return false }
+            let up = 0x1
+            let reject = 0x200
+            return flags & up != 0 && flags & reject == 0 && columns[9] != "lo"
         }
     }
 }

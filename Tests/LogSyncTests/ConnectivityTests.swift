@@ -1,0 +1,58 @@
+import Foundation
+import LogSyncHTTP
+import LogTesting
+import Testing
+
+/// `LinuxConnectivityMonitor` over a directory of fake `/sys` and `/proc`
+/// files, laid out as the kernel writes them.
+@Suite struct ConnectivityTests {
+    static let routeHeader =
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+    static let ipv4Default = "eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+    static let ipv4Subnet = "eth0\t0000000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"
+    /// The default route of an IPv6 network, via a router on eth0.
+    static let ipv6Default =
+        "00000000000000000000000000000000 00 00000000000000000000000000000000 00 "
+        + "fd000000000000000000000000000001 00000400 00000003 00000000 00000003     eth0\n"
+    /// What the kernel lists on a machine without IPv6 routing: ::/0 as a
+    /// reject route on lo, and the loopback address.
+    static let ipv6None =
+        "00000000000000000000000000000000 00 00000000000000000000000000000000 00 "
+        + "00000000000000000000000000000000 ffffffff 00000001 00000000 00200200       lo\n"
+        + "00000000000000000000000000000001 80 00000000000000000000000000000000 00 "
+        + "00000000000000000000000000000000 00000000 00000002 00000000 80200001       lo\n"
+
+    /// A fake root with eth0 in `state`, and the two route tables (nil: no file).
+    static func root(_ name: String, state: String = "up", route: String?, route6: String?) throws -> TemporaryDirectory {
+        let root = try TemporaryDirectory(name)
+        let files = FileManager.default
+        for (interface, operstate) in [("lo", "unknown"), ("eth0", state)] {
+            let directory = root.appending("sys/class/net/\(interface)")
+            try files.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try (operstate + "\n").write(toFile: directory + "/operstate", atomically: true, encoding: .utf8)
+        }
+        try files.createDirectory(atPath: root.appending("proc/net"), withIntermediateDirectories: true)
+        if let route { try route.write(toFile: root.appending("proc/net/route"), atomically: true, encoding: .utf8) }
+        if let route6 { try route6.write(toFile: root.appending("proc/net/ipv6_route"), atomically: true, encoding: .utf8) }
+        return root
+    }
+
+    @Test func aDefaultRouteOfEitherFamilyIsAPath() throws {
+        let cases: [(name: String, route: String?, route6: String?, path: Bool)] = [
+            ("ipv4", Self.routeHeader + Self.ipv4Default, Self.ipv6None, true),
+            ("ipv6-only", Self.routeHeader + Self.ipv4Subnet, Self.ipv6Default, true),
+            ("ipv6-only-no-v4-table", Self.routeHeader, Self.ipv6Default, true),
+            ("neither", Self.routeHeader + Self.ipv4Subnet, Self.ipv6None, false),
+            ("no-v6-file", Self.routeHeader + Self.ipv4Subnet, nil, false),
+        ]
+        for item in cases {
+            let root = try Self.root("connectivity-\(item.name)", route: item.route, route6: item.route6)
+            #expect(LinuxConnectivityMonitor(root: root.path).hasPath() == item.path, "\(item.name)")
+        }
+    }
+
+    @Test func anInterfaceThatIsDownIsNoPath() throws {
+        let root = try Self.root("connectivity-down", state: "down", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6Default)
+        #expect(!LinuxConnectivityMonitor(root: root.path).hasPath())
+    }
+}
