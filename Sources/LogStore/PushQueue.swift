@@ -111,7 +111,9 @@ extension Store {
             for offset in offsets {
                 let key = OffsetKey.encode(offset)
                 guard var state = try store.outboxState(txn, key: key), state.status == .pending else { continue }
-                state.attempts += 1
+                // Saturating: a count at its maximum (damaged or forged; the
+                // API marks an intent failed long before) must not trap.
+                state.attempts = state.attempts == .max ? .max : state.attempts + 1
                 state.lastError = error
                 if update(&state) {
                     state.status = .failed

@@ -199,6 +199,31 @@ import Testing
         #expect(report.problems.contains { $0.table == "outbox" && $0.offset == 1 }, "\(report.problems)")
     }
 
+    /// An attempt count at its maximum in a pending outbox row (damaged or
+    /// forged data: the API marks an intent failed long before) is counted
+    /// once more without a trap, and the intent is marked failed.
+    @Test func anAttemptCountAtItsMaximumDoesNotTrap() async throws {
+        let directory = try TemporaryDirectory("integrity-attempts")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            let outbox = try #require(try environment.openDatabase("outbox", create: false))
+            // Pending, attempts 0xFFFFFFFF, due now, no error (storage.md, section 15, "outbox").
+            let row: [UInt8] = [0] + [0xFF, 0xFF, 0xFF, 0xFF] + [UInt8](repeating: 0, count: 8) + [0, 0, 0, 0]
+            try environment.write { txn in try txn.put(outbox, key: key(1), value: row) }
+            environment.close()
+        }
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        try await store.scheduleRetry(offsets: [1], error: "timeout", at: 0, attemptsMax: 10)
+        let state = try #require(try store.outbox().first?.state)
+        #expect(state.attempts == .max && state.status == .failed)
+    }
+
     @Test func aReadOnlyStoreReadsButRefusesAppends() async throws {
         let directory = try TemporaryDirectory("integrity-readonly")
         do {
