@@ -178,11 +178,18 @@ public final class Environment: @unchecked Sendable {
     }
 
     private func checkUsable(_ operation: StaticString) throws(LMDBError) {
-        let problem = state.withLock { state -> LMDBError? in
+        if let problem = problem(operation) { throw problem }
+    }
+
+    /// Why the environment can serve no transaction (closed, or failed
+    /// after an unsuccessful commit), or nil when it can.
+    public var problem: LMDBError? { problem("use") }
+
+    private func problem(_ operation: StaticString) -> LMDBError? {
+        state.withLock { state -> LMDBError? in
             if state.closed { return LMDBError(code: .closed, operation: "\(operation)", path: path) }
             return state.failed
         }
-        if let problem { throw problem }
     }
 }
 

@@ -7,8 +7,10 @@ import LogFormat
 struct Routes: Sendable {
     let server: SyncServer
 
+    /// `ok` only while the store can serve push and pull (section 6).
     func health(_ request: Request, _ context: BasicRequestContext) throws -> Response {
-        try Reply.json(HealthResponse(serverID: server.serverID))
+        if let problem = server.service.storage.environment.problem { throw ServiceError.storageUnavailable(problem) }
+        return try Reply.json(HealthResponse(serverID: server.serverID))
     }
 
     func push(_ request: Request, _ context: BasicRequestContext) async throws -> Response {

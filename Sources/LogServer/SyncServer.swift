@@ -118,6 +118,9 @@ struct ProtocolMiddleware: RouterMiddleware {
             response = Reply.error(ProtocolMiddleware.translate(error))
         } catch let error as DroppedAnswer {
             throw error
+        } catch let error as LMDBError where [.environmentFailed, .closed].contains(error.code) {
+            context.logger.error("storage unavailable: \(error)")
+            response = Reply.error(ServiceError.storageUnavailable(error))
         } catch {
             context.logger.error("request failed: \(error)")
             response = Reply.error(ServiceError(.internalError, "the server failed to answer; try again"))

@@ -101,6 +101,26 @@ import Testing
         #expect(try await server.pullAll().count == 2)
     }
 
+    /// A server whose store is unavailable (closed here; failed after an
+    /// unsuccessful commit alike) says so: health is not `ok` but 503 with
+    /// `Retry-After` (section 6), and push and pull are 503 too, retryable,
+    /// rather than a 500 that reads as a bug.
+    @Test func aServerWhoseStoreIsUnavailableAnswers503() async throws {
+        let server = try await TestServer("storage-unavailable")
+        defer { Task { await server.stop() } }
+        #expect(try await server.push([operation(.create, "t1", ["n": 1])]).status == 200)
+        #expect(try await server.send("GET", "/v1/health", token: nil).status == 200)
+        server.server.close()
+        let health = try await server.send("GET", "/v1/health", token: nil)
+        let push = try await server.push([operation(.create, "t2", ["n": 2])])
+        let pull = try await server.pull()
+        for (name, reply) in [("health", health), ("push", push), ("pull", pull)] {
+            #expect(reply.status == 503, "\(name): \(String(decoding: reply.body, as: UTF8.self))")
+            #expect(reply.error?.error.code == .serviceUnavailable && reply.error?.error.retryable == true, "\(name)")
+            #expect(reply.headers["retry-after"] == "30", "\(name)")
+        }
+    }
+
     /// `client_timestamp` must be an RFC 3339 date-time, whose day exists
     /// in its month (RFC 3339 section 5.7): the 30th of February is not a date.
     @Test func aClientTimestampOnADayThatDoesNotExistIsRejected() async throws {
