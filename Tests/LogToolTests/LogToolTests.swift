@@ -470,6 +470,50 @@ extension LogToolExportTests {
     }
 }
 
+extension LogToolExportTests {
+    /// A line whose remote operation or deletion flag is not one the format
+    /// has is refused, naming the line and the field, rather than read as
+    /// an upsert or as not deleted.
+    @Test func anImportWithAnUnknownOperationOrFlagIsRefused() async throws {
+        let directory = try TemporaryDirectory("logtool-import-strict")
+        let source = directory.appending("source")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            // a created and deleted, then b: folded below 3, a is a deleted
+            // snapshot; b's delete at 4 stays a remote entry.
+            let changes = [
+                PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1, fields: ["n": 1]),
+                PulledChange(.delete, entityType: "te", entityID: "a", serverVersion: 2),
+                PulledChange(.upsert, entityType: "te", entityID: "b", serverVersion: 3, fields: ["n": 2]),
+                PulledChange(.delete, entityType: "te", entityID: "b", serverVersion: 4),
+                PulledChange(.upsert, entityType: "te", entityID: "c", serverVersion: 5, fields: ["n": 3]),
+            ]
+            for (index, change) in changes.enumerated() { try await store.applyPulledPage([change], cursor: "c\(index)") }
+            _ = try await store.compact(below: 3)
+            store.close()
+        }
+        let lines = try Tool.run(["export", source]).lines
+        let damaged = [
+            ("operation", #""operation":"delete""#, #""operation":"remove""#),
+            ("deleted", #""deleted":true"#, #""deleted":"yes""#),
+        ]
+        for (field, good, bad) in damaged {
+            guard let index = lines.firstIndex(where: { $0.contains(good) }) else {
+                Issue.record("no line has \(good): \(lines)")
+                continue
+            }
+            var changed = lines
+            changed[index] = changed[index].replacingOccurrences(of: good, with: bad)
+            let file = directory.appending("\(field).jsonl")
+            try (changed.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+            let imported = try Tool.run(["import", file, directory.appending("copy-\(field)")])
+            #expect(imported.status == 2 && imported.errors.contains("\(field).jsonl:\(index + 1)"), "\(imported.errors)")
+            #expect(imported.errors.contains(field), "\(imported.errors)")
+            #expect(!FileManager.default.fileExists(atPath: directory.appending("copy-\(field)")))
+        }
+    }
+}
+
 @Suite struct LogToolBundleTests {
     @Test func aBundleKeepsTheTailAndOnlyTheEntitiesItTouches() async throws {
         let directory = try TemporaryDirectory("logtool-bundle")

@@ -164,7 +164,9 @@ extension EntryJSON {
         case .reject:
             body = .reject(Reject(intentOffset: try version("intent_offset"), code: try json.text("code"), message: try json.text("message")))
         case .remote:
-            let operation: Remote.Operation = try json.text("operation") == "delete" ? .delete : .upsert
+            guard let operation = Remote.Operation.allCases.first(where: { "\($0)" == (try? json.text("operation")) }) else {
+                throw WireDecodingError("operation", "is not upsert or delete")
+            }
             body = .remote(
                 Remote(
                     cursor: try json.text("cursor"), operation, entityType: try json.text("entity_type"),
@@ -178,7 +180,7 @@ extension EntryJSON {
                 Conflict(
                     intentOffset: try version("intent_offset"), entityType: try json.text("entity_type"),
                     entityID: try json.text("entity_id"), serverVersion: try version("server_version"),
-                    serverDeleted: json["server_deleted"] == .bool(true),
+                    serverDeleted: try json.flag("server_deleted"),
                     serverFields: try Fields(json: json["server_fields"] ?? .object([]), path: "server_fields"),
                     resolution: resolution,
                     resolvedFields: try Fields(json: json["resolved_fields"] ?? .object([]), path: "resolved_fields")))
@@ -189,7 +191,7 @@ extension EntryJSON {
                 Snapshot(
                     watermark: try version("watermark"), cursor: try json.text("cursor"), entityType: try json.text("entity_type"),
                     entityID: try json.text("entity_id"), serverVersion: try version("server_version"),
-                    deleted: json["deleted"] == .bool(true), fields: try Fields(json: json["fields"] ?? .object([]), path: "fields")))
+                    deleted: try json.flag("deleted"), fields: try Fields(json: json["fields"] ?? .object([]), path: "fields")))
         case nil:
             throw WireDecodingError("kind", "\(kind) is not a kind")
         }
@@ -201,6 +203,15 @@ extension JSONValue {
     func text(_ name: String) throws -> String {
         guard case .string(let text)? = self[name] else { throw WireDecodingError(name, "is missing or not a string") }
         return text
+    }
+
+    /// A boolean that may be left out (false).
+    func flag(_ name: String) throws -> Bool {
+        switch self[name] {
+        case nil: return false
+        case .bool(let value)?: return value
+        default: throw WireDecodingError(name, "is not a boolean")
+        }
     }
 
     func unsigned(_ name: String) throws -> UInt64 {
