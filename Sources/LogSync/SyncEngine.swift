@@ -195,6 +195,15 @@ public actor SyncEngine {
             guard response.results.count == batch.count else {
                 throw TransportError(.network, "push: \(response.results.count) results for \(batch.count) operations")
             }
+            // Results answer the operations in order, each naming its
+            // operation's key (section 7): one that does not would record an
+            // answer against another intent.
+            if let index = batch.indices.first(where: { batch[$0].intent.idempotencyKey != response.results[$0].idempotencyKey }) {
+                throw TransportError(
+                    .network,
+                    "push: result \(index) answers idempotency key \(response.results[index].idempotencyKey.prefix(64)), "
+                        + "not \(batch[index].intent.idempotencyKey)")
+            }
         } catch let error as TransportError {
             return try await pushFailed(batch, error, &report)
         }

@@ -360,6 +360,34 @@ import Testing
         await server.stop()
     }
 
+    /// Results that do not answer the operations in order (a misbehaving
+    /// server or proxy) are recorded against no intent: each result names
+    /// its operation's idempotency key, and a mismatch is retried as a
+    /// network error, so no intent takes another's answer.
+    @Test func resultsOutOfOrderAreRecordedAgainstNoIntent() async throws {
+        let server = try await TestServer("results-out-of-order")
+        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let a = try Replica("a", server: server, transport: ResultsReversed(inner: inner))
+        try await a.store.create(type: "task", fields: ["title": "one"])
+        try await a.store.create(type: "task", fields: ["title": "two"])
+        let report = await a.sync()
+        #expect(report.acknowledged == 0)
+        if case .failed(let message) = report.outcome {
+            #expect(message.contains("idempotency key"), "\(message)")
+        } else {
+            Issue.record("expected the mismatched results to fail the run, got \(report.outcome)")
+        }
+        #expect(try a.store.outboxCount() == 2)
+        #expect(try a.entries(.ack).isEmpty)
+        // Answered properly (the server remembers the keys: duplicates), each
+        // intent gets its own answer.
+        try a.connect(to: server)
+        try await a.syncUntilQuiet()
+        #expect(try a.store.outboxCount() == 0)
+        #expect(try a.entries(.ack).count == 2)
+        await server.stop()
+    }
+
     /// A pulled upsert without `data` (a body the protocol does not define,
     /// which `PullResponse.decode` reads as nil data) fails the run with a
     /// clear error: it neither wipes the entity's fields nor moves the
@@ -407,6 +435,19 @@ import Testing
         try await a.syncUntilQuiet()
         #expect(try a.store.conflicts().map(\.intent.fields) == [["title": "from a"]])
         await server.stop()
+    }
+}
+
+/// Answers pushes with the server's results in reverse order.
+struct ResultsReversed: SyncTransport {
+    let inner: HTTPTransport
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        var response = try await inner.push(request)
+        response.results.reverse()
+        return response
     }
 }
 
