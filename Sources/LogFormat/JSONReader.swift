@@ -5,7 +5,8 @@
 /// trying one and catching the error, and those errors were most of the cost
 /// of reading a pull page. This reader looks at the first byte instead.
 /// Numbers are read by value, as `Format/sync-protocol.md` section 4 says: a
-/// whole number within Int64 is an int whatever its form.
+/// whole number within Int64 is an int whatever its form, and that int is
+/// the exact value the text writes, not the double nearest to it.
 public enum JSONValue: Equatable, Sendable {
     case null
     case bool(Bool)
@@ -15,6 +16,12 @@ public enum JSONValue: Equatable, Sendable {
     case array([JSONValue])
     /// Members in document order (a repeated name is refused while reading).
     case object([(String, JSONValue)])
+    /// Valid JSON that the reader does not build, and why: a number whose
+    /// nearest binary64 is not finite, or arrays and objects nested deeper
+    /// than `JSONReader.depthMax`. Only `parse(_:keepingUnreadableValues:)`
+    /// makes it, so that a push can reject the one operation that holds it
+    /// (`Format/sync-protocol.md` section 7) rather than the whole request.
+    case unreadable(String)
 
     public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
         switch (lhs, rhs) {
@@ -25,6 +32,7 @@ public enum JSONValue: Equatable, Sendable {
         case (.string(let a), .string(let b)): a == b
         case (.array(let a), .array(let b)): a == b
         case (.object(let a), .object(let b)): a.count == b.count && zip(a, b).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        case (.unreadable(let a), .unreadable(let b)): a == b
         default: false
         }
     }
@@ -47,10 +55,16 @@ public struct JSONReader {
     /// How deep arrays and objects may nest: a `Value` (32) inside a message.
     public static let depthMax = 64
 
-    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONReadError) -> JSONValue {
+    /// - Parameter keepingUnreadableValues: whether a number outside
+    ///   binary64, or nesting deeper than `depthMax`, becomes
+    ///   `JSONValue.unreadable` (its syntax still checked) rather than an
+    ///   error for the whole text.
+    public static func parse(_ bytes: some Collection<UInt8>, keepingUnreadableValues: Bool = false) throws(JSONReadError)
+        -> JSONValue
+    {
         let array = Array(bytes)
         return try array.withUnsafeBufferPointer { (buffer) throws(JSONReadError) -> JSONValue in
-            var reader = JSONReader(bytes: buffer)
+            var reader = JSONReader(bytes: buffer, keepsUnreadable: keepingUnreadableValues)
             reader.skipWhitespace()
             let value = try reader.value(depth: 0)
             reader.skipWhitespace()
@@ -61,8 +75,12 @@ public struct JSONReader {
 
     private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
+    private let keepsUnreadable: Bool
 
-    private init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    private init(bytes: UnsafeBufferPointer<UInt8>, keepsUnreadable: Bool) {
+        self.bytes = bytes
+        self.keepsUnreadable = keepsUnreadable
+    }
 
     private func error(_ detail: String) -> JSONReadError { JSONReadError(position: index, detail: detail) }
 
@@ -94,7 +112,7 @@ public struct JSONReader {
     }
 
     private mutating func object(depth: Int) throws(JSONReadError) -> JSONValue {
-        guard depth < JSONReader.depthMax else { throw error("nested deeper than \(JSONReader.depthMax)") }
+        guard depth < JSONReader.depthMax else { return try tooDeep() }
         index += 1
         var members: [(String, JSONValue)] = []
         // Repeated names are found by a scan while the object is small (a
@@ -152,7 +170,7 @@ public struct JSONReader {
     }
 
     private mutating func array(depth: Int) throws(JSONReadError) -> JSONValue {
-        guard depth < JSONReader.depthMax else { throw error("nested deeper than \(JSONReader.depthMax)") }
+        guard depth < JSONReader.depthMax else { return try tooDeep() }
         index += 1
         var elements: [JSONValue] = []
         skipWhitespace()
@@ -174,6 +192,70 @@ public struct JSONReader {
                 throw error("expected ',' or ']'")
             }
         }
+    }
+
+    /// An array or object at `depthMax`: an error, or, when unreadable
+    /// values are kept, checked without recursion and kept as one.
+    private mutating func tooDeep() throws(JSONReadError) -> JSONValue {
+        let detail = "nested deeper than \(JSONReader.depthMax)"
+        guard keepsUnreadable else { throw error(detail) }
+        try skipNested()
+        return .unreadable(detail)
+    }
+
+    /// Reads past the array or object that starts at `index`, checking its
+    /// syntax as `value(depth:)` would, with a stack of the open brackets
+    /// instead of recursion (so any depth fits). Repeated member names are
+    /// not looked for: the value is refused anyway.
+    private mutating func skipNested() throws(JSONReadError) {
+        var closers: [UInt8] = []
+        while true {
+            // At the start of a value.
+            guard index < bytes.count else { throw error("the text ends where a value should start") }
+            let opener = bytes[index]
+            if opener == UInt8(ascii: "{") || opener == UInt8(ascii: "[") {
+                let closer = opener == UInt8(ascii: "{") ? UInt8(ascii: "}") : UInt8(ascii: "]")
+                index += 1
+                skipWhitespace()
+                if index < bytes.count, bytes[index] == closer {
+                    index += 1
+                } else {
+                    closers.append(closer)
+                    if closer == UInt8(ascii: "}") { try memberName() }
+                    continue
+                }
+            } else {
+                _ = try value(depth: 0)  // A scalar: no recursion.
+            }
+            // After a value: close what ends here, then the next value.
+            while true {
+                guard let closer = closers.last else { return }
+                skipWhitespace()
+                guard index < bytes.count else { throw error("the text ends inside an array or object") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    skipWhitespace()
+                    if closer == UInt8(ascii: "}") { try memberName() }
+                    break
+                } else if bytes[index] == closer {
+                    index += 1
+                    closers.removeLast()
+                } else {
+                    throw error("expected ',' or '\(Character(Unicode.Scalar(closer)))'")
+                }
+            }
+        }
+    }
+
+    /// A member's name and its colon, leaving `index` at its value.
+    private mutating func memberName() throws(JSONReadError) {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
+        _ = try string()
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+        index += 1
+        skipWhitespace()
     }
 
     private mutating func string() throws(JSONReadError) -> String {
@@ -298,16 +380,78 @@ public struct JSONReader {
         if isInteger, text == "-0" { return .double(-0.0) }
         if isInteger, let integer = Int64(text) { return .int(integer) }
         guard let double = Double(text), double.isFinite else {
+            let detail = "the number \(text.prefix(40)) is outside binary64"
+            if keepsUnreadable { return .unreadable(detail) }
             index = start
-            throw error("the number \(text.prefix(40)) is outside binary64")
+            throw error(detail)
         }
         // Negative zero stays a double here: inside {"$double": -0.0} it is
         // negative zero; elsewhere `Value(json:)` reads it as the int 0.
-        if double == 0, double.sign == .minus { return .double(double) }
-        // By value: a whole number within Int64 is an int (2.0, 1e2).
-        if double.rounded() == double, double >= -9.223_372_036_854_775_808e18, double < 9.223_372_036_854_775_808e18 {
-            return .int(Int64(double))
+        if double == 0 { return double.sign == .minus ? .double(double) : .int(0) }
+        // By value: a whole number within Int64 is an int (2.0, 1e2), read
+        // from the digits, since the nearest double can be another integer
+        // (9007199254740993.0) or whole when the number is not
+        // (1.00000000000000001). A whole number within Int64 always has a
+        // whole nearest double within ±2^63, so only those need the digits.
+        if double.rounded() == double, double.magnitude <= 9.223_372_036_854_775_808e18,
+            let integer = JSONReader.exactInteger(UnsafeBufferPointer(rebasing: bytes[start..<index]))
+        {
+            return .int(integer)
         }
         return .double(double)
+    }
+
+    /// The value of a number in RFC 8259's grammar when it is a whole number
+    /// within Int64, computed from its decimal digits; otherwise nil.
+    static func exactInteger(_ text: UnsafeBufferPointer<UInt8>) -> Int64? {
+        var position = 0
+        let negative = text[0] == UInt8(ascii: "-")
+        if negative { position += 1 }
+        // The significant digits (no leading zeros) and the power of ten
+        // they are scaled by.
+        var digits: [UInt8] = []
+        var scale = 0
+        var inFraction = false
+        while position < text.count, text[position] != UInt8(ascii: "e"), text[position] != UInt8(ascii: "E") {
+            let byte = text[position]
+            position += 1
+            if byte == UInt8(ascii: ".") {
+                inFraction = true
+                continue
+            }
+            if inFraction { scale -= 1 }
+            if !digits.isEmpty || byte != UInt8(ascii: "0") { digits.append(byte - UInt8(ascii: "0")) }
+        }
+        if position < text.count {
+            position += 1
+            var exponentNegative = false
+            if text[position] == UInt8(ascii: "+") || text[position] == UInt8(ascii: "-") {
+                exponentNegative = text[position] == UInt8(ascii: "-")
+                position += 1
+            }
+            // Clamped: past a billion, the number is zero or outside Int64 anyway.
+            var exponent = 0
+            while position < text.count {
+                exponent = min(exponent * 10 + Int(text[position] - UInt8(ascii: "0")), 1_000_000_000)
+                position += 1
+            }
+            scale += exponentNegative ? -exponent : exponent
+        }
+        while digits.last == 0 {
+            digits.removeLast()
+            scale += 1
+        }
+        guard !digits.isEmpty else { return 0 }
+        // At most 19 digits: below 10^19, within UInt64.
+        guard scale >= 0, digits.count + scale <= 19 else { return nil }
+        var magnitude: UInt64 = 0
+        for digit in digits { magnitude = magnitude * 10 + UInt64(digit) }
+        for _ in 0..<scale { magnitude *= 10 }
+        if negative {
+            guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
+            return Int64(truncatingIfNeeded: 0 &- magnitude)
+        }
+        guard magnitude <= UInt64(Int64.max) else { return nil }
+        return Int64(magnitude)
     }
 }

@@ -40,14 +40,19 @@ public enum NameRules {
     /// values nest at most `Limits.valueDepthMax` deep.
     public static func fieldsProblem(_ fields: Fields, depth: Int = 0) -> String? {
         for (name, value) in fields {
-            // The byte first: `hasPrefix` compares characters, which is slow.
-            guard !name.isEmpty, name.utf8.first != UInt8(ascii: "$") || !name.hasPrefix("$") else {
+            guard !name.isEmpty, !isReserved(name) else {
                 return "field name \"\(name)\": names are non-empty and do not start with $"
             }
             if let problem = valueProblem(value, name: name, depth: depth) { return problem }
         }
         return nil
     }
+
+    /// Whether `name` starts with `$`, reserved for the JSON forms of
+    /// values: its first byte (so its first scalar) is `$`. Not `hasPrefix`,
+    /// which compares characters: `$` and a combining mark after it make one
+    /// character that is not `$`.
+    public static func isReserved(_ name: String) -> Bool { name.utf8.first == UInt8(ascii: "$") }
 
     private static func valueProblem(_ value: Value, name: String, depth: Int) -> String? {
         switch value {

@@ -31,7 +31,7 @@ extension Value: Codable {
     private static func decodeObject(from decoder: any Decoder) throws -> Value {
         let container = try decoder.container(keyedBy: FieldKey.self)
         let keys = container.allKeys
-        if keys.count == 1, let key = keys.first, key.stringValue.hasPrefix("$") {
+        if keys.count == 1, let key = keys.first, NameRules.isReserved(key.stringValue) {
             switch key.stringValue {
             case "$double":
                 return .double(try container.decode(Double.self, forKey: key))
@@ -98,7 +98,7 @@ extension Fields: Codable {
         let container = try decoder.container(keyedBy: FieldKey.self)
         var pairs: [(String, Value)] = []
         for key in container.allKeys {
-            guard !key.stringValue.hasPrefix("$") else {
+            guard !NameRules.isReserved(key.stringValue) else {
                 throw DecodingError.dataCorruptedError(
                     forKey: key, in: container, debugDescription: "field names starting with $ are reserved")
             }
@@ -110,7 +110,7 @@ extension Fields: Codable {
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: FieldKey.self)
         for (name, value) in self {
-            guard !name.hasPrefix("$") else {
+            guard !NameRules.isReserved(name) else {
                 throw EncodingError.invalidValue(
                     name, .init(codingPath: encoder.codingPath, debugDescription: "field names starting with $ are reserved"))
             }

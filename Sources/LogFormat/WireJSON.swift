@@ -24,6 +24,7 @@ extension Value {
         case .int(let number): self = .int(number)
         case .double(let number): self = number == 0 ? .int(0) : .double(number)
         case .string(let text): self = .string(text)
+        case .unreadable(let detail): throw WireDecodingError(path, detail)
         case .array(let elements):
             guard depth < Limits.valueDepthMax else { throw WireDecodingError(path, "nests deeper than \(Limits.valueDepthMax)") }
             var values: [Value] = []
@@ -33,7 +34,7 @@ extension Value {
             }
             self = .array(values)
         case .object(let members):
-            if members.count == 1, members[0].0.hasPrefix("$") {
+            if members.count == 1, NameRules.isReserved(members[0].0) {
                 self = try Value.special(members[0].0, members[0].1, path: path)
                 return
             }
@@ -47,6 +48,8 @@ extension Value {
         case ("$double", .int(let number)): return .double(Double(number))
         case ("$double", .double(let number)): return .double(number)
         case ("$timestamp", .int(let micros)): return .timestamp(micros)
+        // `-0` and `-0.0`: whole numbers, read by value (section 4).
+        case ("$timestamp", .double(let zero)) where zero == 0: return .timestamp(0)
         case ("$bytes", .string(let text)):
             guard let data = Data(base64Encoded: text) else {
                 throw WireDecodingError("\(path).$bytes", "is not padded standard base64")
@@ -63,12 +66,13 @@ extension Value {
 extension Fields {
     /// Fields from a JSON object; names starting with `$` are refused.
     public init(json: JSONValue, path: String = "", depth: Int = 0) throws(WireDecodingError) {
+        if case .unreadable(let detail) = json { throw WireDecodingError(path, detail) }
         guard case .object(let members) = json else { throw WireDecodingError(path, "is not an object") }
         var pairs: [(String, Value)] = []
         pairs.reserveCapacity(members.count)
         for (name, value) in members {
             let memberPath = path.isEmpty ? name : "\(path).\(name)"
-            guard !name.hasPrefix("$") else { throw WireDecodingError(memberPath, "names starting with $ are reserved") }
+            guard !NameRules.isReserved(name) else { throw WireDecodingError(memberPath, "names starting with $ are reserved") }
             pairs.append((name, try Value(json: value, path: memberPath, depth: depth)))
         }
         self.init(pairs)
@@ -164,8 +168,12 @@ extension PushOperation {
         }
         var data: Fields?
         if let value = json["data"], value != .null { data = try Fields(json: value, path: path.isEmpty ? "data" : "\(path).data") }
-        guard case .int(let base)? = json["base_version"], base >= 0 else {
-            throw WireDecodingError(path.isEmpty ? "base_version" : "\(path).base_version", "is missing or not a version")
+        // By value, as every number (section 4): `-0` and `-0.0` are 0 too.
+        let base: Int64
+        switch json["base_version"] {
+        case .int(let value)? where value >= 0: base = value
+        case .double(let zero)? where zero == 0: base = 0
+        default: throw WireDecodingError(path.isEmpty ? "base_version" : "\(path).base_version", "is missing or not a version")
         }
         self.init(
             idempotencyKey: try json.string("idempotency_key", path), entityType: try json.string("entity_type", path),

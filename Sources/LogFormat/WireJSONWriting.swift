@@ -53,7 +53,7 @@ extension Fields {
     public func writeJSON(to writer: inout JSONWriter) throws {
         writer.beginObject()
         for (name, value) in self {
-            guard !name.hasPrefix("$") else {
+            guard !NameRules.isReserved(name) else {
                 throw EncodingError.invalidValue(name, .init(codingPath: [], debugDescription: "field names starting with $ are reserved"))
             }
             writer.name(name)

@@ -251,7 +251,9 @@ struct ReceivedPush: Sendable {
     init(body: Data) throws {
         let root: JSONValue
         do {
-            root = try JSONReader.parse(body)
+            // A number outside binary64 or nesting past the reader's depth
+            // is valid JSON: it fails only its operation (section 7).
+            root = try JSONReader.parse(body, keepingUnreadableValues: true)
         } catch {
             throw ServiceError(.validationError, "the push body is not valid JSON: \(error)")
         }

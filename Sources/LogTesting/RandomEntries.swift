@@ -90,7 +90,7 @@ extension RandomEntries {
         switch value {
         case .double(let number) where !number.isFinite: .double(0)
         case .array(let elements): .array(elements.map(finite))
-        case .object(let fields): .object(Fields(fields.map { (name: String, value: Value) in (name.isEmpty || name.hasPrefix("$") ? "k" + name : name, finite(value)) }))
+        case .object(let fields): .object(Fields(fields.map { (name: String, value: Value) in (name.isEmpty || NameRules.isReserved(name) ? "k" + name : name, finite(value)) }))
         default: value
         }
     }

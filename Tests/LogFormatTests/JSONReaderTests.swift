@@ -96,4 +96,55 @@ import Testing
         #expect(try JSONDecoder().decode(PullResponse.self, from: json) == page)
         #expect(throws: (any Error).self) { try PullResponse.decode(json: Array(#"{"changes": 1}"#.utf8)) }
     }
+
+    /// A number's value decides int or double (`Format/sync-protocol.md`
+    /// section 4, "Reading", point 2), and the value is the decimal the text
+    /// writes, not the double nearest to it: a whole number within Int64 is
+    /// that int exactly, whatever its form.
+    @Test func wholeNumbersInAnyFormAreTheirExactInt() throws {
+        #expect(try read("9007199254740993.0") == .int(9_007_199_254_740_993))
+        #expect(try read("9.007199254740993e15") == .int(9_007_199_254_740_993))
+        #expect(try read("9223372036854775807.0") == .int(.max))
+        #expect(try read("-9223372036854775808.0") == .int(.min))
+        #expect(try read("922337203685477580.7e1") == .int(.max))
+        #expect(try read("10.50e1") == .int(105))
+        #expect(try read("0.0") == .int(0))
+        // Not whole, though the nearest double is: a double.
+        #expect(try read("1.00000000000000001") == .double(1))
+        #expect(try read("9223372036854775807.5") == .double(9_223_372_036_854_775_808))
+        #expect(try Value(json: read("1.00000000000000001")) == .double(1))
+        // Whole but outside Int64: a double.
+        #expect(try read("9223372036854775808.0") == .double(9_223_372_036_854_775_808))
+        #expect(try read("-9223372036854775809.0") == .double(-9_223_372_036_854_775_808))
+    }
+
+    /// `base_version` and `$timestamp` are read by value like every number
+    /// (section 4): `-0` and `-0.0` are 0, `1e0` is 1.
+    @Test func integerMembersTakeEveryFormOfAWholeNumber() throws {
+        for (text, version) in [("0", 0), ("-0", 0), ("-0.0", 0), ("1e0", 1), ("2.0", 2)] as [(String, UInt64)] {
+            let json = try read(
+                #"{"idempotency_key": "k", "entity_type": "te", "entity_id": "e", "intent": "create", "data": {}, "client_timestamp": "t", "base_version": \#(text)}"#
+            )
+            #expect(try PushOperation(json: json).baseVersion == version, "\(text)")
+        }
+        for (text, micros) in [("-0", 0), ("-0.0", 0), ("1e2", 100), ("-5", -5)] as [(String, Int64)] {
+            #expect(try Value(json: read(#"{"$timestamp": \#(text)}"#)) == .timestamp(micros), "\(text)")
+        }
+    }
+
+    /// A name starts with `$` when its first scalar is `$`, as the spec
+    /// compares strings; `hasPrefix` compares characters, and `$` followed
+    /// by a combining mark is one character that is not `$`.
+    @Test func reservedNamesAreFoundByTheirFirstScalar() throws {
+        let name = "$\u{0301}x"
+        let single = JSONValue.object([(name, .int(1))])
+        #expect(throws: WireDecodingError.self) { try Fields(json: single) }
+        #expect(throws: WireDecodingError.self) { try Value(json: single) }
+        #expect(throws: WireDecodingError.self) { try Fields(json: .object([(name, .int(1)), ("b", .int(2))])) }
+        #expect(NameRules.fieldsProblem([name: 1]) != nil)
+        var writer = JSONWriter()
+        #expect(throws: EncodingError.self) { try Fields([name: 1]).writeJSON(to: &writer) }
+        #expect(throws: (any Error).self) { try Wire.makeEncoder().encode(Fields([name: 1])) }
+        #expect(throws: (any Error).self) { try JSONDecoder().decode(Fields.self, from: Data(#"{"$\u0301x": 1}"#.utf8)) }
+    }
 }

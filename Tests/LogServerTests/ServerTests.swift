@@ -121,6 +121,30 @@ import Testing
         }
     }
 
+    /// A number outside binary64 and nesting deeper than the reader builds
+    /// are valid JSON (RFC 8259): they break a rule of section 4, so the
+    /// operation holding them is rejected and the others are evaluated.
+    @Test func anUnreadableNumberOrDeepNestingRejectsOnlyItsOperation() async throws {
+        let server = try await TestServer("push-unreadable-values")
+        defer { Task { await server.stop() } }
+        func op(_ id: String, _ data: String, base: String = "0") -> String {
+            #"{"idempotency_key": "\#(id)", "entity_type": "te", "entity_id": "\#(id)", "intent": "create", "data": \#(data), "client_timestamp": "2026-11-22T08:00:00Z", "base_version": \#(base)}"#
+        }
+        let deep = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        let operations = [
+            op("huge", #"{"n": 1e400}"#), op("negative-huge", #"{"n": -1e400}"#), op("huge-double", #"{"n": {"$double": 1e400}}"#),
+            op("huge-base", "{}", base: "1e400"), op("deep", #"{"d": \#(deep)}"#), op("kept", #"{"n": 1}"#),
+        ]
+        let reply = try await server.send("POST", "/v1/push", body: Data(#"{"operations": [\#(operations.joined(separator: ","))]}"#.utf8))
+        #expect(reply.status == 200)
+        let results = try reply.decode(PushResponse.self).results
+        #expect(results.map(\.idempotencyKey) == ["huge", "negative-huge", "huge-double", "huge-base", "deep", "kept"])
+        #expect(results.map(\.errorCode) == [.validationError, .validationError, .validationError, .validationError, .validationError, nil])
+        // Invalid JSON inside the deep part is still invalid JSON.
+        let broken = String(repeating: "[", count: 100) + "1,]" + String(repeating: "]", count: 99)
+        #expect(try await server.send("POST", "/v1/push", body: Data(#"{"operations": [\#(op("x", #"{"d": \#(broken)}"#))]}"#.utf8)).status == 400)
+    }
+
     /// `client_timestamp` must be an RFC 3339 date-time, whose day exists
     /// in its month (RFC 3339 section 5.7): the 30th of February is not a date.
     @Test func aClientTimestampOnADayThatDoesNotExistIsRejected() async throws {
