@@ -352,6 +352,33 @@ extension ToolRun {
         let orphan = try Tool.run(["bundle", path, "--output", directory.appending("missing/bundle")])
         #expect(orphan.status == 2 && orphan.errors.contains("cannot make \(directory.appending("missing/bundle")): No such file"))
     }
+
+    /// Below the compaction watermark the log holds snapshots, not the
+    /// entries that were there: the state as of such an offset is gone, and
+    /// `--to` says so instead of replaying a few snapshots as that state.
+    @Test func replayToAnOffsetCompactedAwayIsRefused() async throws {
+        let directory = try TemporaryDirectory("logtool-replay-compacted")
+        let path = directory.appending("store")
+        do {
+            let store = try Store(path: path, options: .init(durability: .process))
+            try await store.applyPulledPage(
+                (1...6).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0 % 3)", serverVersion: UInt64($0), fields: ["n": .int(Int64($0))]) },
+                cursor: "c")
+            try await store.create(type: "te", id: "mine", fields: ["n": 7])
+            _ = try await store.compact(below: 6)
+            store.close()
+        }
+        #expect(try Tool.run(["stat", path, "--json"]).objects().first?["compacted_below"] as? Int == 6)
+        let past = directory.appending("past")
+        let refused = try Tool.run(["replay", path, "--to", "1", "--output", past])
+        #expect(refused.status == 2 && refused.errors.contains("compaction watermark 6"), "\(refused.output)\(refused.errors)")
+        #expect(!FileManager.default.fileExists(atPath: past))
+        // From the watermark on, the log is as it was.
+        let kept = try Tool.run(["replay", path, "--to", "6", "--output", past])
+        #expect(kept.status == 0, "\(kept.errors)")
+        #expect(try Tool.run(["entities", past, "te", "--json"]).objects().count == 3)
+        #expect(try Tool.run(["verify", past]).status == 0)
+    }
 }
 
 @Suite struct LogToolExportTests {

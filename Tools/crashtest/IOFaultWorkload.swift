@@ -48,12 +48,17 @@ struct IOFaultWorkload: Workload {
         /// From the Nth call on (a full disk), rather than the Nth alone.
         var persistent: Bool
         var callsMax: Int
+        /// Whether the Nth call comes in every run: each `.full` commit
+        /// makes one `fdatasync` on the writer thread, so a worker that
+        /// ends well under it made a commit without its sync, or ignored
+        /// the failure.
+        var alwaysLands = false
 
         func rule(_ n: Int) -> String { "inject=\(syscall):error=\(error):when=\(n)\(persistent ? "+" : "")" }
     }
 
     static let faults = [
-        Fault(syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount),
+        Fault(syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount, alwaysLands: true),
         Fault(syscall: "pwrite64", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount * 2 + 4),
         Fault(syscall: "pwrite64", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount * 2 + 4),
         Fault(syscall: "writev", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount + 2),
@@ -104,6 +109,8 @@ struct IOFaultWorkload: Workload {
         case .exit(0):
             if acknowledged != Self.appendCount {
                 context.violation("under \(rule) the worker ended well after \(acknowledged) of \(Self.appendCount) appends")
+            } else if fault.alwaysLands {
+                context.violation("under \(rule) all \(Self.appendCount) appends were acknowledged: a commit did not sync, or its failed sync was ignored")
             }
         case .exit(3):
             context.tally.failedCommits += 1

@@ -102,7 +102,8 @@ struct Replay: AsyncParsableCommand {
         discussion: """
             In place it needs the store's writer lock (refused while another process has the store open for \
             writing). --to OFFSET --output DIR copies the store, drops the entries after OFFSET from the copy, \
-            and rebuilds it there: the store itself is only read.
+            and rebuilds it there: the store itself is only read. OFFSET must be at or past the compaction watermark: \
+            below it the log keeps only snapshots.
             """)
 
     @OptionGroup var store: StoreOptions
@@ -145,6 +146,13 @@ struct Replay: AsyncParsableCommand {
             defer { log.close() }
             guard offset >= 1, offset <= (try log.lastOffset()) else {
                 throw LogToolError("--to \(offset) is outside the log (1...\(try log.lastOffset()))")
+            }
+            // Below the watermark the log holds snapshots of the state there,
+            // not the entries that made it: no earlier state can be rebuilt.
+            let compactedBelow = try log.compactedBelow()
+            guard offset >= compactedBelow else {
+                throw LogToolError(
+                    "--to \(offset) is below the compaction watermark \(compactedBelow): the entries before it are folded into snapshots, so the state as of \(offset) is gone")
             }
             try log.copy(to: output, compact: true)
         }
