@@ -75,6 +75,7 @@ enum CompactionWorkload: StoreWorkload {
             }
         }
         try checkSettled(ledger, store, &context)
+        checkOffsetsKept(ledger, log, compactedBelow: compactedBelow, &context)
         try checkNoStrangers(store, tried: tried, &context)
         return promises.acknowledgedCount + ledger.with("settled").count + ledger.with("compacted").count
     }
@@ -90,6 +91,26 @@ enum CompactionWorkload: StoreWorkload {
             if entity?.serverVersion != 1 || entity?.pendingIntentCount != 0 {
                 let seen = entity.map { "version \($0.serverVersion) with \($0.pendingIntentCount) pending" } ?? "nothing"
                 context.violation("te/\(report.words[1]): acknowledged at server version 1 (intent \(report.words[0])), but the app sees \(seen)")
+            }
+        }
+    }
+
+    /// Compaction keeps every entry at or above its watermark at its
+    /// offset: each settled intent there is still in the log, where the
+    /// outbox said it was.
+    private static func checkOffsetsKept(
+        _ ledger: Ledger, _ log: [Entry], compactedBelow: UInt64, _ context: inout IterationContext
+    ) {
+        let intents = Dictionary(
+            log.compactMap { entry -> (UInt64, String)? in
+                guard case .intent(let intent) = entry.body else { return nil }
+                return (entry.offset, intent.entityID)
+            }, uniquingKeysWith: { first, _ in first })
+        for report in ledger.with("settled") {
+            guard report.words.count == 2, let offset = UInt64(report.words[0]), offset >= compactedBelow else { continue }
+            if intents[offset] != report.words[1] {
+                let found = intents[offset].map { "the intent on te/\($0)" } ?? "no intent"
+                context.violation("log at offset \(offset), at or above the watermark \(compactedBelow): \(found), not te/\(report.words[1])'s settled create")
             }
         }
     }
