@@ -70,6 +70,9 @@ public final class Environment: @unchecked Sendable {
         var closed = false
         var failed: LMDBError?
         var readPool: [PooledTransaction] = []
+        /// What `info()` reports once the environment is closed (its handle
+        /// is freed then).
+        var closedInfo: Info?
     }
 
     /// The directories open in this process, by their resolved path.
@@ -172,6 +175,8 @@ public final class Environment: @unchecked Sendable {
                 mdb_txn_abort(spare)
             }
             for txn in pool { mdb_txn_abort(txn.handle) }
+            let last = currentInfo()
+            state.withLock { $0.closedInfo = last }
             mdb_env_close(handle)
             Environment.unregister(path)
         }
@@ -348,7 +353,7 @@ extension Environment {
     private func grow(after error: LMDBError) throws(LMDBError) {
         try resizeLock.withExclusive { () throws(LMDBError) in
             try checkUsable("mdb_env_set_mapsize")
-            let current = info().mapSize
+            let current = currentInfo().mapSize
             let step = min(current, 1 << 30)
             guard current < options.mapSizeMax else { throw error }
             let next = min(current + step, options.mapSizeMax)
@@ -404,7 +409,15 @@ extension Environment {
         public var lastTransactionID: Int
     }
 
+    /// The environment's numbers now; after `close()`, as they were then.
     public func info() -> Info {
+        // Shared: growing the map unmaps and maps it again (where the meta
+        // pages `mdb_env_info` reads live), and closing frees the handle.
+        resizeLock.withShared { state.withLock { $0.closedInfo } ?? currentInfo() }
+    }
+
+    /// Needs the resize lock (either way) and an open environment.
+    private func currentInfo() -> Info {
         var envInfo = MDB_envinfo()
         var stat = MDB_stat()
         mdb_env_info(handle, &envInfo)

@@ -335,7 +335,15 @@ struct Projector: Sendable {
         if let count = cache?.counts[type] { return count }
         let key = Array(type.utf8)
         return try key.withUnsafeBytes { key in
-            try txn.withValue(counts, key: key) { value in UInt64(bigEndianBytes: value).map(Int.init) ?? 0 }
+            try txn.withValue(counts, key: key) { value in
+                // Stored bytes: a value that is not 8 bytes, or too big for an
+                // Int, is damage to report, not a count (nor a trap).
+                guard let count = UInt64(bigEndianBytes: value).flatMap({ Int(exactly: $0) }) else {
+                    throw LogStoreError(
+                        .corruptEntry, path: path, "the visible count of \(type) is not a u64 that fits an Int")
+                }
+                return count
+            }
         } ?? 0
     }
 }

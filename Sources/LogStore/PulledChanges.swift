@@ -72,7 +72,11 @@ extension Store {
         precondition(entriesPerTransaction > 0, "a replay chunk needs room for an entry")
         // Straight to the log's writer: `write` would stamp the watermark
         // with the last offset, which is what replay must not do.
-        try await log.perform { txn, _ in try self.clearDerived(txn) }
+        try await log.perform { txn, context in
+            try self.clearDerived(txn)
+            let last = context.position.lastOffset
+            self.replayedThrough.withLock { $0 = max($0, last) }
+        }
         while try await log.perform({ txn, _ in try self.replayChunk(txn, countMax: entriesPerTransaction) }) {}
     }
 
@@ -139,6 +143,9 @@ extension Store {
         projector.cache = cache
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
+        // A write's catch-up during a rebuild projects entries delivered long
+        // ago: their events are not news.
+        let replayedThrough = live ? self.replayedThrough.withLock { $0 } : 0
         var applied = 0
         try txn.forEach(log.logDatabase, from: OffsetKey.encode(expected)) { key, value in
             guard applied < countMax else {
@@ -147,7 +154,7 @@ extension Store {
             }
             let entry = try EventLog.decode(
                 key: key, value: value, following: &expected, compactedBelow: compactedBelow, path: path)
-            try projector.apply(entry, txn, &effects, live: live)
+            try projector.apply(entry, txn, &effects, live: live && entry.offset > replayedThrough)
             applied += 1
             return true
         }

@@ -1,6 +1,7 @@
 import Foundation
 import LMDB
 import LogFormat
+import Synchronization
 
 /// What an app embeds: entities written offline and read back at once, with
 /// the log as the single source of truth.
@@ -32,6 +33,12 @@ public final class Store: Sendable {
     private let changeFeed: Broadcast<StoreChange>
     private let eventFeed: Broadcast<StoreEvent>
     private let intentFeed: Broadcast<UInt64>
+    /// The log's last offset when the last rebuild cleared the derived
+    /// databases (0: none since open). Those entries were delivered as they
+    /// were written; a write that projects some of them before the rebuild
+    /// reaches them must not publish their events again. Touched only by
+    /// writer jobs.
+    let replayedThrough = Mutex<UInt64>(0)
 
     public var path: String { log.path }
 
@@ -287,10 +294,14 @@ extension Store {
         return try log.environment.read { txn in
             var page: [Entity] = []
             guard limit > 0 else { return page }
-            try txn.forEach(projector.entities, from: prefix + Array((after ?? "").utf8)) { key, value in
+            let start = prefix + Array((after ?? "").utf8)
+            try txn.forEach(projector.entities, from: start) { key, value in
                 guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
+                // By bytes, as the keys are ordered: `String` equality would
+                // also skip an id that is another spelling of the same text
+                // (canonically equivalent Unicode), a different entity.
+                if after != nil, key.elementsEqual(start) { return true }
                 let id = EntityKey.id(from: key, prefixCount: prefix.count)
-                if let after, id == after { return true }
                 let state = try projector.decodeVisible(value, key: key)
                 if let fields = state.visible {
                     page.append(Entity(type: type, id: id, fields: fields, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount))

@@ -232,6 +232,58 @@ import Testing
         #expect(error?.code == .closed)
     }
 
+    /// `info()` after `close()` reads no freed environment: it reports the
+    /// map as it was at the close.
+    @Test func infoAfterCloseIsTheLastInfo() throws {
+        let directory = try TemporaryDirectory("lmdb-closed-info")
+        let environment = try Environment(path: directory.path)
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in try txn.put(table, key: [1], value: [UInt8](repeating: 7, count: 100_000)) }
+        let before = environment.info()
+        environment.close()
+        for _ in 0..<3 {
+            let after = environment.info()
+            #expect(after.mapSize == before.mapSize)
+            #expect(after.usedBytes == before.usedBytes)
+            #expect(after.lastTransactionID == before.lastTransactionID)
+        }
+    }
+
+    private final class Flag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
+    /// `info()` while another thread grows the map (which unmaps and maps
+    /// it again) never reads a map being replaced.
+    @Test func infoDuringMapGrowthIsSafe() throws {
+        let directory = try TemporaryDirectory("lmdb-info-growth")
+        for _ in 0..<20 {
+            try? FileManager.default.removeItem(atPath: directory.appending("data.mdb"))
+            try? FileManager.default.removeItem(atPath: directory.appending("lock.mdb"))
+            var options = Environment.Options()
+            options.mapSize = 64 * 1024
+            options.durability = .process
+            let environment = try Environment(path: directory.path, options: options)
+            let table = try #require(try environment.openDatabase("t"))
+            let done = Flag()
+            let stopped = DispatchSemaphore(value: 0)
+            Thread {
+                var calls = 0
+                while !done.value.load(ordering: .acquiring) {
+                    calls &+= environment.info().usedBytes
+                }
+                withExtendedLifetime(calls) {}
+                stopped.signal()
+            }.start()
+            for n in 0..<400 {
+                try environment.write { txn in try txn.put(table, key: key(n), value: [UInt8](repeating: 1, count: 8_000)) }
+            }
+            done.value.store(true, ordering: .releasing)
+            stopped.wait()
+            environment.close()
+        }
+    }
+
     @Test func aFileIsNotADirectory() throws {
         let directory = try TemporaryDirectory("lmdb-file")
         let file = directory.appending("plain")

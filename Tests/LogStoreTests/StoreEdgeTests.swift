@@ -1,0 +1,91 @@
+import Foundation
+import LMDB
+import LogFormat
+@testable import LogStore
+import LogTesting
+import Synchronization
+import Testing
+
+/// Edges of the read and write paths that the model test does not reach.
+@Suite struct StoreEdgeTests {
+    /// Ids are compared by their bytes, as the keys are: two ids that are
+    /// canonically equivalent Unicode (`é` precomposed and `e` + U+0301) are
+    /// two entities, and paging past one must not skip the other.
+    @Test func pagingPastAnIDDoesNotSkipACanonicallyEquivalentOne() async throws {
+        let fixture = try StoreFixture("store-all-equivalent-ids")
+        let store = fixture.store
+        let decomposed = "e\u{301}"  // 65 CC 81
+        let precomposed = "\u{E9}"  // C3 A9
+        try await store.create(type: "te", id: decomposed, fields: ["n": 1])
+        try await store.create(type: "te", id: "f", fields: ["n": 2])
+        try await store.create(type: "te", id: precomposed, fields: ["n": 3])
+        #expect(try store.count(type: "te") == 3)
+        #expect(try store.all(type: "te").count == 3)
+        let first = try store.all(type: "te", limit: 1)
+        #expect(first.map { Array($0.id.utf8) } == [Array(decomposed.utf8)])
+        let rest = try store.all(type: "te", after: first.last?.id, limit: 10)
+        #expect(rest.map { Array($0.id.utf8) } == [Array("f".utf8), Array(precomposed.utf8)])
+    }
+
+    /// A damaged `counts` value is reported as damage, not a trap: a u64
+    /// with its top bit set does not fit an `Int`.
+    @Test func aCountTooLargeForAnIntIsDamageNotATrap() async throws {
+        let directory = try TemporaryDirectory("store-count-damage")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            let counts = try #require(try environment.openDatabase("counts", create: false))
+            try environment.write { txn in
+                try txn.put(counts, key: Array("te".utf8), value: [0xFF, 0, 0, 0, 0, 0, 0, 1])
+            }
+            environment.close()
+        }
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let error = #expect(throws: LogStoreError.self) { try store.count(type: "te") }
+        #expect(error?.code == .corruptEntry)
+        let writeError = await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: "b", fields: [:]) }
+        #expect(writeError?.code == .corruptEntry)
+    }
+
+    private final class Flag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
+    /// Store writes made while `rebuildProjections` runs project the entries
+    /// the rebuild has not reached yet (so the watermark stays true), but
+    /// those entries were delivered when first written: their events must
+    /// not be published again.
+    @Test func writesDuringARebuildDoNotRepeatPastEvents() async throws {
+        let fixture = try StoreFixture("store-rebuild-events")
+        let store = fixture.store
+        let events = store.events()
+        for n in 0..<40 { try await store.create(type: "te", id: "e\(n)", fields: [:]) }
+        let first = try #require(try store.outbox().first)
+        try await store.record([(first.offset, .rejected(code: "VALIDATION_ERROR", message: "no"))])
+        let done = Flag()
+        let rebuild = Task {
+            defer { done.value.store(true, ordering: .releasing) }
+            try await store.rebuildProjections(entriesPerTransaction: 1)
+        }
+        var writes = 0
+        while !done.value.load(ordering: .acquiring) {
+            try await store.create(type: "tw", id: "w\(writes)", fields: [:])
+            writes += 1
+        }
+        try await rebuild.value
+        #expect(writes > 0)
+        #expect(try store.count(type: "te") == 39)
+        #expect(try store.count(type: "tw") == writes)
+        store.close()
+        var rejected = 0
+        for await event in events {
+            if case .rejected = event { rejected += 1 }
+        }
+        #expect(rejected == 1, "after \(writes) writes during the rebuild")
+    }
+}
