@@ -89,6 +89,11 @@ extension Store {
             _ = try log.performBlocking { txn, _ in try self.clearDerived(txn) }
         } else if watermark == last {
             return
+        } else if watermark > last {
+            // Entries appended from here would never be projected.
+            throw LogStoreError(
+                .corruptEntry, path: path,
+                "the projection watermark \(watermark) is past the log's last offset \(last); rebuild the projections")
         }
         // Each chunk makes progress, so this runs at most last / chunk + 1 times.
         while try log.performBlocking({ txn, _ in try self.replayChunk(txn) }) {}
@@ -121,8 +126,20 @@ extension Store {
         while try watermark(txn) < last, try replayChunk(txn, &effects, live: true) {}
     }
 
+    /// The stored watermark; 0 when there is none. Damage (not 8 bytes, or
+    /// the largest offset, past which nothing follows) is an error: read as
+    /// 0 it would apply the whole log again over the tables.
     private func watermark(_ txn: borrowing Transaction) throws -> UInt64 {
-        try log.metaNumber(MetaKey.watermark, txn) ?? 0
+        try MetaKey.watermark.withUnsafeBytes { key in
+            try txn.withValue(log.metaDatabase, key: key) { raw -> UInt64 in
+                guard let watermark = UInt64(bigEndianBytes: raw), watermark < .max else {
+                    throw LogStoreError(
+                        .corruptEntry, path: path,
+                        "the projection watermark (\(raw.count) bytes) is not an offset; rebuild the projections")
+                }
+                return watermark
+            }
+        } ?? 0
     }
 
     /// Applies up to `countMax` entries after the watermark.

@@ -52,6 +52,36 @@ import Testing
         #expect(writeError?.code == .corruptEntry)
     }
 
+    /// A damaged projection watermark is reported when the store opens: as
+    /// the largest offset it trapped (nothing follows it), as a value of the
+    /// wrong length it read as 0 and applied the whole log again over the
+    /// tables, and past the log's end it left later entries unprojected.
+    @Test func aDamagedProjectionWatermarkIsReportedOnOpen() async throws {
+        let damaged: [(name: String, value: [UInt8])] = [
+            ("largest", [UInt8](repeating: 0xFF, count: 8)), ("short", [0, 0, 1]), ("past-the-end", [0, 0, 0, 0, 0, 0, 0, 9]),
+        ]
+        for (name, value) in damaged {
+            let directory = try TemporaryDirectory("store-watermark-\(name)")
+            do {
+                let store = try Store(path: directory.path, options: .init(durability: .process))
+                try await store.create(type: "te", id: "a", fields: ["n": 1])
+                try await store.create(type: "te", id: "b", fields: ["n": 2])
+                store.close()
+            }
+            do {
+                let environment = try Environment(path: directory.path)
+                let meta = try #require(try environment.openDatabase("meta", create: false))
+                try environment.write { txn in try txn.put(meta, key: Array("projection-watermark".utf8), value: value) }
+                environment.close()
+            }
+            let error = #expect(throws: LogStoreError.self, "\(name)") {
+                try Store(path: directory.path, options: .init(durability: .process)).close()
+            }
+            #expect(error?.code == .corruptEntry, "\(name)")
+            #expect(error?.detail.contains("projection watermark") == true, "\(name): \(String(describing: error))")
+        }
+    }
+
     private final class Flag: Sendable {
         let value = Atomic<Bool>(false)
     }
