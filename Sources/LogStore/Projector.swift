@@ -349,13 +349,13 @@ struct Projector: Sendable {
 }
 
 /// Keys of the `meta` database besides the format marker.
-enum MetaKey {
+package enum MetaKey {
     /// The pull cursor of the last applied server change.
     static let cursor = Array("cursor".utf8)
     /// u32: the layout of the derived databases; a different value rebuilds them.
     static let projectionVersion = Array("projection-version".utf8)
     /// u64: the last log offset the derived databases reflect.
-    static let watermark = Array("projection-watermark".utf8)
+    package static let watermark = Array("projection-watermark".utf8)
 }
 
 extension EntityKey {

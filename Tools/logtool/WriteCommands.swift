@@ -173,6 +173,10 @@ struct Replay: AsyncParsableCommand {
             }
             if removed == 0 { break }
         }
+        // The copy's tables are rebuilt next; until then they claim no entry
+        // past its new end (a watermark past the log's end is damage).
+        guard let meta = try environment.openDatabase("meta", create: false) else { throw LogToolError("the copy has no meta table") }
+        try environment.write { txn in try txn.put(meta, key: MetaKey.watermark, value: offset.bigEndianBytes) }
     }
 
     /// A progress bar on a terminal, a plain line a second otherwise.
