@@ -10,6 +10,12 @@ public struct ConflictCase: Sendable, Equatable {
     public var writtenAt: HybridTimestamp
     /// The state the server had confirmed to this store (nil: none).
     public var base: Fields?
+    /// Whether `base` is the state the intent was pushed against, so that
+    /// the fields where `server` differs from it are those the server
+    /// changed since. False when changes pulled after the intent was made
+    /// (or a resync) moved the base on: it then holds server changes the
+    /// intent never saw, and shows them as no change at all.
+    public var baseIsCommonAncestor: Bool
     /// What the app saw when the conflict was recorded (nil: absent).
     public var local: Fields?
     /// The server's state when it refused the intent (the protocol's `server_state`).
@@ -97,9 +103,11 @@ extension Store {
             throw LogStoreError(.corruptEntry, path: path, offset: offset, "a conflict names an entry that is not an intent")
         }
         let record = try projector.load(intent.entityType, intent.entityID, txn)
+        // The base version it was pushed with (`pushBatch`).
+        let sent = max(intent.baseVersion, record?.ackedVersion ?? 0)
         return ConflictCase(
-            intentOffset: offset, intent: intent, writtenAt: entry.timestamp, base: record?.base, local: record?.visible,
-            server: server)
+            intentOffset: offset, intent: intent, writtenAt: entry.timestamp, base: record?.base,
+            baseIsCommonAncestor: (record?.baseVersion ?? 0) == sent, local: record?.visible, server: server)
     }
 
     /// Appends the `conflict` entry for `decision` and the intent it needs.
@@ -114,7 +122,7 @@ extension Store {
                     serverVersion: server.serverVersion, serverDeleted: server.deleted, serverFields: server.data,
                     resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)),
             txn, &context)
-        if let (operation, fields) = outcome.intent {
+        if let (operation, fields) = try laterIntentsApplied(to: outcome.intent, conflictCase, txn) {
             try append(
                 .intent(
                     Intent(
@@ -122,6 +130,28 @@ extension Store {
                         entityID: intent.entityID, baseVersion: server.serverVersion, fields: fields)),
                 txn, &context)
         }
+    }
+
+    /// The resolution's intent without what the app changed after the
+    /// refused intent. The resolution intent goes at the end of the log, so
+    /// it is pushed after the entity's later pending intents: an update
+    /// naming a field one of them sets would undo the app's later change
+    /// (pushed on the version that change's ack gives, the server would
+    /// apply it). A later create or delete replaces the whole state, so an
+    /// update before it has nothing left to say.
+    private func laterIntentsApplied(
+        to intent: (Intent.Operation, Fields)?, _ conflictCase: ConflictCase, _ txn: borrowing Transaction
+    ) throws -> (Intent.Operation, Fields)? {
+        guard let (operation, fields) = intent, operation == .update else { return intent }
+        let refused = conflictCase.intent
+        let pending = try projector.load(refused.entityType, refused.entityID, txn)?.pending ?? []
+        var remaining = fields
+        for offset in pending where offset > conflictCase.intentOffset {
+            let later = try projector.readIntent(at: offset, txn)
+            guard later.operation == .update else { return nil }
+            for (name, _) in later.fields { remaining[name] = nil }
+        }
+        return remaining.isEmpty ? nil : (operation, remaining)
     }
 
     static func validate(_ decision: ConflictDecision) throws {

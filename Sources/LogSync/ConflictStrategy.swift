@@ -16,6 +16,10 @@ public enum ConflictStrategy: Sendable {
     case newerWins(field: String)
     /// Field by field: what only one side changed is kept; a field both
     /// changed goes to `prefer`. A delete against a change goes to `prefer`.
+    /// When the server is preferred but the state the change was made
+    /// against is no longer known (changes pulled before the push moved the
+    /// store's base on), a field the two sides set differently may or may
+    /// not have been changed by the server: the app decides.
     case fieldMerge(prefer: Side)
     /// The app's own rule, called inside a write transaction: it must be
     /// quick and must not touch the store.
@@ -68,8 +72,12 @@ public enum ConflictStrategy: Sendable {
         var changes: [(String, Value)] = []
         for (name, value) in intent.fields {
             let serverValue = conflict.server.data[name]
-            let serverChanged = serverValue != conflict.base?[name]
-            if !serverChanged || prefer == .local { changes.append((name, value)) }
+            if prefer == .local || serverValue == value {
+                changes.append((name, value))
+                continue
+            }
+            guard conflict.baseIsCommonAncestor else { return .askApp }
+            if serverValue == conflict.base?[name] { changes.append((name, value)) }
         }
         return .merged(conflict.server.data.merging(Fields(changes)))
     }

@@ -1,0 +1,77 @@
+import Foundation
+import LogFormat
+import LogServer
+import LogStore
+import LogSync
+import LogTesting
+import Testing
+
+/// How a server `CONFLICT` becomes a decision, end to end against the real
+/// server: the resolution intent must not undo what the app did after the
+/// change that conflicted.
+@Suite struct ConflictTests {
+    /// Two updates on one entity are pushed together; the first conflicts on
+    /// `title` and the second, which only names `done`, is applied. The
+    /// first is pushed again on the server's version (`keepLocal`), and
+    /// must not set `done` back to what the first update said: the app set
+    /// it again afterwards.
+    @Test(arguments: [ConflictStrategy.keepLocal, .fieldMerge(prefer: .local)])
+    func aResolutionKeepsALaterChangeOfTheSameField(_ strategy: ConflictStrategy) async throws {
+        let server = try await TestServer("conflict-later-intent")
+        var configuration = SyncConfiguration()
+        configuration.conflictStrategies["task"] = strategy
+        let a = try Replica("a", server: server, configuration: configuration)
+        let b = try Replica("b", server: server)
+        let id = try await b.store.create(type: "task", fields: ["title": "v1", "done": false])
+        await b.sync()
+        await a.sync()
+        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
+        await b.sync()
+        // A form saves both fields; then the app unchecks `done` again.
+        try await a.store.update(type: "task", id: id, changes: ["title": "from a", "done": true])
+        try await a.store.update(type: "task", id: id, changes: ["done": false])
+        #expect(try a.entities("task")[id] == ["title": "from a", "done": false])
+        let report = await a.sync()
+        #expect(report.conflicts == 1)
+        try await a.syncUntilQuiet()
+        await b.sync()
+        let onA = try a.entities("task")[id]
+        let onB = try b.entities("task")[id]
+        #expect(onA == ["title": "from a", "done": false])
+        #expect(onB == ["title": "from a", "done": false])
+        await server.stop()
+    }
+
+    /// `fieldMerge(prefer: .remote)` gives a field both sides changed to the
+    /// server. Here the push of the local change fails, and while it waits
+    /// for its retry a pull brings the other replica's change of the same
+    /// field: the store's base is then the server's state, no longer the
+    /// state the change was made against, so comparing the server with it
+    /// shows no server change at all. The server's change must not be
+    /// overwritten as if only the local side had changed the field.
+    @Test func aMergePreferringTheServerDoesNotTakeAPulledChangeForTheCommonBase() async throws {
+        let server = try await TestServer("conflict-merge-after-pull")
+        var configuration = SyncConfiguration()
+        configuration.conflictStrategies["task"] = .fieldMerge(prefer: .remote)
+        let a = try Replica("a", server: server, configuration: configuration)
+        let b = try Replica("b", server: server)
+        let id = try await b.store.create(type: "task", fields: ["title": "v1"])
+        await b.sync()
+        await a.sync()
+        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
+        await b.sync()
+        try await a.store.update(type: "task", id: id, changes: ["title": "from a"])
+        try await server.faults(FaultSettings(failNext: 1, status: 503))
+        #expect(await a.sync().acknowledged == 0)
+        // The change waits for its retry; this run only pulls.
+        #expect(await a.sync().changes == 1)
+        try await a.syncUntilQuiet()
+        await b.sync()
+        let onB = try b.entities("task")[id]
+        #expect(onB == ["title": "from b"])
+        // Which side changed `title` cannot be told any more: the app decides.
+        #expect(try a.store.conflicts().map(\.intent.fields) == [["title": "from a"]])
+        #expect(try a.entities("task")[id] == ["title": "from b"])
+        await server.stop()
+    }
+}
