@@ -131,14 +131,17 @@ struct BenchClient: Sendable {
 
     /// Pushes the operations `make` builds for `numbers`, `batch` per
     /// request, each checked to be applied.
-    /// - Returns: the time spent in the requests (building bodies excluded).
+    /// - Returns: the time spent encoding and sending the requests and decoding
+    ///   the answers (building the operations excluded).
     func pushCreates(_ numbers: Range<Int>, batch: Int, _ make: (Int) -> PushOperation) async throws -> Duration {
         let clock = ContinuousClock()
         var elapsed = Duration.zero
         for first in stride(from: numbers.lowerBound, to: numbers.upperBound, by: batch) {
             let operations = (first..<min(first + batch, numbers.upperBound)).map(make)
-            let body = try JSONEncoder().encode(PushRequest(operations: operations))
+            // Encoding the request is the client's half of the JSON, timed
+            // like the pull's decoding (it was 14% of the push time).
             let started = clock.now
+            let body = try JSONEncoder().encode(PushRequest(operations: operations))
             let response = try JSONDecoder().decode(PushResponse.self, from: try await send("POST", "/v1/push", body: body))
             elapsed += clock.now - started
             guard response.results.allSatisfy({ $0.status == PushResult.Status.applied }) else { throw BenchError("a push was not applied") }
