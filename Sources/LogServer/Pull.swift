@@ -58,14 +58,19 @@ extension SyncService {
             if let cursor, cursor.generation < generation {
                 return PullResponse(changes: [], cursor: "", hasMore: true, forceResync: true)
             }
-            // A cursor of a later generation, or past the end of the feed, was
-            // never issued by this store (one restored from a backup, say): an
-            // empty page that kept it would skip the changes made next.
-            if let cursor, try cursor.generation > generation || cursor.offset > storage.lastOffset(txn) {
+            // A cursor of a later generation, or past the end of the user's
+            // feed, was never issued by this store (one restored from a backup,
+            // say): an empty page that kept it would skip the changes made
+            // next. A cursor this server issued points at one of the user's
+            // own changes, or at 0; the end of the offsets all users share
+            // can be past it because of other users' changes.
+            let user = try storage.userNumber(identity.user, txn)
+            let end = try user.map { try storage.lastOffset(user: $0, txn) } ?? 0
+            if let cursor, cursor.generation > generation || cursor.offset > end {
                 throw ServiceError(.cursorInvalid, "the cursor points past the end of this server's feed; pull again without one")
             }
             let after = cursor?.offset ?? 0
-            guard let user = try storage.userNumber(identity.user, txn) else {
+            guard let user else {
                 let same = Cursor(serverID: storage.serverID, generation: generation, offset: after)
                 return PullResponse(changes: [], cursor: same.token, hasMore: false)
             }

@@ -83,7 +83,9 @@ struct Routes: Sendable {
             throw ServiceError(.unauthorized, "a valid bearer token is required")
         }
         if let limiter = server.limiter,
-            let retryAfter = limiter.take(identity.user, now: Date().timeIntervalSinceReferenceDate)
+            // Monotonic: the limiter never moves its clock back, so a wall
+            // clock set back would stop refills until it caught up.
+            let retryAfter = limiter.take(identity.user, now: ProcessInfo.processInfo.systemUptime)
         {
             throw ServiceError(.rateLimited, "too many requests; retry after \(retryAfter) s", retryAfter: retryAfter)
         }

@@ -12,7 +12,9 @@ final class RateLimiter: Sendable {
 
     let rate: Double
     let burst: Double
-    private let buckets = Mutex([String: Bucket]())
+    /// By the user's name in UTF-8, as the store tells users apart: `String`
+    /// keys would merge names that differ only by Unicode normalization.
+    private let buckets = Mutex([[UInt8]: Bucket]())
 
     init(rate: Double, burst: Int) {
         precondition(rate > 0 && burst > 0, "a rate limit needs a positive rate and burst")
@@ -20,14 +22,18 @@ final class RateLimiter: Sendable {
         self.burst = Double(burst)
     }
 
-    /// Takes a token for `user` at `now` (seconds); nil if one was there,
-    /// else the whole seconds until one will be (at least 1).
+    /// Takes a token for `user` at `now` (seconds of a monotonic clock); nil
+    /// if one was there, else the whole seconds until one will be (at least 1).
     func take(_ user: String, now: Double) -> Int? {
-        buckets.withLock { buckets in
-            var bucket = buckets[user] ?? Bucket(tokens: burst, updated: now)
+        let name = Array(user.utf8)
+        return buckets.withLock { buckets in
+            var bucket = buckets[name] ?? Bucket(tokens: burst, updated: now)
             bucket.tokens = min(burst, bucket.tokens + max(0, now - bucket.updated) * rate)
-            bucket.updated = now
-            defer { buckets[user] = bucket }
+            // Concurrent requests read the clock before they take the lock: an
+            // earlier `now` must not move the bucket's clock back, or the time
+            // in between would be refilled twice.
+            bucket.updated = max(bucket.updated, now)
+            defer { buckets[name] = bucket }
             if bucket.tokens >= 1 {
                 bucket.tokens -= 1
                 return nil

@@ -93,6 +93,19 @@ final class ServerStorage: Sendable {
         try txn.get(meta, key: MetaKey.nextOffset).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
     }
 
+    /// The offset of the user's last change; 0 before their first. Offsets
+    /// are shared by all users, so this is at most `lastOffset`.
+    func lastOffset(user: UInt32, _ txn: borrowing Transaction) throws -> UInt64 {
+        try txn.withCursor(changes) { cursor in
+            let end = ServerStorage.changeKey(user, .max)
+            var item = try cursor.seek(atLeast: end)
+            if let found = item, found.key.elementsEqual(end) { return .max }
+            item = try item == nil ? cursor.last() : cursor.previous()
+            guard let (key, _) = item, key.count == 12, key.starts(with: user.bigEndianBytes) else { return 0 }
+            return UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
+        }
+    }
+
     /// The next offset of the change feed (shared by all users), consumed.
     func takeOffset(_ txn: borrowing Transaction) throws -> UInt64 {
         let offset = try lastOffset(txn) + 1

@@ -318,6 +318,33 @@ import Testing
         let reply = try await restored.pull(cursor: cursor)
         #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid, "\(String(decoding: reply.body, as: UTF8.self))")
     }
+
+    /// The same restore, but another user writes to the restored store
+    /// before alice pulls. Offsets are shared by all users, so bob's changes
+    /// move the end of the shared sequence past alice's cursor; her feed
+    /// still ends before it. Her cursor must be refused as before, whatever
+    /// other users wrote: accepting it would keep her client at a place her
+    /// feed never reached, skipping her changes made at lower offsets.
+    @Test func aCursorPastTheEndOfTheUsersFeedIsInvalidWhateverOthersWrote() async throws {
+        let server = try await TestServer("pull-restored-others", durability: .full)
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        await server.stop()
+        let backup = try TemporaryDirectory("pull-restored-others-backup")
+        try FileManager.default.copyItem(atPath: server.configuration.dataDirectory, toPath: backup.appending("data"))
+        try await server.restart()
+        _ = try await server.push([operation(.create, "t2", ["n": 2]), operation(.create, "t3", ["n": 3])])
+        let cursor = try await server.pull().decode(PullResponse.self).cursor
+        await server.stop()
+
+        let restored = try await TestServer("pull-restored-others-2", durability: .full, dataDirectory: backup.appending("data"))
+        defer { Task { await restored.stop() } }
+        // Alice's other device writes t4 (offset 2), then bob writes (offset 3).
+        _ = try await restored.push([operation(.create, "t4", ["n": 4])])
+        _ = try await restored.push([operation(.create, "b1", ["n": 1])], token: "bob-token")
+        let reply = try await restored.pull(cursor: cursor)
+        #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid, "\(String(decoding: reply.body, as: UTF8.self))")
+    }
 }
 
 /// Names that differ only by Unicode canonical equivalence (U+00E9 and
@@ -406,6 +433,20 @@ import Testing
         #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 >= 1)
         // Another user has a bucket of their own.
         #expect(try await server.pull(token: "bob-token").status == 200)
+    }
+
+    /// Users are told apart by their names' bytes, as the store does: two
+    /// names that differ only by Unicode normalization are two users, and
+    /// must not share one bucket (Swift's `String` equality merges them).
+    @Test func usersWhoseNamesAreCanonicallyEquivalentHaveBucketsOfTheirOwn() async throws {
+        let server = try await TestServer("rate-equivalent", rateLimit: (0.001, 2))
+        defer { Task { await server.stop() } }
+        server.configuration.tokens["composed-token"] = Identity(user: "caf\u{E9}")
+        server.configuration.tokens["decomposed-token"] = Identity(user: "cafe\u{301}")
+        try await server.restart()
+        #expect(try await server.pull(token: "composed-token").status == 200)
+        #expect(try await server.pull(token: "composed-token").status == 200)
+        #expect(try await server.pull(token: "decomposed-token").status == 200)
     }
 }
 
