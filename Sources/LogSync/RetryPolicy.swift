@@ -22,8 +22,7 @@ public struct RetryPolicy: Sendable, Equatable {
         let backoff = min(baseDelayMilliseconds << UInt64(doublings), delayMaxMilliseconds)
         let factor = 1 + Double.random(in: -jitter...jitter, using: &random)
         let jittered = UInt64((Double(backoff) * factor).rounded())
-        let floor = UInt64(max(0, retryAfterSeconds ?? 0)) * 1_000
-        return max(jittered, floor)
+        return max(jittered, .milliseconds(retryAfterSeconds: retryAfterSeconds))
     }
 }
 
@@ -52,8 +51,7 @@ public struct CircuitBreaker: Sendable, Equatable {
     public mutating func recordRateLimited(retryAfterSeconds: Int?, at now: UInt64) -> Bool {
         consecutiveRateLimits += 1
         guard consecutiveRateLimits >= CircuitBreaker.thresholdCount else { return false }
-        let floor = UInt64(max(0, retryAfterSeconds ?? 0)) * 1_000
-        openUntil = now + max(nextDelayMilliseconds, floor)
+        openUntil = now.addingSaturating(max(nextDelayMilliseconds, .milliseconds(retryAfterSeconds: retryAfterSeconds)))
         nextDelayMilliseconds = min(nextDelayMilliseconds * 2, CircuitBreaker.delayMaxMilliseconds)
         consecutiveRateLimits = 0
         return true
@@ -63,5 +61,21 @@ public struct CircuitBreaker: Sendable, Equatable {
     public mutating func recordAnswer(success: Bool) {
         consecutiveRateLimits = 0
         if success { nextDelayMilliseconds = CircuitBreaker.delayBaseMilliseconds }
+    }
+}
+
+extension UInt64 {
+    /// `self + other`, or `.max` when that does not fit: a deadline that far
+    /// off is never reached.
+    func addingSaturating(_ other: UInt64) -> UInt64 {
+        let (sum, overflow) = addingReportingOverflow(other)
+        return overflow ? .max : sum
+    }
+
+    /// A `Retry-After` in milliseconds: 0 for none (or a negative one), and
+    /// `.max` for one too large to count (the header holds any integer).
+    static func milliseconds(retryAfterSeconds seconds: Int?) -> UInt64 {
+        let (product, overflow) = UInt64(Swift.max(0, seconds ?? 0)).multipliedReportingOverflow(by: 1_000)
+        return overflow ? .max : product
     }
 }

@@ -15,7 +15,7 @@ public protocol SyncClock: Sendable {
 extension SyncClock {
     /// Sleeps for `milliseconds` from now.
     public func sleep(milliseconds: UInt64) async throws {
-        try await sleep(untilMilliseconds: nowMilliseconds + milliseconds)
+        try await sleep(untilMilliseconds: nowMilliseconds.addingSaturating(milliseconds))
     }
 }
 

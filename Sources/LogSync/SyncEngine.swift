@@ -81,6 +81,11 @@ public actor SyncEngine {
             breakerOpenUntil: breakerOpenUntil, state: state)
     }
 
+    /// The device lost its network path (the scheduler's monitor said so):
+    /// the server is unreachable from now on, without a health check to
+    /// find out, so the wait from here is not counted toward `isStuck`.
+    func networkPathLost() { onlineSince = nil }
+
     /// Closes the circuit breaker, for an app whose user asked to retry now.
     public func resetCircuitBreaker() { breaker = CircuitBreaker() }
 
@@ -255,7 +260,7 @@ public actor SyncEngine {
         var byTime: [UInt64: [UInt64]] = [:]
         for item in items {
             let delay = policy.delay(beforeRetry: item.state.attempts + 1, retryAfterSeconds: retryAfterSeconds, random: &random)
-            byTime[now + delay, default: []].append(item.offset)
+            byTime[now.addingSaturating(delay), default: []].append(item.offset)
         }
         for (time, offsets) in byTime.sorted(by: { $0.key < $1.key }) {
             try await store.scheduleRetry(offsets: offsets, error: message, at: time, attemptsMax: policy.attemptsMax)

@@ -12,6 +12,10 @@ public actor SyncScheduler {
     private var timers: [SchedulerCore.Timer: (generation: UInt64, task: Task<Void, Never>)] = [:]
     private var generation: UInt64 = 0
     private var listeners: [Task<Void, Never>] = []
+    /// Counts `start()`s: a listener's event counts only while the start
+    /// that made it is current. Cancelling a listener does not stop it at
+    /// once; it still hands on the reports already buffered in its stream.
+    private var epoch: UInt64 = 0
     /// The syncs started and not yet ended, by number: each removes itself
     /// when it ends, so a long-lived scheduler holds none of the past ones.
     private var syncs: [UInt64: Task<Void, Never>] = [:]
@@ -29,17 +33,21 @@ public actor SyncScheduler {
     /// Starts listening; the first connectivity report starts the rules.
     public func start() {
         guard listeners.isEmpty else { return }
+        epoch += 1
+        let epoch = self.epoch
+        let engine = self.engine
         let store = engine.store
         let monitor = self.monitor
         listeners.append(Task { [weak self] in
             var first = true
             for await online in monitor.paths() {
-                await self?.handle(first ? .started(online: online) : .connectivity(online))
+                if !online { await engine.networkPathLost() }
+                await self?.listened(first ? .started(online: online) : .connectivity(online), epoch)
                 first = false
             }
         })
         listeners.append(Task { [weak self] in
-            for await _ in store.intentCommits() { await self?.handle(.localWrite) }
+            for await _ in store.intentCommits() { await self?.listened(.localWrite, epoch) }
         })
     }
 
@@ -58,7 +66,7 @@ public actor SyncScheduler {
     /// stops at the next page boundary, keeping what it applied. A sync
     /// already running is joined, and stopped by the budget all the same.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
-        let deadline = clock.nowMilliseconds + budgetMilliseconds
+        let deadline = clock.nowMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock))
     }
 
@@ -97,6 +105,12 @@ public actor SyncScheduler {
                 timers.removeValue(forKey: timer)?.task.cancel()
             }
         }
+    }
+
+    /// An event from a listener of the start `epoch`: ignored once stopped.
+    private func listened(_ event: SchedulerCore.Event, _ epoch: UInt64) {
+        guard epoch == self.epoch, !listeners.isEmpty else { return }
+        handle(event)
     }
 
     private func syncEnded(_ number: UInt64) { syncs[number] = nil }
