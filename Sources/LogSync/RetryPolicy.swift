@@ -19,9 +19,13 @@ public struct RetryPolicy: Sendable, Equatable {
     {
         precondition(retry >= 1, "retries count from 1")
         let doublings = min(retry - 1, 32)
-        let backoff = min(baseDelayMilliseconds << UInt64(doublings), delayMaxMilliseconds)
+        // Saturating, for any settings: a shift would drop the high bits of a
+        // large base, and a product past UInt64 cannot be converted back.
+        let (doubled, overflow) = baseDelayMilliseconds.multipliedReportingOverflow(by: 1 << UInt64(doublings))
+        let backoff = overflow ? delayMaxMilliseconds : min(doubled, delayMaxMilliseconds)
         let factor = 1 + Double.random(in: -jitter...jitter, using: &random)
-        let jittered = UInt64((Double(backoff) * factor).rounded())
+        let product = (Double(backoff) * factor).rounded()
+        let jittered = product < Double(UInt64.max) ? UInt64(product) : .max
         return max(jittered, .milliseconds(retryAfterSeconds: retryAfterSeconds))
     }
 }

@@ -35,6 +35,9 @@ public struct SyncConfiguration: Sendable {
             throw SyncConfigurationError("pullPageCountMax \(pullPageCountMax) is outside \(pull)")
         }
         guard resyncsPerRunMax >= 0 else { throw SyncConfigurationError("resyncsPerRunMax \(resyncsPerRunMax) is negative") }
+        // A jitter outside 0...1 (or NaN) makes no range of factors, or negative ones.
+        guard (0...1).contains(retry.jitter) else { throw SyncConfigurationError("retry.jitter \(retry.jitter) is outside 0...1") }
+        guard retry.attemptsMax >= 1 else { throw SyncConfigurationError("retry.attemptsMax 0 allows no attempt") }
     }
 }
 

@@ -105,6 +105,10 @@ import Testing
             ("pushBatchCountMax \(tooMany) is outside 1...", { $0.pushBatchCountMax = tooMany }),
             ("pullPageCountMax 0 is outside 1...", { $0.pullPageCountMax = 0 }),
             ("resyncsPerRunMax -1 is negative", { $0.resyncsPerRunMax = -1 }),
+            ("retry.jitter -0.1 is outside 0...1", { $0.retry.jitter = -0.1 }),
+            ("retry.jitter 1.5 is outside 0...1", { $0.retry.jitter = 1.5 }),
+            ("retry.jitter nan is outside 0...1", { $0.retry.jitter = .nan }),
+            ("retry.attemptsMax 0 allows no attempt", { $0.retry.attemptsMax = 0 }),
         ]
         for (named, change) in cases {
             var configuration = SyncConfiguration()
@@ -116,6 +120,25 @@ import Testing
             }
         }
         #expect(throws: Never.self) { try SyncEngine(store: store, transport: transport) }
+    }
+
+    /// Delays saturate for any valid settings: a base delay whose doublings
+    /// pass UInt64, or a maximum at UInt64.max with jitter up to 1, give the
+    /// longest delay instead of dropped bits or a trap.
+    @Test func retryDelaysSaturateForAnySettings() {
+        var random = SeededRandom(seed: 7)
+        var policy = RetryPolicy()
+        policy.baseDelayMilliseconds = 1 << 40
+        policy.delayMaxMilliseconds = 1 << 50
+        policy.jitter = 0
+        // 2^40 doubled 32 times passes 2^64: the maximum, not the bits left over.
+        #expect(policy.delay(beforeRetry: 33, random: &random) == 1 << 50)
+        // At UInt64.max, a factor of 1 or more takes the product past it.
+        policy.baseDelayMilliseconds = .max
+        policy.delayMaxMilliseconds = .max
+        policy.jitter = 1
+        let delays = (0..<20).map { _ in policy.delay(beforeRetry: 1, random: &random) }
+        #expect(delays.contains(.max))
     }
 
     /// "Server returns 500": retried up to 10 times, then failed and reported.
