@@ -96,6 +96,16 @@ public final class Store: Sendable {
         intentFeed.finish()
     }
 
+    /// A store released without `close()`: its log closes in its own
+    /// `deinit`, so the streams end here rather than wait forever. Only the
+    /// streams: this may run on the writer's threads, where waiting for the
+    /// writer (as `close()` does) would never return.
+    deinit {
+        changeFeed.finish()
+        eventFeed.finish()
+        intentFeed.finish()
+    }
+
     /// Values after each commit that touched entities of `type`.
     public func changes(type: String) -> AsyncFilterSequence<AsyncStream<StoreChange>> {
         changeFeed.subscribe().filter { $0.entityType == type }

@@ -119,3 +119,34 @@ import Testing
         #expect(rejected == 1, "after \(writes) writes during the rebuild")
     }
 }
+
+extension StoreEdgeTests {
+    /// A store released without `close()` still ends its streams: its log
+    /// closes in `deinit`, and a `for await` over `changes(type:)` or
+    /// `events()` must not wait forever for a commit that cannot come.
+    @Test func aStoreReleasedWithoutCloseEndsItsStreams() async throws {
+        let directory = try TemporaryDirectory("store-release-streams")
+        var store: Store? = try Store(path: directory.path, options: .init(durability: .process))
+        let changes = try #require(store).changes(type: "te")
+        let events = try #require(store).events()
+        try await store?.create(type: "te", fields: [:])
+        weak let released = store
+        store = nil
+        #expect(released == nil)
+        let ended = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                for await _ in changes {}
+                for await _ in events {}
+                return true
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(2))
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        #expect(ended, "the streams of a released store never ended")
+    }
+}
