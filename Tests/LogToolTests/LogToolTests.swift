@@ -294,6 +294,8 @@ extension ToolRun {
         }
         let dry = try Tool.run(["compact", directory.path, "--below", "200", "--dry-run", "--json"]).objects().first
         #expect(dry?["entries_removed"] as? Int == 199 && dry?["snapshots_written"] as? Int == 20)
+        let dryText = try Tool.run(["compact", directory.path, "--below", "200", "--dry-run"])
+        #expect(dryText.status == 0 && dryText.output.contains("would remove 199, would write 20 snapshots"))
         #expect(try Tool.run(["stat", directory.path, "--json"]).objects().first?["entries"] as? Int == 201)
         let done = try Tool.run(["compact", directory.path, "--below", "200"])
         #expect(done.status == 0 && done.output.contains("removed 199, wrote 20 snapshots"))

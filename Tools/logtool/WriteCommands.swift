@@ -75,8 +75,8 @@ struct Compact: AsyncParsableCommand {
         defer { opened.close() }
         let report = try await opened.compact(below: below, dryRun: dryRun)
         if store.json { return try Output.line(["watermark": report.watermark, "entries_before": UInt64(report.entriesBefore), "entries_removed": UInt64(report.entriesRemoved), "snapshots_written": UInt64(report.snapshotsWritten), "entries_kept": UInt64(report.entriesKept)]) }
-        let verb = dryRun ? "would remove" : "removed"
-        print("below #\(report.watermark): \(report.entriesBefore) entries; \(verb) \(report.entriesRemoved), wrote \(report.snapshotsWritten) snapshots, kept \(report.entriesKept)")
+        let (remove, write, keep) = dryRun ? ("would remove", "would write", "would keep") : ("removed", "wrote", "kept")
+        print("below #\(report.watermark): \(report.entriesBefore) entries; \(remove) \(report.entriesRemoved), \(write) \(report.snapshotsWritten) snapshots, \(keep) \(report.entriesKept)")
     }
 
     private func writeCopy(to destination: String) throws {
