@@ -36,14 +36,7 @@ import Testing
             try await store.create(type: "te", id: "a", fields: [:])
             store.close()
         }
-        do {
-            let environment = try Environment(path: directory.path)
-            let counts = try #require(try environment.openDatabase("counts", create: false))
-            try environment.write { txn in
-                try txn.put(counts, key: Array("te".utf8), value: [0xFF, 0, 0, 0, 0, 0, 0, 1])
-            }
-            environment.close()
-        }
+        try putRaw(directory.path, database: "counts", key: Array("te".utf8), value: [0xFF, 0, 0, 0, 0, 0, 0, 1])
         let store = try Store(path: directory.path, options: .init(durability: .process))
         defer { store.close() }
         let error = #expect(throws: LogStoreError.self) { try store.count(type: "te") }
@@ -68,12 +61,7 @@ import Testing
                 try await store.create(type: "te", id: "b", fields: ["n": 2])
                 store.close()
             }
-            do {
-                let environment = try Environment(path: directory.path)
-                let meta = try #require(try environment.openDatabase("meta", create: false))
-                try environment.write { txn in try txn.put(meta, key: Array("projection-watermark".utf8), value: value) }
-                environment.close()
-            }
+            try putRaw(directory.path, database: "meta", key: Array("projection-watermark".utf8), value: value)
             let error = #expect(throws: LogStoreError.self, "\(name)") {
                 try Store(path: directory.path, options: .init(durability: .process)).close()
             }

@@ -97,12 +97,7 @@ import Testing
 
     @Test func anotherLMDBEnvironmentIsNotAStore() throws {
         let directory = try TemporaryDirectory("integrity-other")
-        do {
-            let environment = try Environment(path: directory.path)
-            let table = try #require(try environment.openDatabase("accounts"))
-            try environment.write { txn in try txn.put(table, key: [1], value: [2]) }
-            environment.close()
-        }
+        try putRaw(directory.path, database: "accounts", key: [1], value: [2], create: true)
         let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
         #expect(error?.code == .notAStore)
         #expect(error?.description.contains(directory.path) == true)
@@ -125,14 +120,7 @@ import Testing
             let log = try EventLog(path: directory.path)
             log.close()
         }
-        do {
-            let environment = try Environment(path: directory.path)
-            let meta = try #require(try environment.openDatabase("meta", create: false))
-            try environment.write { txn in
-                try txn.put(meta, key: Array("format".utf8), value: Array("SYNCLOG\0".utf8) + [0, 0, 0, 2])
-            }
-            environment.close()
-        }
+        try putRaw(directory.path, database: "meta", key: Array("format".utf8), value: Array("SYNCLOG\0".utf8) + [0, 0, 0, 2])
         let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
         #expect(error?.code == .unsupportedFormat)
         #expect(error?.detail.contains("version 2") == true)
@@ -148,12 +136,7 @@ import Testing
             log.close()
         }
         func setVersion(_ version: UInt8) throws {
-            let environment = try Environment(path: directory.path)
-            defer { environment.close() }
-            let meta = try #require(try environment.openDatabase("meta", create: false))
-            try environment.write { txn in
-                try txn.put(meta, key: Array("format".utf8), value: Array("SYNCLOG\0".utf8) + [0, 0, 0, version])
-            }
+            try putRaw(directory.path, database: "meta", key: Array("format".utf8), value: Array("SYNCLOG\0".utf8) + [0, 0, 0, version])
         }
         try setVersion(2)
         let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
@@ -163,12 +146,7 @@ import Testing
         reopened.close()
 
         let other = try TemporaryDirectory("integrity-refused-lock-other")
-        do {
-            let environment = try Environment(path: other.path)
-            let table = try #require(try environment.openDatabase("accounts"))
-            try environment.write { txn in try txn.put(table, key: [1], value: [2]) }
-            environment.close()
-        }
+        try putRaw(other.path, database: "accounts", key: [1], value: [2], create: true)
         #expect(throws: LogStoreError.self) { try EventLog(path: other.path) }
         #expect(!FileManager.default.fileExists(atPath: other.appending("writer.lock")))
     }
@@ -181,13 +159,8 @@ import Testing
             try await store.create(type: "te", id: "a", fields: [:])
             store.close()
         }
-        do {
-            let environment = try Environment(path: directory.path)
-            let outbox = try #require(try environment.openDatabase("outbox", create: false))
-            // Status 7 is no status (storage.md, section 15, "outbox").
-            try environment.write { txn in try txn.put(outbox, key: key(1), value: [7] + [UInt8](repeating: 0, count: 16)) }
-            environment.close()
-        }
+        // Status 7 is no status (storage.md, section 15, "outbox").
+        try putRaw(directory.path, database: "outbox", key: key(1), value: [7] + [UInt8](repeating: 0, count: 16))
         do {
             let store = try Store(path: directory.path, options: .inspecting)
             defer { store.close() }
@@ -209,14 +182,9 @@ import Testing
             try await store.create(type: "te", id: "a", fields: [:])
             store.close()
         }
-        do {
-            let environment = try Environment(path: directory.path)
-            let outbox = try #require(try environment.openDatabase("outbox", create: false))
-            // Pending, attempts 0xFFFFFFFF, due now, no error (storage.md, section 15, "outbox").
-            let row: [UInt8] = [0] + [0xFF, 0xFF, 0xFF, 0xFF] + [UInt8](repeating: 0, count: 8) + [0, 0, 0, 0]
-            try environment.write { txn in try txn.put(outbox, key: key(1), value: row) }
-            environment.close()
-        }
+        // Pending, attempts 0xFFFFFFFF, due now, no error (storage.md, section 15, "outbox").
+        let row: [UInt8] = [0] + [0xFF, 0xFF, 0xFF, 0xFF] + [UInt8](repeating: 0, count: 8) + [0, 0, 0, 0]
+        try putRaw(directory.path, database: "outbox", key: key(1), value: row)
         let store = try Store(path: directory.path, options: .init(durability: .process))
         defer { store.close() }
         try await store.scheduleRetry(offsets: [1], error: "timeout", at: 0, attemptsMax: 10)

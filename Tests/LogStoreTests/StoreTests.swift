@@ -23,6 +23,16 @@ struct StoreFixture {
     }
 }
 
+/// Puts `value` under `key` in the database `name` of the closed LMDB
+/// environment at `path`, with LMDB alone: damage on disk, or a database
+/// no store has. `create` makes the database when it is missing.
+func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8], create: Bool = false) throws {
+    let environment = try Environment(path: path)
+    defer { environment.close() }
+    let database = try #require(try environment.openDatabase(name, create: create))
+    try environment.write { txn in try txn.put(database, key: key, value: value) }
+}
+
 @Suite struct StoreTests {
     @Test func createReadUpdateDelete() async throws {
         var fixture = try StoreFixture("store-crud")
