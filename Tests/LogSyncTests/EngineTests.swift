@@ -389,8 +389,8 @@ import Testing
     /// network error, so no intent takes another's answer.
     @Test func resultsOutOfOrderAreRecordedAgainstNoIntent() async throws {
         let server = try await TestServer("results-out-of-order")
-        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
-        let a = try Replica("a", server: server, transport: ResultsReversed(inner: inner))
+        let reversed = RewritingTransport(server, pushes: { $0.results.reverse() })
+        let a = try Replica("a", server: server, transport: reversed)
         try await a.store.create(type: "task", fields: ["title": "one"])
         try await a.store.create(type: "task", fields: ["title": "two"])
         let report = await a.sync()
@@ -420,8 +420,10 @@ import Testing
         let b = try Replica("b", server: server)
         let id = try await b.store.create(type: "task", fields: ["title": "Buy milk"])
         await b.sync()
-        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
-        let a = try Replica("a", server: server, transport: UpsertsWithoutData(inner: inner))
+        let withoutData = RewritingTransport(server, pulls: { page in
+            for index in page.changes.indices where page.changes[index].operation == .upsert { page.changes[index].data = nil }
+        })
+        let a = try Replica("a", server: server, transport: withoutData)
         let broken = await a.sync()
         if case .failed(let message) = broken.outcome {
             #expect(message.contains("without data"))
@@ -444,8 +446,10 @@ import Testing
         let b = try Replica("b", server: server)
         let id = try await b.store.create(type: "task", fields: ["title": "v1"])
         await b.sync()
-        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
-        let a = try Replica("a", server: server, transport: ConflictsWithoutState(inner: inner))
+        let withoutState = RewritingTransport(server, pushes: { response in
+            for index in response.results.indices { response.results[index].serverState = nil }
+        })
+        let a = try Replica("a", server: server, transport: withoutState)
         await a.sync()
         try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
         await b.sync()
@@ -461,41 +465,31 @@ import Testing
     }
 }
 
-/// Answers pushes with the server's results in reverse order.
-struct ResultsReversed: SyncTransport {
+/// The real server's answers, changed on their way back: a server or
+/// proxy that breaks the protocol in one way.
+struct RewritingTransport: SyncTransport {
     let inner: HTTPTransport
+    let pushes: @Sendable (inout PushResponse) -> Void
+    let pulls: @Sendable (inout PullResponse) -> Void
+
+    init(
+        _ server: TestServer, pushes: @escaping @Sendable (inout PushResponse) -> Void = { _ in },
+        pulls: @escaping @Sendable (inout PullResponse) -> Void = { _ in }
+    ) {
+        inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        self.pushes = pushes
+        self.pulls = pulls
+    }
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
         var response = try await inner.push(request)
-        response.results.reverse()
+        pushes(&response)
         return response
     }
-}
-
-/// Answers pushes with the server's results, conflicts stripped of their state.
-struct ConflictsWithoutState: SyncTransport {
-    let inner: HTTPTransport
-
-    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
-    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
-        var response = try await inner.push(request)
-        for index in response.results.indices { response.results[index].serverState = nil }
-        return response
-    }
-}
-
-/// Answers pulls with the server's pages, upserts stripped of their data.
-struct UpsertsWithoutData: SyncTransport {
-    let inner: HTTPTransport
-
-    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
-    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
     func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
         var page = try await inner.pull(cursor: cursor, limit: limit)
-        for index in page.changes.indices where page.changes[index].operation == .upsert { page.changes[index].data = nil }
+        pulls(&page)
         return page
     }
 }
