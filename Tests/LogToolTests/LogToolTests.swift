@@ -17,6 +17,13 @@ enum Tool {
         try ToolRun.run(path(executable), arguments)
     }
 
+    /// Writes `lines` as the export file `file`, then imports it into the
+    /// new store `store`.
+    static func importLines(_ lines: some Sequence<String>, file: String, into store: String) throws -> ToolRun {
+        try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        return try run(["import", file, store])
+    }
+
     /// `run`, waited for off the cooperative pool (`ToolRun.running`).
     static func runOffThePool(_ arguments: [String]) async throws -> ToolRun {
         try await ToolRun.running(path("logtool"), arguments)
@@ -460,18 +467,13 @@ extension LogToolExportTests {
         for (name, line, replacement, message) in cases {
             var lines = exported
             lines[line] = lines[line].replacingOccurrences(of: #""offset":\#(line),"#, with: replacement)
-            let file = directory.appending(name)
-            try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
-            let copy = directory.appending("copy")
-            let imported = try Tool.run(["import", file, copy])
+            let imported = try Tool.importLines(lines, file: directory.appending(name), into: directory.appending("copy"))
             #expect(imported.status == 2 && imported.errors.contains(name) && imported.errors.contains(message), "\(imported.errors)")
             let left = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix("copy") }
             #expect(left.isEmpty, "\(name) left \(left)")
         }
         // A file cut short (its last entry lost) falls short of its header.
-        let cut = directory.appending("cut.jsonl")
-        try (exported.dropLast().joined(separator: "\n") + "\n").write(toFile: cut, atomically: true, encoding: .utf8)
-        let imported = try Tool.run(["import", cut, directory.appending("copy")])
+        let imported = try Tool.importLines(exported.dropLast(), file: directory.appending("cut.jsonl"), into: directory.appending("copy"))
         #expect(imported.status == 2 && imported.errors.contains("the entries end at offset 2, the header says 3"), "\(imported.errors)")
     }
 }
@@ -491,9 +493,7 @@ extension LogToolExportTests {
         var lines = try Tool.run(["export", source]).lines
         #expect(lines.first?.contains(#""compacted_below":0,"#) == true, "\(lines)")
         lines[0] = lines[0].replacingOccurrences(of: #""compacted_below":0,"#, with: #""compacted_below":100,"#)
-        let file = directory.appending("watermark.jsonl")
-        try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
-        let imported = try Tool.run(["import", file, directory.appending("copy")])
+        let imported = try Tool.importLines(lines, file: directory.appending("watermark.jsonl"), into: directory.appending("copy"))
         #expect(imported.status == 2 && imported.errors.contains("compaction watermark 100"), "\(imported.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
     }
@@ -533,9 +533,8 @@ extension LogToolExportTests {
             }
             var changed = lines
             changed[index] = changed[index].replacingOccurrences(of: good, with: bad)
-            let file = directory.appending("\(field).jsonl")
-            try (changed.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
-            let imported = try Tool.run(["import", file, directory.appending("copy-\(field)")])
+            let imported = try Tool.importLines(
+                changed, file: directory.appending("\(field).jsonl"), into: directory.appending("copy-\(field)"))
             #expect(imported.status == 2 && imported.errors.contains("\(field).jsonl:\(index + 1)"), "\(imported.errors)")
             #expect(imported.errors.contains(field), "\(imported.errors)")
             #expect(!FileManager.default.fileExists(atPath: directory.appending("copy-\(field)")))
