@@ -294,28 +294,41 @@ import Testing
 }
 
 @Suite struct PullCursorBoundaryTests {
-    /// An operator restores the server's store from a backup: the server ID
-    /// is the backup's, but the feed is shorter than a client's cursor says.
-    /// The cursor points past the end of the feed, which the server can tell
-    /// it never issued (`sync-protocol.md` section 8, "Cursors"): 410, so the
-    /// client resyncs, rather than an empty page that keeps the cursor and
-    /// makes the client skip the changes the restored feed gets next.
-    @Test func aCursorPastTheEndOfARestoredStoreIsInvalid() async throws {
-        let server = try await TestServer("pull-restored", durability: .full)
-        defer { Task { await server.stop() } }
+    /// An operator restores the server's store from a backup holding t1,
+    /// after t2 and t3 were pushed: a server on the backup, the server ID
+    /// of the first one, and alice's cursor from after t3 (which the backup
+    /// never had). `backup` holds the restored server's data.
+    struct Restored {
+        let server: TestServer
+        let backup: TemporaryDirectory
+        let originalServerID: String
+        let staleCursor: String
+    }
+
+    static func restoredFromBackup(_ name: String) async throws -> Restored {
+        let server = try await TestServer(name, durability: .full)
         _ = try await server.push([operation(.create, "t1", ["n": 1])])
         await server.stop()
-        let backup = try TemporaryDirectory("pull-restored-backup")
+        let backup = try TemporaryDirectory("\(name)-backup")
         try FileManager.default.copyItem(atPath: server.configuration.dataDirectory, toPath: backup.appending("data"))
         try await server.restart()
         _ = try await server.push([operation(.create, "t2", ["n": 2]), operation(.create, "t3", ["n": 3])])
         let cursor = try await server.pull().decode(PullResponse.self).cursor
         await server.stop()
+        let restored = try await TestServer("\(name)-2", durability: .full, dataDirectory: backup.appending("data"))
+        return Restored(server: restored, backup: backup, originalServerID: server.server.serverID, staleCursor: cursor)
+    }
 
-        let restored = try await TestServer("pull-restored-2", durability: .full, dataDirectory: backup.appending("data"))
-        defer { Task { await restored.stop() } }
-        #expect(restored.server.serverID == server.server.serverID)
-        let reply = try await restored.pull(cursor: cursor)
+    /// The cursor points past the end of the restored feed, which the
+    /// server can tell it never issued (`sync-protocol.md` section 8,
+    /// "Cursors"): 410, so the client resyncs, rather than an empty page
+    /// that keeps the cursor and makes the client skip the changes the
+    /// restored feed gets next.
+    @Test func aCursorPastTheEndOfARestoredStoreIsInvalid() async throws {
+        let restored = try await Self.restoredFromBackup("pull-restored")
+        defer { Task { await restored.server.stop() } }
+        #expect(restored.server.server.serverID == restored.originalServerID)
+        let reply = try await restored.server.pull(cursor: restored.staleCursor)
         #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid, "\(String(decoding: reply.body, as: UTF8.self))")
     }
 
@@ -326,23 +339,12 @@ import Testing
     /// other users wrote: accepting it would keep her client at a place her
     /// feed never reached, skipping her changes made at lower offsets.
     @Test func aCursorPastTheEndOfTheUsersFeedIsInvalidWhateverOthersWrote() async throws {
-        let server = try await TestServer("pull-restored-others", durability: .full)
-        defer { Task { await server.stop() } }
-        _ = try await server.push([operation(.create, "t1", ["n": 1])])
-        await server.stop()
-        let backup = try TemporaryDirectory("pull-restored-others-backup")
-        try FileManager.default.copyItem(atPath: server.configuration.dataDirectory, toPath: backup.appending("data"))
-        try await server.restart()
-        _ = try await server.push([operation(.create, "t2", ["n": 2]), operation(.create, "t3", ["n": 3])])
-        let cursor = try await server.pull().decode(PullResponse.self).cursor
-        await server.stop()
-
-        let restored = try await TestServer("pull-restored-others-2", durability: .full, dataDirectory: backup.appending("data"))
-        defer { Task { await restored.stop() } }
+        let restored = try await Self.restoredFromBackup("pull-restored-others")
+        defer { Task { await restored.server.stop() } }
         // Alice's other device writes t4 (offset 2), then bob writes (offset 3).
-        _ = try await restored.push([operation(.create, "t4", ["n": 4])])
-        _ = try await restored.push([operation(.create, "b1", ["n": 1])], token: "bob-token")
-        let reply = try await restored.pull(cursor: cursor)
+        _ = try await restored.server.push([operation(.create, "t4", ["n": 4])])
+        _ = try await restored.server.push([operation(.create, "b1", ["n": 1])], token: "bob-token")
+        let reply = try await restored.server.pull(cursor: restored.staleCursor)
         #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid, "\(String(decoding: reply.body, as: UTF8.self))")
     }
 }
