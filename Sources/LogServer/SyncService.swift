@@ -201,14 +201,11 @@ final class SyncService: Sendable {
     /// for one (`sync-protocol.md`, section 16, point 17): the client's reader
     /// refuses such a pull page, and the field versions here would merge them.
     static func equivalentName(_ changes: Fields, _ fields: Fields) -> (String, String)? {
-        guard !changes.isEmpty, !fields.isEmpty else { return nil }
-        // Keyed by `String`, which compares by canonical equivalence.
-        var spellings: [String: String] = [:]
-        for (name, _) in fields { spellings[name] = name }
-        for (name, _) in changes {
-            guard let existing = spellings[name], !Fields.same(existing, name) else { continue }
-            // Rare: is the name there after all, in the very same bytes?
-            if !fields.contains(where: { Fields.same($0.name, name) }) { return (name, existing) }
+        // Only a name new to the entity (looked up by its bytes) can be
+        // another spelling of one it has; `String`'s == compares by
+        // canonical equivalence. Most updates name only existing fields.
+        for (name, _) in changes where fields[name] == nil {
+            if let existing = fields.first(where: { $0.name == name })?.name { return (name, existing) }
         }
         return nil
     }
