@@ -16,7 +16,7 @@ extern char **environ;
 #endif
 
 int cspawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd,
-           pid_t *pid) {
+           int new_group, pid_t *pid) {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
     int result = posix_spawn_file_actions_init(&actions);
@@ -41,11 +41,13 @@ int cspawn(const char *path, char *const argv[], char *const envp[], int stdin_f
 #else
     if (result == 0) result = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
 #endif
+    if (new_group) flags |= POSIX_SPAWN_SETPGROUP;
     sigset_t all, none;
     sigfillset(&all);
     sigemptyset(&none);
     if (result == 0) result = posix_spawnattr_setsigdefault(&attributes, &all);
     if (result == 0) result = posix_spawnattr_setsigmask(&attributes, &none);
+    if (result == 0 && new_group) result = posix_spawnattr_setpgroup(&attributes, 0);
     if (result == 0) result = posix_spawnattr_setflags(&attributes, flags);
     if (result == 0) result = posix_spawn(pid, path, &actions, &attributes, argv, envp ? envp : environ);
     posix_spawnattr_destroy(&attributes);

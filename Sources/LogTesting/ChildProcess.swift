@@ -27,6 +27,8 @@ public final class ChildProcess: Sendable {
 
     public let name: String
     public let pid: pid_t
+    /// Whether the child leads a process group of its own (see `init`).
+    private let ownsGroup: Bool
     private let output: PipeReader
     private let errors: PipeReader
     /// The write end of the child's stdin when it is held open (see `init`).
@@ -65,11 +67,19 @@ public final class ChildProcess: Sendable {
     ///   written, so it reads its end when this process ends, even by
     ///   SIGKILL (`syncserver --stop-at-stdin-end` then stops). Otherwise its
     ///   stdin is /dev/null.
+    /// - Parameter ownProcessGroup: start it in a process group of its own,
+    ///   which `kill` signals as a whole: for a child that starts children
+    ///   of its own (`strace` and the process it traces). Such a group no
+    ///   longer gets the terminal's Ctrl-C.
     /// - Throws: `ChildProcessError` when it cannot be started (no such file,
     ///   not executable, out of descriptors).
-    public init(_ name: String? = nil, executable: String, arguments: [String], holdingStdinOpen: Bool = false) throws {
+    public init(
+        _ name: String? = nil, executable: String, arguments: [String], holdingStdinOpen: Bool = false,
+        ownProcessGroup: Bool = false
+    ) throws {
         let name = name ?? URL(fileURLWithPath: executable).lastPathComponent
         self.name = name
+        ownsGroup = ownProcessGroup
         var opened: [Int32] = []
         func pipe() throws -> (read: Int32, write: Int32) {
             var fds: [Int32] = [-1, -1]
@@ -92,7 +102,8 @@ public final class ChildProcess: Sendable {
                 stdin = (null, nil)
             }
             var pid: pid_t = 0
-            let result = ChildProcess.spawn(executable, arguments, stdin.read, stdout.write, stderr.write, &pid)
+            let result = ChildProcess.spawn(
+                executable, arguments, stdin.read, stdout.write, stderr.write, newGroup: ownProcessGroup, &pid)
             guard result == 0 else { throw ChildProcessError(name, executable, nil, result) }
             // The child has its copies; only the ends this process reads or
             // holds stay open here.
@@ -124,11 +135,12 @@ public final class ChildProcess: Sendable {
     deinit { closeInput() }
 
     private static func spawn(
-        _ executable: String, _ arguments: [String], _ stdin: Int32, _ stdout: Int32, _ stderr: Int32, _ pid: inout pid_t
+        _ executable: String, _ arguments: [String], _ stdin: Int32, _ stdout: Int32, _ stderr: Int32, newGroup: Bool,
+        _ pid: inout pid_t
     ) -> Int32 {
         let argv = ([executable] + arguments).map { strdup($0) }
         defer { argv.forEach { free($0) } }
-        return cspawn(executable, argv + [nil], nil, stdin, stdout, stderr, &pid)
+        return cspawn(executable, argv + [nil], nil, stdin, stdout, stderr, newGroup ? 1 : 0, &pid)
     }
 
     /// Whether the child has not ended yet (a child that ended is reaped at
@@ -141,13 +153,15 @@ public final class ChildProcess: Sendable {
         return ending
     }
 
-    /// Sends `signal` (SIGKILL unless told otherwise); a child that already
-    /// ended is left alone.
+    /// Sends `signal` (SIGKILL unless told otherwise), to the child's whole
+    /// process group when it has its own; a child that already ended is
+    /// left alone.
     public func kill(_ signal: Int32 = SIGKILL) {
         // Checked and sent under the lock the reaper holds while it reaps:
-        // until then the child's pid cannot be another process's.
+        // until then the child's pid cannot be another process's, nor its
+        // group another group.
         state.withLock { ending in
-            if ending == nil { send(signal, to: pid) }
+            if ending == nil { send(signal, to: ownsGroup ? -pid : pid) }
         }
     }
 

@@ -1,3 +1,4 @@
+import Foundation
 import LogTesting
 import Testing
 
@@ -43,6 +44,26 @@ import Testing
         #expect(sleeper.ending == .signal(SIGKILL) && sleeper.ending.status == 128 + SIGKILL)
     }
 
+    /// A child started in a process group of its own takes its own children
+    /// with it when killed (the crash harness's `strace` and the worker it
+    /// traces: killing strace alone leaves the worker running, detached).
+    @Test func killingAGroupLeaderKillsItsChildren() async throws {
+        let shell = try ChildProcess(
+            executable: "/bin/sh", arguments: ["-c", "sleep 300 & echo $!; wait"], ownProcessGroup: true)
+        let line = await shell.waitForLine(timeout: .seconds(30)) { !$0.isEmpty }
+        let grandchild = try #require(line.flatMap { pid_t($0) }, "the shell did not say its child's pid")
+        defer { _ = kill(grandchild, SIGKILL) }
+        shell.kill()
+        #expect(await shell.waitForExit(timeout: .seconds(30)))
+        // Killed, it is gone or a zombie waiting for init; left running, it sleeps.
+        var state = processState(grandchild)
+        for _ in 0..<300 where state != nil && state != "Z" {
+            try await Task.sleep(for: .milliseconds(10))
+            state = processState(grandchild)
+        }
+        #expect(state == nil || state == "Z", "the shell's child is still in state \(state ?? "?")")
+    }
+
     @Test func aMissingExecutableIsAnErrorNamingIt() {
         #expect {
             try ChildProcess(executable: "/nonexistent/tool", arguments: [])
@@ -50,4 +71,12 @@ import Testing
             "\(error)".contains("/nonexistent/tool") && "\(error)".contains("No such file")
         }
     }
+}
+
+/// The state letter of process `pid` in /proc (R, S, Z...), nil when there is none.
+private func processState(_ pid: pid_t) -> String? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let end = stat.lastIndex(of: ")")
+    else { return nil }
+    return stat[stat.index(after: end)...].split(separator: " ").first.map(String.init)
 }

@@ -85,7 +85,9 @@ struct IOFaultWorkload: Workload {
             ["-f", "-qq", "-o", "/dev/null", "-e", "trace=\(fault.syscall)", "-e", fault.rule(n), options.executable]
             + WorkerRun.arguments(AppendWorkload.name, store: directory, seed: context.workerSeed(), options)
             + ["--count", String(Self.appendCount)]
-        let child = try ChildProcess("strace", executable: strace, arguments: arguments)
+        // In a group of its own, so that a kill takes the traced worker too
+        // (strace killed alone leaves it running, detached).
+        let child = try ChildProcess("strace", executable: strace, arguments: arguments, ownProcessGroup: true)
         guard await child.waitForExit(timeout: Self.runDurationMax) else {
             child.kill()
             throw HarnessError("the worker under strace \(fault.rule(n)) did not end within \(Self.runDurationMax)")

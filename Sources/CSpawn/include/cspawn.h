@@ -13,10 +13,11 @@
 // crashes (swift-corelibs-foundation pull request 5472, in Swift 6.3.1).
 
 /// Spawns `path` with `argv` and `envp` (both ending in NULL; a NULL `envp`
-/// passes this process's environment).
+/// passes this process's environment); with `new_group` set, in a process
+/// group of its own (its pid), so that the group can be signalled as one.
 /// - Returns: 0 and the child's pid in `pid`, or an errno value.
 int cspawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd,
-           pid_t *pid);
+           int new_group, pid_t *pid);
 
 /// A pipe whose two ends are closed on exec (the child gets its copies
 /// through cspawn's dup2, which clears that flag).
