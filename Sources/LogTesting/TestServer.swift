@@ -47,12 +47,22 @@ public final class TestServer: @unchecked Sendable {
         try await start()
     }
 
+    /// Serves until `stop()`; returns once listening, and throws why when
+    /// the server ends before it listens (it cannot bind, say).
     private func start() async throws {
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let app = server.application { port in continuation.yield(port) }
-        task = Task { try await app.run() }
+        let task = Task {
+            // Ended before listening, it must not leave `start` waiting.
+            defer { continuation.finish() }
+            try await app.run()
+        }
+        self.task = task
         var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw CocoaError(.fileReadUnknown) }
+        guard let port = await iterator.next() else {
+            try await task.value
+            throw TestServerError("the server for \(configuration.host):\(configuration.port) ended before it listened")
+        }
         self.port = port
     }
 
@@ -166,4 +176,11 @@ public enum SyncServerBanner {
         guard let start = line.range(of: " listening on http://127.0.0.1:")?.upperBound else { return nil }
         return Int(line[start...].prefix { $0.isNumber })
     }
+}
+
+/// A test server that could not start.
+public struct TestServerError: Error, CustomStringConvertible {
+    public let description: String
+
+    init(_ description: String) { self.description = description }
 }

@@ -45,6 +45,21 @@ import Testing
         await reopened.stop()
         #expect(changes.map(\.entityID) == ["t1"])
     }
+
+    /// An address it cannot listen on ends it with status 1 and a message
+    /// naming the address (the error alone named neither).
+    @Test func anAddressItCannotListenOnIsNamed() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-unlistenable")
+        // TEST-NET-3 (RFC 5737): never an address of this host.
+        let server = try ChildProcess(
+            executable: Self.executable.path,
+            arguments: ["--data", directory.appending("data"), "--host", "203.0.113.1", "--port", "0", "--token", "t:alice"])
+        defer { server.kill() }
+        #expect(await server.waitForExit(timeout: .seconds(60)))
+        #expect(server.ending == .exit(1))
+        #expect(server.errorText.contains("cannot listen on 203.0.113.1:0"), "\(server.errorText)")
+    }
 }
 
 /// Cursors a hostile or confused client makes up, sent to the executable so

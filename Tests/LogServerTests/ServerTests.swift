@@ -291,6 +291,16 @@ import Testing
         let duplicate = try await server.push([operation(.create, "t0", ["n": 0])]).decode(PushResponse.self)
         #expect(duplicate.results[0].errorCode == .conflict)
     }
+
+    /// A server that cannot listen (an address this host does not have)
+    /// fails to start with the reason, rather than waiting for a port forever.
+    @Test func aServerThatCannotListenFailsToStart() async throws {
+        let server = try await TestServer("unlistenable")
+        defer { Task { await server.stop() } }
+        // TEST-NET-3 (RFC 5737): never an address of this host.
+        server.configuration.host = "203.0.113.1"
+        await #expect { try await server.restart() } throws: { "\($0)".contains("bind") }
+    }
 }
 
 @Suite struct PullCursorBoundaryTests {

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Hummingbird
 import LogServer
+import Synchronization
 
 /// The reference sync server, from the shell.
 @main
@@ -69,11 +70,23 @@ struct SyncServerCommand: AsyncParsableCommand {
         defer { server.close() }
         if stopAtStdinEnd { ParentWatch.onStdinEnd { kill(getpid(), SIGTERM) } }
         let banner = "syncserver \(server.serverID) listening on http://\(host):%d (data \(data))\n"
+        let listening = Mutex(false)
         let app = server.application { port in
+            listening.withLock { $0 = true }
             // Unbuffered, so a parent process reading the pipe learns the port at once.
             FileHandle.standardOutput.write(Data(String(format: banner, port).utf8))
         }
-        try await app.runService()
+        do {
+            try await app.runService()
+        } catch where !listening.withLock({ $0 }) {
+            // Hummingbird's error names the system call, not the address.
+            throw StartError(description: "cannot listen on \(host):\(port): \(error)")
+        }
+    }
+
+    /// Why the server never listened.
+    struct StartError: Error, CustomStringConvertible {
+        let description: String
     }
 
     private func loadTokens() throws -> [String: Identity] {
