@@ -75,6 +75,27 @@ import Testing
     /// The checker can fail: a writer that reports one write as
     /// acknowledged without making it is caught, with the seed and
     /// iteration to replay it, and the run exits 1.
+    /// An strace that cannot trace (ptrace refused, as in many containers)
+    /// is the harness unable to run (status 2), not a store violation.
+    @Test func anStraceThatCannotTraceIsAHarnessError() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the crashtest product first")
+        let bin = try TemporaryDirectory("crashtest-fake-strace")
+        defer { bin.remove() }
+        let fake = bin.appending("strace")
+        try "#!/bin/sh\necho 'strace: PTRACE_TRACEME: Operation not permitted' >&2\nexit 1\n".write(
+            toFile: fake, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: fake)
+        let path = bin.path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        let stores = try TemporaryDirectory("crashtest-tests")
+        defer { stores.remove() }
+        let run = try await ToolRun.running(
+            "/usr/bin/env",
+            ["PATH=\(path)", Self.executable, "--workload", "io-faults", "--iterations", "2", "--directory", stores.path])
+        #expect(run.status == 2, "\(run.output)\(run.errors)")
+        #expect(run.errors.contains("strace cannot trace here") && run.errors.contains("Operation not permitted"), "\(run.errors)")
+        #expect(!run.output.contains("VIOLATION"), "\(run.output)")
+    }
+
     @Test(arguments: ["append", "app", "pull", "outbox", "compact", "replay", "server", "sync"])
     func aLyingWriterIsCaught(workload: String) async throws {
         let run = try await Self.run(["--workload", workload, "--iterations", "1", "--seed", "5", "--inject-violation"])

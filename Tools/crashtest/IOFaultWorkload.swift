@@ -69,12 +69,18 @@ struct IOFaultWorkload: Workload {
 
     let directory: String
     private var ledger = Ledger()
+    /// Whether strace was seen to trace a process here (see `checkTracing`).
+    private var tracingWorks = false
 
     init(directory: String) { self.directory = directory }
 
     mutating func iterate(_ context: inout IterationContext) async throws {
         guard let strace = Self.findExecutable("strace") else {
             throw HarnessError("strace is not installed (Tools/ensure-packages installs it); the io-faults workload needs it")
+        }
+        if !tracingWorks {
+            try await Self.checkTracing(strace)
+            tracingWorks = true
         }
         try prepareStore()
         let fault = Self.faults[context.iteration % Self.faults.count]
@@ -141,6 +147,23 @@ struct IOFaultWorkload: Workload {
             try Store(path: directory, options: .init(durability: .full)).close()
         } catch {
             throw HarnessError("cannot create the store at \(directory): \(error)")
+        }
+    }
+
+    /// strace that cannot trace (ptrace refused, as in a container without
+    /// `CAP_SYS_PTRACE`) makes every run fail the same way, which would
+    /// read as a store violating its guarantees: the harness cannot run
+    /// this workload here, and says so.
+    private static func checkTracing(_ strace: String) async throws {
+        let probe = try ChildProcess("strace", executable: strace, arguments: ["-f", "-qq", "-o", "/dev/null", "/bin/true"])
+        guard await probe.waitForExit(timeout: .seconds(60)) else {
+            probe.kill()
+            throw HarnessError("strace did not trace /bin/true within 60 s; the io-faults workload needs it")
+        }
+        guard probe.ending == .exit(0) else {
+            throw HarnessError(
+                "strace cannot trace here (\(probe.ending): \(probe.errorText.trimmingCharacters(in: .whitespacesAndNewlines))); "
+                    + "the io-faults workload needs ptrace (in a container: --cap-add SYS_PTRACE)")
         }
     }
 
