@@ -38,6 +38,24 @@ public enum ConflictDecision: Sendable, Equatable {
     case askApp
 }
 
+/// A decision `Store.record` refused for a conflict: the conflict was left
+/// for the app instead, as `.askApp` leaves it.
+public struct RefusedDecision: Sendable, Equatable {
+    /// The refused intent, as `WaitingConflict.conflict.intentOffset`.
+    public var intentOffset: UInt64
+    public var entityType: String
+    public var entityID: String
+    /// Why the decision was refused, for people.
+    public var reason: String
+
+    public init(intentOffset: UInt64, entityType: String, entityID: String, reason: String) {
+        self.intentOffset = intentOffset
+        self.entityType = entityType
+        self.entityID = entityID
+        self.reason = reason
+    }
+}
+
 /// A conflict waiting for the app.
 public struct WaitingConflict: Sendable, Equatable {
     /// The offset of the `conflict` entry.
@@ -155,9 +173,15 @@ extension Store {
     }
 
     static func validate(_ decision: ConflictDecision) throws {
+        if let problem = problem(with: decision) { throw Validation.invalid(problem) }
+    }
+
+    /// Why `decision` cannot be recorded (fields the store would refuse from
+    /// the app), or nil when it can.
+    static func problem(with decision: ConflictDecision) -> String? {
         switch decision {
-        case .merged(let fields), .custom(.some(let fields)): try Validation.fields(fields)
-        case .keepLocal, .keepRemote, .custom(nil), .askApp: break
+        case .merged(let fields), .custom(.some(let fields)): NameRules.fieldsProblem(fields)
+        case .keepLocal, .keepRemote, .custom(nil), .askApp: nil
         }
     }
 }

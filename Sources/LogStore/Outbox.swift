@@ -45,6 +45,14 @@ public struct OutboxState: Sendable, Equatable {
     }
 }
 
+/// What `Store.record` did with the server's answers.
+public struct RecordedAnswers: Sendable, Equatable {
+    /// The offsets settled by the call, in the order given.
+    public var settled: [UInt64] = []
+    /// Conflicts whose decision was refused, each left for the app.
+    public var refused: [RefusedDecision] = []
+}
+
 /// An intent waiting in the outbox, with the entry it came from.
 public struct PendingIntent: Sendable, Equatable {
     public var offset: UInt64
@@ -102,21 +110,25 @@ extension Store {
     /// A conflict is recorded as the protocol says (section 10): a
     /// `conflict` entry with the server's state and `resolve`'s decision,
     /// a `reject` with code `CONFLICT`, and the intent the decision needs.
+    /// A decision with fields `resolveConflict` would refuse is recorded as
+    /// `.askApp` and returned as refused: thrown, it would lose the other
+    /// answers, and the same conflict would come back, and be refused
+    /// again, on every push.
     /// - Parameters:
     ///   - resolve: decides each conflict; called inside the write
     ///     transaction, so it must be quick and must not touch the store.
-    /// - Returns: the offsets that were settled by this call.
+    /// - Returns: the offsets settled by this call, and the refused decisions.
     @discardableResult
     public func record(
         _ outcomes: [(offset: UInt64, outcome: PushOutcome)],
         resolve: @escaping @Sendable (ConflictCase) -> ConflictDecision = { _ in .askApp }
-    ) async throws -> [UInt64] {
+    ) async throws -> RecordedAnswers {
         let outcomes = outcomes.map { OutcomeItem(offset: $0.offset, outcome: $0.outcome) }
         for item in outcomes {
             if case .conflict(let server, _) = item.outcome { try Validation.fields(server.data) }
         }
         return try await write { txn, context, store in
-            var settled: [UInt64] = []
+            var recorded = RecordedAnswers()
             for item in outcomes where try txn.contains(store.projector.outbox, key: OffsetKey.encode(item.offset)) {
                 switch item.outcome {
                 case .acknowledged(let outcome, let version):
@@ -125,14 +137,21 @@ extension Store {
                     try store.append(.reject(Reject(intentOffset: item.offset, code: code, message: message)), txn, &context)
                 case .conflict(let server, let message):
                     let conflictCase = try store.conflictCase(item.offset, server, txn)
-                    let decision = resolve(conflictCase)
-                    try Store.validate(decision)
+                    var decision = resolve(conflictCase)
+                    if let problem = Store.problem(with: decision) {
+                        let intent = conflictCase.intent
+                        recorded.refused.append(
+                            RefusedDecision(
+                                intentOffset: item.offset, entityType: intent.entityType, entityID: intent.entityID,
+                                reason: problem))
+                        decision = .askApp
+                    }
                     try store.append(.reject(Reject(intentOffset: item.offset, code: "CONFLICT", message: message)), txn, &context)
                     try store.settle(conflictCase, decision, txn, &context)
                 }
-                settled.append(item.offset)
+                recorded.settled.append(item.offset)
             }
-            return settled
+            return recorded
         }
     }
 

@@ -2,9 +2,9 @@ import LogFormat
 import LogStore
 
 /// How conflicts of one entity type are settled (`SyncConfiguration`).
-/// Every conflict is written to the log whatever the strategy; only
-/// `.askApp` leaves it open, listed by `Store.conflicts()` until the app
-/// calls `Store.resolveConflict`.
+/// Every conflict is written to the log whatever the strategy; `.askApp`
+/// (and the others, where their cases say so) leaves it open, listed by
+/// `Store.conflicts()` until the app calls `Store.resolveConflict`.
 public enum ConflictStrategy: Sendable {
     /// Push the local change again on top of the server's version.
     case keepLocal
@@ -22,7 +22,13 @@ public enum ConflictStrategy: Sendable {
     /// not have been changed by the server: the app decides.
     case fieldMerge(prefer: Side)
     /// The app's own rule, called inside a write transaction: it must be
-    /// quick and must not touch the store.
+    /// quick and must not touch the store. A decision with fields the store
+    /// refuses (what `Store.resolveConflict` would refuse: invalid or
+    /// reserved names, non-finite doubles, values nested too deep) is not
+    /// applied: the conflict waits for the app as with `.askApp`, and
+    /// `SyncReport.refusedDecisions` names the entity and the reason. The
+    /// rest of the run goes on; refusing the whole push would bring the
+    /// conflict back, and refuse it again, on every run.
     case custom(@Sendable (ConflictCase) -> ConflictDecision)
     /// Leave it to the app.
     case askApp

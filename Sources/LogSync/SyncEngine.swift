@@ -9,7 +9,9 @@ import LogStore
 ///   quietly (`.offline`), with no error and no retry counted.
 /// - Each intent's answer is recorded on its own; retryable failures are
 ///   retried with backoff and jitter, permanent ones are reported through
-///   `Store.events()`; conflicts go to the entity type's strategy.
+///   `Store.events()`; conflicts go to the entity type's strategy, and a
+///   decision the store refuses leaves its conflict for the app
+///   (`SyncReport.refusedDecisions`).
 /// - Three consecutive 429s open the circuit breaker.
 /// - Every pulled page is applied with its cursor in one transaction;
 ///   cancellation is checked between pages.
@@ -231,7 +233,8 @@ public actor SyncEngine {
             }
         }
         let strategies = configuration
-        try await store.record(outcomes) { strategies.strategy(for: $0.intent.entityType).decide($0) }
+        let recorded = try await store.record(outcomes) { strategies.strategy(for: $0.intent.entityType).decide($0) }
+        report.refusedDecisions += recorded.refused
         for (item, message) in retries { try await scheduleRetry([item], message, retryAfterSeconds: nil, &report) }
         return .pushed
     }

@@ -1,3 +1,5 @@
+import LogStore
+
 /// What the engine is doing, as `Format/sync-protocol.md` section 10 and the
 /// state machine of the design draw it:
 ///
@@ -53,6 +55,10 @@ public struct SyncReport: Sendable, Equatable {
     public var rejected = 0
     /// Intents whose conflict was recorded.
     public var conflicts = 0
+    /// Conflicts whose strategy decided something the store refuses (a
+    /// `custom` rule's invalid fields): each waits for the app instead, as
+    /// with `askApp`, and the run goes on.
+    public var refusedDecisions: [RefusedDecision] = []
     /// Intents scheduled for another attempt or marked failed.
     public var retried = 0
     /// Pulled pages applied, and the changes in them.

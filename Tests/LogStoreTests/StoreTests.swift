@@ -418,9 +418,35 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         let store = fixture.store
         _ = try await store.create(type: "te", fields: [:])
         let offset = try #require(try store.outbox().first?.offset)
-        #expect(try await store.record([(offset, .acknowledged(.applied, serverVersion: 1))]) == [offset])
-        #expect(try await store.record([(offset, .acknowledged(.duplicate, serverVersion: 1))]) == [])
+        #expect(try await store.record([(offset, .acknowledged(.applied, serverVersion: 1))]).settled == [offset])
+        #expect(try await store.record([(offset, .acknowledged(.duplicate, serverVersion: 1))]).settled == [])
         #expect(try store.log.lastOffset() == 2)
+    }
+
+    /// A conflict decision with fields the store refuses (a NaN) is
+    /// recorded as `askApp` and returned as refused; the answers recorded
+    /// with it are kept, and the conflict still waits after a reopen.
+    @Test func aRefusedConflictDecisionLeavesTheConflictForTheApp() async throws {
+        var fixture = try StoreFixture("outbox-refused-decision")
+        let store = fixture.store
+        let id = try await store.create(type: "te", fields: ["a": 1])
+        let other = try await store.create(type: "te", fields: ["b": 1])
+        let pending = try store.outbox()
+        try #require(pending.count == 2)
+        let server = ServerState(serverVersion: 1, deleted: false, data: ["a": 2])
+        let recorded = try await store.record(
+            [(pending[0].offset, .conflict(server, message: "exists")), (pending[1].offset, .acknowledged(.applied, serverVersion: 1))],
+            resolve: { _ in .custom(["a": .double(.nan)]) })
+        #expect(recorded.settled == pending.map(\.offset))
+        #expect(recorded.refused.map { [$0.entityType, $0.entityID] } == [["te", id]])
+        #expect(recorded.refused.first?.intentOffset == pending[0].offset)
+        #expect(recorded.refused.first?.reason.contains("nan") == true)
+        #expect(try store.outboxCount() == 0)
+        #expect(try store.get(type: "te", id: other)?.serverVersion == 1)
+        try fixture.reopen()
+        let waiting = try fixture.store.conflicts()
+        #expect(waiting.map(\.conflict.intentOffset) == [pending[0].offset])
+        #expect(waiting.first?.conflict.resolution == .pending)
     }
 
     @Test func changesAreAnnouncedPerType() async throws {

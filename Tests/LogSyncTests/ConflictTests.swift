@@ -74,4 +74,49 @@ import Testing
         #expect(try a.entities("task")[id] == ["title": "from b"])
         await server.stop()
     }
+
+    /// A `custom` rule that returns a decision the store refuses (here a
+    /// merge naming a reserved field) must not wedge sync: the conflict is
+    /// left for the app, as `askApp` leaves it, and the rest of the run goes
+    /// on. Before, the refusal aborted the transaction recording the whole
+    /// push batch, the run failed, and every later run met the same conflict
+    /// and failed the same way, so no other change synced either.
+    @Test func anInvalidCustomDecisionLeavesTheConflictForTheApp() async throws {
+        let server = try await TestServer("conflict-invalid-custom")
+        var configuration = SyncConfiguration()
+        configuration.conflictStrategies["task"] = .custom { conflict in
+            .merged(conflict.server.data.merging(["$merged": true]))
+        }
+        let a = try Replica("a", server: server, configuration: configuration)
+        let b = try Replica("b", server: server)
+        let id = try await b.store.create(type: "task", fields: ["title": "v1"])
+        await b.sync()
+        await a.sync()
+        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
+        let pulled = try await b.store.create(type: "note", fields: ["text": "from b"])
+        await b.sync()
+        // The conflicting update and a create of another entity, pushed together.
+        try await a.store.update(type: "task", id: id, changes: ["title": "from a"])
+        let pushed = try await a.store.create(type: "note", fields: ["text": "from a"])
+        let report = await a.sync()
+        #expect(report.outcome == .completed)
+        #expect(report.acknowledged == 1 && report.conflicts == 1)
+        #expect(report.refusedDecisions.map { [$0.entityType, $0.entityID] } == [["task", id]])
+        #expect(report.refusedDecisions.first?.reason.contains("\"$merged\"") == true)
+        #expect(try a.store.outboxCount() == 0)
+        #expect(try a.store.conflicts().map(\.intent.fields) == [["title": "from a"]])
+        #expect(try a.entities("task")[id] == ["title": "from b"])
+        #expect(try a.entities("note") == [pulled: ["text": "from b"], pushed: ["text": "from a"]])
+        #expect(try await server.pullAll().contains { $0.entityID == pushed })
+        // Nothing comes back: the next run has nothing to push or refuse.
+        let next = await a.sync()
+        #expect(next.outcome == .completed && next.conflicts == 0 && next.refusedDecisions.isEmpty)
+        // The app settles it itself, as any conflict that waits for it.
+        let waiting = try #require(try a.store.conflicts().first)
+        try await a.store.resolveConflict(intentOffset: waiting.conflict.intentOffset, .keepLocal)
+        try await a.syncUntilQuiet()
+        #expect(try a.store.conflicts().isEmpty)
+        #expect(try await server.pullAll().last { $0.entityID == id }?.data == ["title": "from a"])
+        await server.stop()
+    }
 }

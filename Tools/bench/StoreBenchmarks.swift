@@ -285,7 +285,7 @@ enum StoreWriteBenchmark {
                 (intent.offset, PushOutcome.acknowledged(.applied, serverVersion: UInt64(acked + index + 1)))
             }
             let start = clock.now
-            let settled = try await store.record(outcomes)
+            let settled = try await store.record(outcomes).settled
             elapsed += clock.now - start
             guard settled.count == intents.count else {
                 throw BenchError("record settled \(settled.count) of \(intents.count)")
@@ -1176,7 +1176,7 @@ enum ReadBenchmark {
             let pending = try store.outbox(limit: min(batchCount, synced - acknowledged))
             guard !pending.isEmpty else { throw BenchError("the outbox ran out after \(acknowledged) acks") }
             let settled = try await store.record(
-                pending.map { ($0.offset, PushOutcome.acknowledged(.applied, serverVersion: 1)) })
+                pending.map { ($0.offset, PushOutcome.acknowledged(.applied, serverVersion: 1)) }).settled
             guard settled.count == pending.count else { throw BenchError("record settled \(settled.count) intents") }
             acknowledged += settled.count
         }

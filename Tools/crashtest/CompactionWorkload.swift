@@ -34,7 +34,7 @@ enum CompactionWorkload: StoreWorkload {
                 try await Task.sleep(for: .milliseconds(1))
                 continue
             }
-            let settled = Set(try await store.record(pending.map { ($0.offset, .acknowledged(.applied, serverVersion: 1)) }))
+            let settled = Set(try await store.record(pending.map { ($0.offset, .acknowledged(.applied, serverVersion: 1)) }).settled)
             for item in pending where settled.contains(item.offset) {
                 worker.reporter.send("settled", [String(item.offset), item.intent.entityID])
             }

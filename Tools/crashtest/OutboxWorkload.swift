@@ -58,7 +58,7 @@ enum OutboxWorkload: StoreWorkload {
             }
             // The lie: an answer reported as recorded for an intent that does not exist.
             if worker.reporter.lie("settled", [String(try store.log.lastOffset() + Reporter.lieDistance), Outcome.applied.rawValue]) { continue }
-            let settled = Set(try await store.record(answers.map { ($0.0, $0.1.pushOutcome) }))
+            let settled = Set(try await store.record(answers.map { ($0.0, $0.1.pushOutcome) }).settled)
             for (offset, outcome) in answers where settled.contains(offset) {
                 worker.reporter.send("settled", [String(offset), outcome.rawValue])
             }
