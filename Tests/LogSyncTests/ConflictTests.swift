@@ -10,6 +10,25 @@ import Testing
 /// server: the resolution intent must not undo what the app did after the
 /// change that conflicted.
 @Suite struct ConflictTests {
+    /// Replica `a` settles tasks' conflicts with `strategy`; `b` creates a
+    /// task with `fields`, both sync, and `b` changes its title to
+    /// "from b" and pushes it, which `a` has not pulled yet.
+    static func taskChangedOnB(_ name: String, _ strategy: ConflictStrategy, _ fields: Fields = ["title": "v1"])
+        async throws -> (server: TestServer, a: Replica, b: Replica, id: String)
+    {
+        let server = try await TestServer(name)
+        var configuration = SyncConfiguration()
+        configuration.conflictStrategies["task"] = strategy
+        let a = try Replica("a", server: server, configuration: configuration)
+        let b = try Replica("b", server: server)
+        let id = try await b.store.create(type: "task", fields: fields)
+        await b.sync()
+        await a.sync()
+        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
+        await b.sync()
+        return (server, a, b, id)
+    }
+
     /// Two updates on one entity are pushed together; the first conflicts on
     /// `title` and the second, which only names `done`, is applied. The
     /// first is pushed again on the server's version (`keepLocal`), and
@@ -17,16 +36,7 @@ import Testing
     /// it again afterwards.
     @Test(arguments: [ConflictStrategy.keepLocal, .fieldMerge(prefer: .local)])
     func aResolutionKeepsALaterChangeOfTheSameField(_ strategy: ConflictStrategy) async throws {
-        let server = try await TestServer("conflict-later-intent")
-        var configuration = SyncConfiguration()
-        configuration.conflictStrategies["task"] = strategy
-        let a = try Replica("a", server: server, configuration: configuration)
-        let b = try Replica("b", server: server)
-        let id = try await b.store.create(type: "task", fields: ["title": "v1", "done": false])
-        await b.sync()
-        await a.sync()
-        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
-        await b.sync()
+        let (server, a, b, id) = try await Self.taskChangedOnB("conflict-later-intent", strategy, ["title": "v1", "done": false])
         // A form saves both fields; then the app unchecks `done` again.
         try await a.store.update(type: "task", id: id, changes: ["title": "from a", "done": true])
         try await a.store.update(type: "task", id: id, changes: ["done": false])
@@ -50,16 +60,7 @@ import Testing
     /// shows no server change at all. The server's change must not be
     /// overwritten as if only the local side had changed the field.
     @Test func aMergePreferringTheServerDoesNotTakeAPulledChangeForTheCommonBase() async throws {
-        let server = try await TestServer("conflict-merge-after-pull")
-        var configuration = SyncConfiguration()
-        configuration.conflictStrategies["task"] = .fieldMerge(prefer: .remote)
-        let a = try Replica("a", server: server, configuration: configuration)
-        let b = try Replica("b", server: server)
-        let id = try await b.store.create(type: "task", fields: ["title": "v1"])
-        await b.sync()
-        await a.sync()
-        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
-        await b.sync()
+        let (server, a, b, id) = try await Self.taskChangedOnB("conflict-merge-after-pull", .fieldMerge(prefer: .remote))
         try await a.store.update(type: "task", id: id, changes: ["title": "from a"])
         try await server.faults(FaultSettings(failNext: 1, status: 503))
         #expect(await a.sync().acknowledged == 0)
@@ -82,17 +83,8 @@ import Testing
     /// push batch, the run failed, and every later run met the same conflict
     /// and failed the same way, so no other change synced either.
     @Test func anInvalidCustomDecisionLeavesTheConflictForTheApp() async throws {
-        let server = try await TestServer("conflict-invalid-custom")
-        var configuration = SyncConfiguration()
-        configuration.conflictStrategies["task"] = .custom { conflict in
-            .merged(conflict.server.data.merging(["$merged": true]))
-        }
-        let a = try Replica("a", server: server, configuration: configuration)
-        let b = try Replica("b", server: server)
-        let id = try await b.store.create(type: "task", fields: ["title": "v1"])
-        await b.sync()
-        await a.sync()
-        try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
+        let refused = ConflictStrategy.custom { conflict in .merged(conflict.server.data.merging(["$merged": true])) }
+        let (server, a, b, id) = try await Self.taskChangedOnB("conflict-invalid-custom", refused)
         let pulled = try await b.store.create(type: "note", fields: ["text": "from b"])
         await b.sync()
         // The conflicting update and a create of another entity, pushed together.
