@@ -219,21 +219,23 @@ public actor SyncEngine {
         var retries: [(PendingIntent, String)] = []
         for (item, result) in zip(batch, response.results) {
             switch PushDecisions.decide(result) {
-            case .record(let outcome):
-                outcomes.append((item.offset, outcome))
-                switch outcome {
-                case .acknowledged: report.acknowledged += 1
-                case .rejected: report.rejected += 1
-                case .conflict:
-                    report.rejected += 1
-                    report.conflicts += 1
-                }
-            case .retry(let message):
-                retries.append((item, message))
+            case .record(let outcome): outcomes.append((item.offset, outcome))
+            case .retry(let message): retries.append((item, message))
             }
         }
         let strategies = configuration
         let recorded = try await store.record(outcomes) { strategies.strategy(for: $0.intent.entityType).decide($0) }
+        // Counted once recorded: a batch that fails to record answered nothing.
+        let settled = Set(recorded.settled)
+        for (offset, outcome) in outcomes where settled.contains(offset) {
+            switch outcome {
+            case .acknowledged: report.acknowledged += 1
+            case .rejected: report.rejected += 1
+            case .conflict:
+                report.rejected += 1
+                report.conflicts += 1
+            }
+        }
         report.refusedDecisions += recorded.refused
         for (item, message) in retries { try await scheduleRetry([item], message, retryAfterSeconds: nil, &report) }
         return .pushed

@@ -463,6 +463,30 @@ import Testing
         #expect(try a.store.conflicts().map(\.intent.fields) == [["title": "from a"]])
         await server.stop()
     }
+
+    /// A batch whose answers the store cannot record (a conflict whose
+    /// server state has a field name the format refuses) fails the run, and
+    /// its report counts none of them: nothing was recorded.
+    @Test func anUnrecordedBatchIsNotCounted() async throws {
+        let server = try await TestServer("unrecorded-batch")
+        let invalidState = RewritingTransport(server, pushes: { response in
+            let last = response.results.count - 1
+            response.results[last] = .rejected(
+                response.results[last].idempotencyKey, .conflict, "exists",
+                state: ServerState(serverVersion: 1, deleted: false, data: ["$x": 1]))
+        })
+        let a = try Replica("a", server: server, transport: invalidState)
+        try await a.store.create(type: "task", fields: ["title": "one"])
+        try await a.store.create(type: "task", fields: ["title": "two"])
+        let report = await a.sync()
+        guard case .failed = report.outcome else {
+            Issue.record("expected the unrecordable batch to fail the run, got \(report.outcome)")
+            return
+        }
+        #expect(report.acknowledged == 0 && report.rejected == 0 && report.conflicts == 0, "\(report)")
+        #expect(try a.store.outboxCount() == 2)
+        await server.stop()
+    }
 }
 
 /// The real server's answers, changed on their way back: a server or
