@@ -9,10 +9,14 @@
 /// - Connectivity regained arms a 2.5 s timer; it fires only if the
 ///   connection is still up (a loss cancels it), and only a gain arms it.
 /// - A server nudge syncs at once while online.
+/// - After a failed run (`.syncEnded` with a time: `SyncEngine.nextRunAt`)
+///   none of the above starts a run before that time; a retry timer starts
+///   one then (`Format/sync-protocol.md` section 10, "Retry timing"), so a
+///   failing server sees one request per backoff, whatever triggers come.
 public struct SchedulerCore: Sendable, Equatable {
-    public enum Timer: Hashable, Sendable { case periodic, localWrite, networkRegained }
+    public enum Timer: Hashable, Sendable { case periodic, localWrite, networkRegained, retry }
 
-    public enum Reason: Hashable, Sendable { case started, periodic, localWrite, networkRegained, nudge }
+    public enum Reason: Hashable, Sendable { case started, periodic, localWrite, networkRegained, nudge, retry }
 
     public enum Event: Equatable, Sendable {
         case started(online: Bool)
@@ -20,6 +24,9 @@ public struct SchedulerCore: Sendable, Equatable {
         case connectivity(Bool)
         case nudge
         case timerFired(Timer)
+        /// A run ended (whoever started it); `nextRunAt` is when the next
+        /// may start, nil when it need not wait.
+        case syncEnded(nextRunAt: UInt64?)
     }
 
     public enum Action: Equatable, Sendable {
@@ -32,6 +39,8 @@ public struct SchedulerCore: Sendable, Equatable {
     public var localWriteDebounceMilliseconds: UInt64 = 1_000
     public var networkDebounceMilliseconds: UInt64 = 2_500
     public private(set) var online = false
+    /// No run starts before this time (the last run failed), if set.
+    public private(set) var backoffUntil: UInt64?
 
     public init() {}
 
@@ -39,24 +48,38 @@ public struct SchedulerCore: Sendable, Equatable {
         switch event {
         case .started(let isOnline):
             online = isOnline
-            return online ? [.sync(.started), .setTimer(.periodic, at: now + periodMilliseconds)] : []
+            return online ? sync(.started, at: now) + [.setTimer(.periodic, at: now + periodMilliseconds)] : []
         case .localWrite:
             // Offline, the write waits for the connection to come back.
             return online ? [.setTimer(.localWrite, at: now + localWriteDebounceMilliseconds)] : []
         case .connectivity(let isOnline):
             defer { online = isOnline }
             if isOnline && !online { return [.setTimer(.networkRegained, at: now + networkDebounceMilliseconds)] }
-            if !isOnline && online { return [.cancelTimer(.networkRegained), .cancelTimer(.localWrite), .cancelTimer(.periodic)] }
+            if !isOnline && online {
+                return [.cancelTimer(.networkRegained), .cancelTimer(.localWrite), .cancelTimer(.periodic), .cancelTimer(.retry)]
+            }
             return []
         case .nudge:
-            return online ? [.sync(.nudge)] : []
+            return online ? sync(.nudge, at: now) : []
         case .timerFired(let timer):
             guard online else { return [] }
             switch timer {
-            case .periodic: return [.sync(.periodic), .setTimer(.periodic, at: now + periodMilliseconds)]
-            case .localWrite: return [.sync(.localWrite)]
-            case .networkRegained: return [.sync(.networkRegained), .setTimer(.periodic, at: now + periodMilliseconds)]
+            case .periodic: return sync(.periodic, at: now) + [.setTimer(.periodic, at: now + periodMilliseconds)]
+            case .localWrite: return sync(.localWrite, at: now)
+            case .networkRegained: return sync(.networkRegained, at: now) + [.setTimer(.periodic, at: now + periodMilliseconds)]
+            case .retry: return sync(.retry, at: now)
             }
+        case .syncEnded(let nextRunAt):
+            backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
+            guard let backoffUntil else { return [.cancelTimer(.retry)] }
+            return online ? [.setTimer(.retry, at: backoffUntil)] : []
         }
+    }
+
+    /// A sync now, or while failed runs back off, the retry timer at the
+    /// backoff's end (set again, as a connectivity loss cancels it).
+    private func sync(_ reason: Reason, at now: UInt64) -> [Action] {
+        guard let backoffUntil, now < backoffUntil else { return [.sync(reason)] }
+        return [.setTimer(.retry, at: backoffUntil)]
     }
 }

@@ -13,6 +13,11 @@ import LogStore
 ///   decision the store refuses leaves its conflict for the app
 ///   (`SyncReport.refusedDecisions`).
 /// - Three consecutive 429s open the circuit breaker.
+/// - A failed run backs off as a retry does: `nextRunAt` is when the
+///   scheduler starts the next run, after the retry policy's delay for the
+///   failed runs in a row and at least the failure's `Retry-After`; a
+///   completed run resets it. A pull's failure has no intent to carry its
+///   retry time, so the run carries it. An explicit `sync()` runs at once.
 /// - Every pulled page is applied with its cursor in one transaction;
 ///   cancellation is checked between pages.
 ///
@@ -28,6 +33,12 @@ public actor SyncEngine {
     private var random: any RandomNumberGenerator & Sendable
 
     private var breaker = CircuitBreaker()
+    /// Failed runs since the last completed one, and when the next may
+    /// start (Unix ms; `nextRunAt`).
+    private var failedRuns: UInt32 = 0
+    private var runBackoffUntil: UInt64 = 0
+    /// The `Retry-After` of the running sync's last failed request.
+    private var retryAfterSeconds: Int?
     private var running: Task<SyncReport, Never>?
     private let stateFeed = Broadcast(latest: SyncState.idle)
     public private(set) var state = SyncState.idle
@@ -80,7 +91,7 @@ public actor SyncEngine {
         SyncHealth(
             summary: try store.outboxSummary(), now: clock.nowMilliseconds, onlineSince: onlineSince,
             stuckAfter: configuration.stuckAfterMilliseconds, lastSuccessAt: lastSuccessAt, lastError: lastError,
-            breakerOpenUntil: breakerOpenUntil, state: state)
+            breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state)
     }
 
     /// The device lost its network path (the scheduler's monitor said so):
@@ -94,6 +105,14 @@ public actor SyncEngine {
     /// When the circuit breaker lets requests through again (Unix ms), if open.
     public var breakerOpenUntil: UInt64? { breaker.isOpen(at: clock.nowMilliseconds) ? breaker.openUntil : nil }
 
+    /// When the scheduler starts the next run (Unix ms) after failed ones:
+    /// the end of their backoff or of the open circuit breaker, whichever is
+    /// later; nil when neither waits. `sync()` itself does not wait for it.
+    public var nextRunAt: UInt64? {
+        let until = max(runBackoffUntil, breaker.openUntil)
+        return until > clock.nowMilliseconds ? until : nil
+    }
+
     private func set(_ newState: SyncState) {
         guard newState != state else { return }
         state = newState
@@ -102,6 +121,7 @@ public actor SyncEngine {
 
     private func run() async -> SyncReport {
         var report = SyncReport(outcome: .completed)
+        retryAfterSeconds = nil
         if let stop = rateLimitedStop() { return finish(&report, stop) }
         do {
             _ = try await transport.health()
@@ -124,6 +144,8 @@ public actor SyncEngine {
         case .completed:
             lastSuccessAt = clock.nowMilliseconds
             lastError = nil
+            failedRuns = 0
+            runBackoffUntil = 0
             set(.idle)
         case .offline, .cancelled:
             set(.idle)
@@ -133,6 +155,11 @@ public actor SyncEngine {
             set(.rateLimited(retryAfter: wait, pending: (try? store.outboxSummary().pendingCount) ?? 0))
         case .failed(let message):
             lastError = message
+            // Before the state changes: the scheduler reads `nextRunAt` when
+            // it sees the run end.
+            failedRuns = min(failedRuns, .max - 1) + 1
+            let delay = configuration.retry.delay(beforeRetry: failedRuns, retryAfterSeconds: retryAfterSeconds, random: &random)
+            runBackoffUntil = clock.nowMilliseconds.addingSaturating(delay)
             set(.error(message))
         }
         return report
@@ -140,9 +167,11 @@ public actor SyncEngine {
 
     private func rateLimitedStop() -> SyncOutcome? { breaker.isOpen(at: clock.nowMilliseconds) ? .rateLimited : nil }
 
-    /// Records a transport failure with the circuit breaker.
+    /// Records a transport failure with the circuit breaker, and its
+    /// `Retry-After` for the run's backoff.
     /// - Returns: `.rateLimited` when it opened the breaker.
     private func noteFailure(_ error: TransportError) -> SyncOutcome? {
+        retryAfterSeconds = error.retryAfterSeconds
         if error.isRateLimited {
             return breaker.recordRateLimited(retryAfterSeconds: error.retryAfterSeconds, at: clock.nowMilliseconds) ? .rateLimited : nil
         }

@@ -13,7 +13,9 @@ public struct SyncHealth: Sendable, Equatable {
     /// How long the oldest pending intent has waited since it was written;
     /// nil when none is pending.
     public var oldestPendingAgeMilliseconds: UInt64?
-    /// When the next intent waiting for a retry becomes due.
+    /// When the next intent waiting for a retry becomes due. The scheduler
+    /// pushes it in its first run from then, and from `nextRunAt` at the
+    /// earliest.
     public var nextAttemptAt: UInt64?
     /// When a run last completed (pushed and pulled to the feed's end).
     public var lastSuccessAt: UInt64?
@@ -23,6 +25,9 @@ public struct SyncHealth: Sendable, Equatable {
     public var isOnline: Bool
     /// When the circuit breaker lets requests through again, if it is open.
     public var breakerOpenUntil: UInt64?
+    /// After failed runs, when the scheduler starts the next one (the end of
+    /// their backoff, or of the open breaker); nil when it need not wait.
+    public var nextRunAt: UInt64?
     public var state: SyncState
     /// The oldest pending intent has waited longer than
     /// `SyncConfiguration.stuckAfterMilliseconds` while the server was
@@ -37,7 +42,7 @@ extension SyncHealth {
     ///     reachable (nil while offline); waiting before it is not counted.
     init(
         summary: OutboxSummary, now: UInt64, onlineSince: UInt64?, stuckAfter: UInt64, lastSuccessAt: UInt64?,
-        lastError: String?, breakerOpenUntil: UInt64?, state: SyncState
+        lastError: String?, breakerOpenUntil: UInt64?, nextRunAt: UInt64?, state: SyncState
     ) {
         pendingCount = summary.pendingCount
         failedCount = summary.failedCount
@@ -47,6 +52,7 @@ extension SyncHealth {
         self.lastError = lastError
         isOnline = onlineSince != nil
         self.breakerOpenUntil = breakerOpenUntil
+        self.nextRunAt = nextRunAt
         self.state = state
         if let onlineSince, let written = summary.oldestPendingWrittenAt {
             let waitingSince = max(onlineSince, written)
@@ -69,6 +75,7 @@ extension SyncHealth: CustomStringConvertible {
         parts.append(isOnline ? "online" : "offline")
         if isStuck { parts.append("STUCK") }
         if let breakerOpenUntil { parts.append("breaker open until \(date(breakerOpenUntil))") }
+        if let nextRunAt { parts.append("next run at \(date(nextRunAt))") }
         parts.append(lastSuccessAt.map { "last success at \(date($0))" } ?? "never synced")
         if let lastError { parts.append("last error: \(lastError)") }
         parts.append("state \(state)")

@@ -4,6 +4,12 @@ import LogStore
 /// the connectivity monitor and server nudges, keeps the timers on the
 /// engine's clock, and starts syncs (the engine's single flight merges
 /// overlapping ones). Also runs time-boxed background syncs.
+///
+/// After a failed run it starts none until `SyncEngine.nextRunAt` (the
+/// backoff, at least the server's `Retry-After`, or the open circuit
+/// breaker), then retries once; it learns of every run's end from the
+/// engine's states, so an app's own `engine.sync()` (a user's "sync now",
+/// which runs at once all the same) sets or clears that wait too.
 public actor SyncScheduler {
     private let engine: SyncEngine
     private let clock: any SyncClock
@@ -48,6 +54,15 @@ public actor SyncScheduler {
         })
         listeners.append(Task { [weak self] in
             for await _ in store.intentCommits() { await self?.listened(.localWrite, epoch) }
+        })
+        listeners.append(Task { [weak self] in
+            // Every run ends in one of the other states.
+            for await state in engine.states() {
+                switch state {
+                case .pushing, .pulling: continue
+                case .idle, .rateLimited, .error: await self?.listened(.syncEnded(nextRunAt: await engine.nextRunAt), epoch)
+                }
+            }
         })
     }
 

@@ -16,7 +16,8 @@ public enum SyncState: Sendable, Equatable, CustomStringConvertible {
     /// The circuit breaker is open: no request for `retryAfter` seconds;
     /// `pending` intents wait.
     case rateLimited(retryAfter: Double, pending: Int)
-    /// The last run failed; the next run starts over.
+    /// The last run failed; the next run starts over, once the scheduler's
+    /// backoff has passed (`SyncEngine.nextRunAt`).
     case error(String)
 
     public var description: String {

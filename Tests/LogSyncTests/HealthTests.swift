@@ -32,7 +32,7 @@ import Testing
         let health = SyncHealth(
             pendingCount: 2, failedCount: 0, oldestPendingAgeMilliseconds: 4_000, nextAttemptAt: nil,
             lastSuccessAt: 1_795_356_309_120, lastError: nil, isOnline: true, breakerOpenUntil: 1_795_356_369_120,
-            state: .idle, isStuck: false)
+            nextRunAt: nil, state: .idle, isStuck: false)
         #expect(
             health.description
                 == "2 pending (oldest 4 s), 0 failed, online, breaker open until 2026-11-22T14:06:09.120000Z, "

@@ -1,0 +1,179 @@
+import LogFormat
+import LogServer
+import LogStore
+@testable import LogSync
+import LogSyncHTTP
+import LogTesting
+import Synchronization
+import Testing
+
+/// Failed runs back off (`Format/sync-protocol.md` section 10, "Retry
+/// timing"): a pull that fails has no intent to carry its retry time, so
+/// the run carries it, and the scheduler keeps to it.
+@Suite struct RunBackoffTests {
+    /// A run whose pull fails with a 503 and `Retry-After: 100`: neither a
+    /// nudge nor the periodic timer starts another run before the 100 s
+    /// have passed; then the scheduler retries, and the success ends the
+    /// backoff.
+    @Test func aFailedPullWaitsForRetryAfterBeforeTheNextRun() async throws {
+        let server = try await TestServer("run-backoff-retry-after")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let (replica, scheduler) = try await Self.startFailing("retry-after", server, pulls)
+        #expect(try await replica.engine.health().nextRunAt == replica.clock.nowMilliseconds + 100_000)
+
+        await scheduler.nudge()
+        await scheduler.settle()
+        try await replica.clock.waitForSleepers(2)
+        #expect(pulls.count == 1, "a nudge 0 s after a pull told to wait 100 s")
+        replica.clock.advance(by: 60_000)
+        try await replica.clock.waitForSleepers(2)  // the periodic timer fired and is set again
+        await scheduler.settle()
+        #expect(pulls.count == 1, "the periodic timer 60 s after a pull told to wait 100 s")
+        #expect(await scheduler.triggered == [.started])
+
+        pulls.recover()
+        replica.clock.advance(by: 40_000)
+        try await waitUntil { await scheduler.triggered.count == 2 }
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started, .retry])
+        #expect(pulls.count == 2)
+        try await waitUntil { replica.clock.sleeperCount == 1 }  // the periodic timer alone: no retry is due
+        let health = try await replica.engine.health()
+        #expect(health.nextRunAt == nil && health.lastError == nil && health.state == .idle)
+        await scheduler.stop()
+        await server.stop()
+    }
+
+    /// A user's "sync now" (the app's own `engine.sync()`) runs at once
+    /// while the scheduler backs off; its success ends the backoff, so a
+    /// nudge syncs at once again.
+    @Test func anAppsSyncRunsDuringTheBackoffAndEndsIt() async throws {
+        let server = try await TestServer("run-backoff-app-sync")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let (replica, scheduler) = try await Self.startFailing("app-sync", server, pulls)
+        pulls.recover()
+        #expect(await replica.sync().outcome == .completed)
+        #expect(pulls.count == 2)
+        try await waitUntil { replica.clock.sleeperCount == 1 }  // the scheduler cancelled its retry
+        await scheduler.nudge()
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started, .nudge])
+        #expect(pulls.count == 3)
+        await scheduler.stop()
+        await server.stop()
+    }
+
+    /// Failed runs in a row wait about 1 s, 2 s, 4 s, ... 300 s (the retry
+    /// policy's delays, with jitter); an explicit `sync()` runs all the
+    /// same, and a completed run starts the count again.
+    @Test func failedRunsBackOffExponentiallyUntilOneCompletes() async throws {
+        let server = try await TestServer("run-backoff-exponential")
+        let pulls = FailingPulls(server, retryAfterSeconds: nil)
+        let replica = try Replica("exponential", server: server, transport: pulls)
+        for failed in 1...11 {
+            guard case .failed = await replica.sync().outcome else { Issue.record("run \(failed) should fail"); return }
+            #expect(pulls.count == failed)
+            let backoff = min(UInt64(1_000) << (failed - 1), 300_000)
+            let wait = try #require(await replica.engine.nextRunAt) - replica.clock.nowMilliseconds
+            #expect((backoff * 8 / 10...backoff * 12 / 10).contains(wait), "failed run \(failed): \(wait) ms")
+        }
+        pulls.recover()
+        #expect(await replica.sync().outcome == .completed)
+        #expect(await replica.engine.nextRunAt == nil)
+        pulls.fail()
+        _ = await replica.sync()
+        let wait = try #require(try await replica.engine.health().nextRunAt) - replica.clock.nowMilliseconds
+        #expect((800...1_200).contains(wait), "the first failure after a success: \(wait) ms")
+        await server.stop()
+    }
+
+    /// A pull's 429 is a failed run that waits at least its `Retry-After`;
+    /// the third opens the breaker, and the next run waits for it.
+    @Test func aRateLimitedPullWaitsForRetryAfterAndTheBreaker() async throws {
+        let server = try await TestServer("run-backoff-429")
+        let transport = RateLimited(
+            inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), retryAfterSeconds: 50)
+        let a = try Replica("rate-limited", server: server, transport: transport)
+        for _ in 0..<2 {
+            guard case .failed = await a.sync().outcome else { Issue.record("a 429 below the breaker fails the run"); return }
+            #expect(await a.engine.nextRunAt == a.clock.nowMilliseconds + 50_000)
+        }
+        a.clock.advance(by: 50_000)
+        #expect(await a.sync().outcome == .rateLimited)
+        let breaker = try #require(await a.engine.breakerOpenUntil)
+        #expect(await a.engine.nextRunAt == breaker)
+        await server.stop()
+    }
+
+    /// The core: after a failed run only the retry timer starts one, however
+    /// the other triggers come; a connectivity loss cancels it and a gain
+    /// sets it again; a run that need not wait clears the backoff.
+    @Test func afterAFailedRunOnlyTheRetryTimerStartsARun() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(core.handle(.syncEnded(nextRunAt: 100_000), at: 1_000) == [.setTimer(.retry, at: 100_000)])
+        #expect(core.handle(.nudge, at: 2_000) == [.setTimer(.retry, at: 100_000)])
+        #expect(core.handle(.timerFired(.localWrite), at: 3_000) == [.setTimer(.retry, at: 100_000)])
+        #expect(core.handle(.timerFired(.periodic), at: 30_000) == [.setTimer(.retry, at: 100_000), .setTimer(.periodic, at: 60_000)])
+        #expect(core.handle(.connectivity(false), at: 40_000).contains(.cancelTimer(.retry)))
+        #expect(core.handle(.syncEnded(nextRunAt: 100_000), at: 41_000).isEmpty, "offline, no timer")
+        #expect(core.handle(.connectivity(true), at: 50_000) == [.setTimer(.networkRegained, at: 52_500)])
+        #expect(
+            core.handle(.timerFired(.networkRegained), at: 52_500) == [.setTimer(.retry, at: 100_000), .setTimer(.periodic, at: 82_500)])
+        #expect(core.handle(.timerFired(.retry), at: 100_000) == [.sync(.retry)])
+        // The retry ended offline: the backoff is over, and nothing is retried.
+        #expect(core.handle(.syncEnded(nextRunAt: 100_000), at: 100_500) == [.cancelTimer(.retry)])
+        #expect(core.handle(.nudge, at: 101_000) == [.sync(.nudge)])
+        #expect(core.handle(.syncEnded(nextRunAt: 103_000), at: 102_000) == [.setTimer(.retry, at: 103_000)])
+        #expect(core.handle(.syncEnded(nextRunAt: nil), at: 102_500) == [.cancelTimer(.retry)])
+        #expect(core.handle(.timerFired(.localWrite), at: 102_600) == [.sync(.localWrite)])
+    }
+
+    /// A replica whose scheduler has started, and whose first run failed in
+    /// its pull; the periodic timer (60 s) and the retry timer are set.
+    private static func startFailing(_ name: String, _ server: TestServer, _ pulls: FailingPulls) async throws -> (Replica, SyncScheduler) {
+        let replica = try Replica(name, server: server, transport: pulls)
+        var core = SchedulerCore()
+        core.periodMilliseconds = 60_000
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        await scheduler.settle()
+        try await replica.clock.waitForSleepers(2)
+        #expect(pulls.count == 1)
+        #expect(await replica.engine.lastError != nil)
+        return (replica, scheduler)
+    }
+}
+
+/// Health and pushes through the real server; every pull fails with a 503
+/// and `retryAfterSeconds` (or, without one, a network error) until
+/// `recover()` (and again from `fail()`). Counts the pulls.
+final class FailingPulls: SyncTransport {
+    private let inner: HTTPTransport
+    private let retryAfterSeconds: Int?
+    private let state = Mutex((failing: true, count: 0))
+
+    init(_ server: TestServer, retryAfterSeconds: Int?) {
+        inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    var count: Int { state.withLock { $0.count } }
+
+    func recover() { state.withLock { $0.failing = false } }
+
+    func fail() { state.withLock { $0.failing = true } }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        let failing = state.withLock { state in
+            state.count += 1
+            return state.failing
+        }
+        guard failing else { return try await inner.pull(cursor: cursor, limit: limit) }
+        guard let retryAfterSeconds else { throw TransportError(.network, "pull: connection reset") }
+        throw TransportError(.status(503, .serviceUnavailable), "pull: HTTP 503", retryAfterSeconds: retryAfterSeconds)
+    }
+}
