@@ -10,7 +10,17 @@
 public enum JSONValue: Equatable, Sendable {
     case null
     case bool(Bool)
+    /// A number whose exact value is a whole number within Int64 (`2`,
+    /// `2.0`, `1e2`, `0e-400`), but for zero written with a minus sign.
     case int(Int64)
+    /// Zero written with a minus sign (`-0`, `-0.0`, `-0e-400`): a whole
+    /// number, so the int 0 as a value, but negative zero inside
+    /// `{"$double": ...}` (section 4), which is why it is kept apart.
+    case negativeZero
+    /// Any other number, as the binary64 nearest to its exact value: a
+    /// number that is not whole (`1.5`; also `1.00000000000000001`, whose
+    /// double is 1, and `1e-400`, whose double is zero), or a whole number
+    /// outside Int64.
     case double(Double)
     case string(String)
     case array([JSONValue])
@@ -28,6 +38,7 @@ public enum JSONValue: Equatable, Sendable {
         case (.null, .null): true
         case (.bool(let a), .bool(let b)): a == b
         case (.int(let a), .int(let b)): a == b
+        case (.negativeZero, .negativeZero): true
         case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
         case (.string(let a), .string(let b)): a == b
         case (.array(let a), .array(let b)): a == b
@@ -377,7 +388,7 @@ public struct JSONReader {
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         // "-0" keeps its sign like "-0.0": inside {"$double": ...} it is
         // negative zero (JSONEncoder writes -0.0 that way).
-        if isInteger, text == "-0" { return .double(-0.0) }
+        if isInteger, text == "-0" { return .negativeZero }
         if isInteger, let integer = Int64(text) { return .int(integer) }
         guard let double = Double(text), double.isFinite else {
             let detail = "the number \(text.prefix(40)) is outside binary64"
@@ -385,17 +396,17 @@ public struct JSONReader {
             index = start
             throw error(detail)
         }
-        // Negative zero stays a double here: inside {"$double": -0.0} it is
-        // negative zero; elsewhere `Value(json:)` reads it as the int 0.
-        if double == 0 { return double.sign == .minus ? .double(double) : .int(0) }
         // By value: a whole number within Int64 is an int (2.0, 1e2), read
         // from the digits, since the nearest double can be another integer
         // (9007199254740993.0) or whole when the number is not
-        // (1.00000000000000001). A whole number within Int64 always has a
-        // whole nearest double within ±2^63, so only those need the digits.
+        // (1.00000000000000001, and 1e-400, whose nearest double is zero). A
+        // whole number within Int64 always has a whole nearest double within
+        // ±2^63, so only those need the digits.
         if double.rounded() == double, double.magnitude <= 9.223_372_036_854_775_808e18,
             let integer = JSONReader.exactInteger(UnsafeBufferPointer(rebasing: bytes[start..<index]))
         {
+            // Zero whose digits are all zero: the sign says whether it is "-0.0".
+            if integer == 0, double.sign == .minus { return .negativeZero }
             return .int(integer)
         }
         return .double(double)

@@ -37,10 +37,11 @@ extension Value: Codable {
                 return .double(try container.decode(Double.self, forKey: key))
             case "$bytes":
                 let text = try container.decode(String.self, forKey: key)
-                guard let data = Data(base64Encoded: text) else {
-                    throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "$bytes is not base64")
+                do throws(Base64.Problem) {
+                    return .bytes(try Base64.decode(text))
+                } catch {
+                    throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "$bytes \(error)")
                 }
-                return .bytes([UInt8](data))
             case "$timestamp":
                 return .timestamp(try container.decode(Int64.self, forKey: key))
             default:

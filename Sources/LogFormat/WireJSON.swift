@@ -22,7 +22,9 @@ extension Value {
         case .null: self = .null
         case .bool(let flag): self = .bool(flag)
         case .int(let number): self = .int(number)
-        case .double(let number): self = number == 0 ? .int(0) : .double(number)
+        // `-0` and `-0.0` are whole numbers, so the int 0 (section 4).
+        case .negativeZero: self = .int(0)
+        case .double(let number): self = .double(number)
         case .string(let text): self = .string(text)
         case .unreadable(let detail): throw WireDecodingError(path, detail)
         case .array(let elements):
@@ -46,15 +48,19 @@ extension Value {
     private static func special(_ name: String, _ json: JSONValue, path: String) throws(WireDecodingError) -> Value {
         switch (name, json) {
         case ("$double", .int(let number)): return .double(Double(number))
+        case ("$double", .negativeZero): return .double(-0.0)
         case ("$double", .double(let number)): return .double(number)
         case ("$timestamp", .int(let micros)): return .timestamp(micros)
         // `-0` and `-0.0`: whole numbers, read by value (section 4).
-        case ("$timestamp", .double(let zero)) where zero == 0: return .timestamp(0)
+        case ("$timestamp", .negativeZero): return .timestamp(0)
+        case ("$timestamp", .double):
+            throw WireDecodingError("\(path).$timestamp", "is not a whole number within the i64 range")
         case ("$bytes", .string(let text)):
-            guard let data = Data(base64Encoded: text) else {
-                throw WireDecodingError("\(path).$bytes", "is not padded standard base64")
+            do throws(Base64.Problem) {
+                return .bytes(try Base64.decode(text))
+            } catch {
+                throw WireDecodingError("\(path).$bytes", "\(error)")
             }
-            return .bytes([UInt8](data))
         case ("$double", _), ("$timestamp", _), ("$bytes", _):
             throw WireDecodingError("\(path).\(name)", "has the wrong kind of value")
         default:
@@ -172,7 +178,7 @@ extension PushOperation {
         let base: Int64
         switch json["base_version"] {
         case .int(let value)? where value >= 0: base = value
-        case .double(let zero)? where zero == 0: base = 0
+        case .negativeZero?: base = 0
         default: throw WireDecodingError(path.isEmpty ? "base_version" : "\(path).base_version", "is missing or not a version")
         }
         self.init(

@@ -10,10 +10,10 @@ import Testing
         #expect(try read("2") == .int(2))
         #expect(try read("2.0") == .int(2))
         #expect(try read("1e2") == .int(100))
-        #expect(try read("-0") == .double(-0.0))
+        #expect(try read("-0") == .negativeZero)
         #expect(try Value(json: read("-0")) == .int(0))
         #expect(try Value(json: read(#"{"$double": -0}"#)) == .double(-0.0))
-        #expect(try read("-0.0") == .double(-0.0))
+        #expect(try read("-0.0") == .negativeZero)
         #expect(try read("2.5") == .double(2.5))
         #expect(try read("9223372036854775807") == .int(.max))
         #expect(try read("-9223372036854775808") == .int(.min))
@@ -116,6 +116,49 @@ import Testing
         // Whole but outside Int64: a double.
         #expect(try read("9223372036854775808.0") == .double(9_223_372_036_854_775_808))
         #expect(try read("-9223372036854775809.0") == .double(-9_223_372_036_854_775_808))
+    }
+
+    /// A number that is not zero but lies nearer to zero than to the least
+    /// subnormal is not a whole number (section 4, "Reading", point 2): it is
+    /// a double, the binary64 nearest to it, which is zero with the number's
+    /// sign. Only a number whose digits are all zero is the int 0.
+    @Test func numbersTooSmallForBinary64AreDoublesNotInts() throws {
+        let tiny = "0." + String(repeating: "0", count: 400) + "1"
+        for (text, zero) in [("1e-400", 0.0), ("-1e-400", -0.0), ("1.5e-400", 0.0), (tiny, 0.0), ("-" + tiny, -0.0), ("1e-99999999999", 0.0)] {
+            #expect(try read(text) == .double(zero), "\(text)")
+            #expect(try Value(json: read(text)) == .double(zero), "\(text)")
+            #expect(try Value(json: read(#"{"$double": \#(text)}"#)) == .double(zero), "\(text)")
+        }
+        for text in ["0e-400", "0.0e-400", "0e99999999999", "0." + String(repeating: "0", count: 400)] {
+            #expect(try read(text) == .int(0), "\(text)")
+            #expect(try Value(json: read(#"{"$double": \#(text)}"#)) == .double(0), "\(text)")
+            #expect(try Value(json: read(#"{"$double": -\#(text)}"#)) == .double(-0.0), "\(text)")
+            #expect(try Value(json: read("-" + text)) == .int(0), "-\(text)")
+        }
+        // A subnormal is representable: the nearest binary64 is not zero.
+        let subnormal = try #require(Double("1e-320"))
+        #expect(subnormal != 0 && !subnormal.isNormal)
+        #expect(try read("1e-320") == .double(subnormal))
+        #expect(try Value(json: read("-4.9406564584124654e-324")) == .double(-Double.leastNonzeroMagnitude))
+        // Not a whole number, so neither a timestamp nor a version.
+        for text in ["1e-400", "-1e-400", tiny] {
+            #expect {
+                try Fields(json: read(#"{"at": {"$timestamp": \#(text)}}"#))
+            } throws: { ($0 as? WireDecodingError)?.path == "at.$timestamp" }
+            let operation = try read(
+                #"{"idempotency_key": "k", "entity_type": "te", "entity_id": "e", "intent": "create", "data": {}, "client_timestamp": "t", "base_version": \#(text)}"#
+            )
+            #expect { try PushOperation(json: operation, path: "operations[0]") } throws: {
+                ($0 as? WireDecodingError)?.path == "operations[0].base_version"
+            }
+        }
+        for text in ["0e-400", "-0e-400"] {
+            #expect(try Value(json: read(#"{"$timestamp": \#(text)}"#)) == .timestamp(0), "\(text)")
+            let operation = try read(
+                #"{"idempotency_key": "k", "entity_type": "te", "entity_id": "e", "intent": "create", "data": {}, "client_timestamp": "t", "base_version": \#(text)}"#
+            )
+            #expect(try PushOperation(json: operation).baseVersion == 0, "\(text)")
+        }
     }
 
     /// `base_version` and `$timestamp` are read by value like every number
