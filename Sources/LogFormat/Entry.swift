@@ -147,7 +147,11 @@ public struct Conflict: Hashable, Sendable {
     public var serverDeleted: Bool
     public var serverFields: Fields
     public var resolution: Resolution
-    /// The fields the resolution settled on (empty while pending).
+    /// The fields the resolution settled on, for people reading the log:
+    /// no rule reads them. Empty while pending, and empty when they do not
+    /// fit in the entry beside `serverFields` (an entity near the size
+    /// limit has no room for two copies); the resolution intent written
+    /// after the entry then says what changed (`Format/storage.md`, section 7).
     public var resolvedFields: Fields
 
     public init(

@@ -98,7 +98,9 @@ extension Store {
     ///   - intentOffset: the refused intent, as `WaitingConflict.conflict.intentOffset`.
     ///   - decision: anything but `.askApp`.
     /// - Throws: `LogStoreError.notFound` when no conflict of that intent
-    ///   waits; `.invalidArgument` for `.askApp` or invalid fields.
+    ///   waits; `.invalidArgument` for `.askApp`, invalid fields, or a
+    ///   decision whose intent would be over the entry limit
+    ///   (`Settlement.problem`).
     public func resolveConflict(intentOffset: UInt64, _ decision: ConflictDecision) async throws {
         guard decision != .askApp else { throw Validation.invalid("a conflict is resolved by a decision other than askApp") }
         try Store.validate(decision)
@@ -110,7 +112,9 @@ extension Store {
             }
             let server = ServerState(serverVersion: pending.serverVersion, deleted: pending.serverDeleted, data: pending.serverFields)
             let conflictCase = try store.conflictCase(intentOffset, server, txn)
-            try store.settle(conflictCase, decision, txn, &context)
+            let settlement = try store.settlement(conflictCase, decision, txn)
+            if let problem = settlement.problem { throw Validation.invalid(problem) }
+            try store.settle(settlement, txn, &context)
         }
     }
 
@@ -128,26 +132,39 @@ extension Store {
             baseIsCommonAncestor: (record?.baseVersion ?? 0) == sent, local: record?.visible, server: server)
     }
 
-    /// Appends the `conflict` entry for `decision` and the intent it needs.
-    func settle(_ conflictCase: ConflictCase, _ decision: ConflictDecision, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
+    /// The entries that record `decision`, planned before any is appended
+    /// so that a decision that cannot be recorded is refused whole.
+    ///
+    /// The `conflict` entry keeps the state the decision settled on only
+    /// when it fits: the server allows an entity of up to
+    /// `entityFieldsBytesMax`, just under an entry, so the server's state
+    /// alone always fits, but not with a second state of that size. No rule
+    /// reads the resolved fields (`Format/storage.md`, section 7): the
+    /// resolution intent appended after the entry carries the change, and
+    /// the server's state stays in the entry, so a trace of the conflict is
+    /// kept whole and only a copy is left out.
+    func settlement(_ conflictCase: ConflictCase, _ decision: ConflictDecision, _ txn: borrowing Transaction) throws -> Settlement {
         let outcome = ConflictOutcome(decision, conflictCase)
         let intent = conflictCase.intent
         let server = conflictCase.server
-        try append(
-            .conflict(
-                Conflict(
-                    intentOffset: conflictCase.intentOffset, entityType: intent.entityType, entityID: intent.entityID,
-                    serverVersion: server.serverVersion, serverDeleted: server.deleted, serverFields: server.data,
-                    resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)),
-            txn, &context)
-        if let (operation, fields) = try laterIntentsApplied(to: outcome.intent, conflictCase, txn) {
-            try append(
-                .intent(
-                    Intent(
-                        operation, idempotencyKey: WriteBatch.newKey(), entityType: intent.entityType,
-                        entityID: intent.entityID, baseVersion: server.serverVersion, fields: fields)),
-                txn, &context)
+        var conflict = Conflict(
+            intentOffset: conflictCase.intentOffset, entityType: intent.entityType, entityID: intent.entityID,
+            serverVersion: server.serverVersion, serverDeleted: server.deleted, serverFields: server.data,
+            resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)
+        if Settlement.bodyBytes(.conflict(conflict)) > Limits.entryBodyBytesMax { conflict.resolvedFields = [:] }
+        let resolution = try laterIntentsApplied(to: outcome.intent, conflictCase, txn).map { operation, fields in
+            Intent(
+                operation, idempotencyKey: WriteBatch.newKey(), entityType: intent.entityType, entityID: intent.entityID,
+                baseVersion: server.serverVersion, fields: fields)
         }
+        return Settlement(conflict: conflict, intent: resolution)
+    }
+
+    /// Appends the entries of a settlement whose `problem` is nil.
+    func settle(_ settlement: Settlement, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
+        precondition(settlement.problem == nil, "a settlement is checked before it is appended")
+        try append(.conflict(settlement.conflict), txn, &context)
+        if let intent = settlement.intent { try append(.intent(intent), txn, &context) }
     }
 
     /// The resolution's intent without what the app changed after the
@@ -184,6 +201,33 @@ extension Store {
         case .keepLocal, .keepRemote, .custom(nil), .askApp: nil
         }
     }
+}
+
+/// The entries that record a conflict's decision: the `conflict` entry and,
+/// when the decision needs one, the intent that pushes its outcome on top of
+/// the server's version.
+struct Settlement {
+    var conflict: Conflict
+    var intent: Intent?
+
+    /// Why the entries cannot be written, or nil when they can. The
+    /// `conflict` entry always can, its resolved fields left out when they
+    /// do not fit (`Store.settlement`), as long as the server's state keeps
+    /// to the protocol's `entityFieldsBytesMax`. The intent can be over the
+    /// entry limit: a create that brings back what the app sees (its changes
+    /// on top of an entity near the limit), or a merge that adds that much.
+    /// The server would refuse such a state anyway; thrown, it would abort
+    /// the transaction recording a whole push batch on every run.
+    var problem: String? {
+        guard let intent else { return nil }
+        let bytes = Settlement.bodyBytes(.intent(intent))
+        guard bytes > Limits.entryBodyBytesMax else { return nil }
+        return "the resolution would be an \(intent.operation) intent of \(bytes) bytes, "
+            + "over the entry limit of \(Limits.entryBodyBytesMax) bytes"
+    }
+
+    /// The size of an entry body, which `Limits.entryBodyBytesMax` bounds.
+    static func bodyBytes(_ body: EntryBody) -> Int { EntryCodec.encodedSize(body) - EntryCodec.headerBytes }
 }
 
 /// What a decision amounts to: the resolution recorded in the log, the

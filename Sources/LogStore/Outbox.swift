@@ -110,10 +110,12 @@ extension Store {
     /// A conflict is recorded as the protocol says (section 10): a
     /// `conflict` entry with the server's state and `resolve`'s decision,
     /// a `reject` with code `CONFLICT`, and the intent the decision needs.
-    /// A decision with fields `resolveConflict` would refuse is recorded as
-    /// `.askApp` and returned as refused: thrown, it would lose the other
-    /// answers, and the same conflict would come back, and be refused
-    /// again, on every push.
+    /// A decision `resolveConflict` would refuse (invalid fields, or a
+    /// resolution intent over the entry limit) is recorded as `.askApp` and
+    /// returned as refused: thrown, it would lose the other answers, and
+    /// the same conflict would come back, and be refused again, on every
+    /// push. A `conflict` entry leaves out the resolved fields when they do
+    /// not fit beside the server's (`Store.settlement`).
     /// - Parameters:
     ///   - resolve: decides each conflict; called inside the write
     ///     transaction, so it must be quick and must not touch the store.
@@ -137,17 +139,18 @@ extension Store {
                     try store.append(.reject(Reject(intentOffset: item.offset, code: code, message: message)), txn, &context)
                 case .conflict(let server, let message):
                     let conflictCase = try store.conflictCase(item.offset, server, txn)
-                    var decision = resolve(conflictCase)
-                    if let problem = Store.problem(with: decision) {
+                    let decision = resolve(conflictCase)
+                    var settlement = try store.settlement(conflictCase, decision, txn)
+                    if let problem = Store.problem(with: decision) ?? settlement.problem {
                         let intent = conflictCase.intent
                         recorded.refused.append(
                             RefusedDecision(
                                 intentOffset: item.offset, entityType: intent.entityType, entityID: intent.entityID,
                                 reason: problem))
-                        decision = .askApp
+                        settlement = try store.settlement(conflictCase, .askApp, txn)
                     }
                     try store.append(.reject(Reject(intentOffset: item.offset, code: "CONFLICT", message: message)), txn, &context)
-                    try store.settle(conflictCase, decision, txn, &context)
+                    try store.settle(settlement, txn, &context)
                 }
                 recorded.settled.append(item.offset)
             }

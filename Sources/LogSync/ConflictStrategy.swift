@@ -6,7 +6,10 @@ import LogStore
 /// (and the others, where their cases say so) leaves it open, listed by
 /// `Store.conflicts()` until the app calls `Store.resolveConflict`.
 public enum ConflictStrategy: Sendable {
-    /// Push the local change again on top of the server's version.
+    /// Push the local change again on top of the server's version. Against
+    /// a deletion, the entity comes back as the app sees it; when that is
+    /// too large for one log entry, the app decides
+    /// (`SyncReport.refusedDecisions`).
     case keepLocal
     /// Drop the local change.
     case keepRemote
@@ -22,10 +25,10 @@ public enum ConflictStrategy: Sendable {
     /// not have been changed by the server: the app decides.
     case fieldMerge(prefer: Side)
     /// The app's own rule, called inside a write transaction: it must be
-    /// quick and must not touch the store. A decision with fields the store
-    /// refuses (what `Store.resolveConflict` would refuse: invalid or
-    /// reserved names, non-finite doubles, values nested too deep) is not
-    /// applied: the conflict waits for the app as with `.askApp`, and
+    /// quick and must not touch the store. A decision the store refuses
+    /// (what `Store.resolveConflict` would refuse: invalid or reserved
+    /// names, non-finite doubles, values nested too deep, a resolution
+    /// intent over the entry limit) is not applied: the conflict waits for the app as with `.askApp`, and
     /// `SyncReport.refusedDecisions` names the entity and the reason. The
     /// rest of the run goes on; refusing the whole push would bring the
     /// conflict back, and refuse it again, on every run.

@@ -57,8 +57,9 @@ public struct SyncReport: Sendable, Equatable {
     /// Intents whose conflict was recorded.
     public var conflicts = 0
     /// Conflicts whose strategy decided something the store refuses (a
-    /// `custom` rule's invalid fields): each waits for the app instead, as
-    /// with `askApp`, and the run goes on.
+    /// `custom` rule's invalid fields, or a resolution intent over the
+    /// entry limit): each waits for the app instead, as with `askApp`, and
+    /// the run goes on.
     public var refusedDecisions: [RefusedDecision] = []
     /// Intents scheduled for another attempt or marked failed.
     public var retried = 0
