@@ -3,9 +3,9 @@ import Foundation
 import LogFormat
 import LogStore
 
-/// Looks inside a store from a shell. Every command but `compact --below`
-/// only reads: it opens the store read-only and works while another process
-/// writes to it.
+/// Looks inside a store from a shell. Every command but `replay` (in place)
+/// and `compact --below` only reads: it opens the store read-only and works
+/// while another process writes to it.
 ///
 /// Exit codes: 0 all well, 1 problems found (`verify`), 2 usage or I/O error.
 @main
