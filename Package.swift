@@ -42,7 +42,7 @@ let package = Package(
         ),
         .target(name: "LogSync", dependencies: ["LogFormat", "LogStore"]),
         .target(name: "LogSyncHTTP", dependencies: ["LogFormat", "LogSync"]),
-        .target(name: "SyncStore", dependencies: ["LogFormat", "LogStore", "LogSync", "LogSyncHTTP"]),
+        .target(name: "SyncStore", dependencies: ["LMDB", "LogFormat", "LogStore", "LogSync", "LogSyncHTTP"]),
         .target(name: "LogTesting", dependencies: ["CSpawn", "LogFormat", "LMDB", "LogStore", "LogSync", "LogServer"]),
 
         .executableTarget(
@@ -90,7 +90,7 @@ let package = Package(
 
         .testTarget(name: "LogFormatTests", dependencies: ["LogFormat", "LogTesting"]),
         .testTarget(name: "LMDBTests", dependencies: ["LMDB", "LogTesting"]),
-        .testTarget(name: "LogStoreTests", dependencies: ["LogStore", "LMDB", "LogTesting"]),
+        .testTarget(name: "LogStoreTests", dependencies: ["LogStore", "LMDB", "LogTesting", "SyncStore"]),
         .testTarget(name: "LogServerTests", dependencies: ["LogServer", "LogFormat", "LogTesting"]),
         .testTarget(
             name: "LogSyncTests",
