@@ -209,11 +209,15 @@ extension ToolRun {
         #expect(try Tool.run(["verify", directory.path]).status == 0)
     }
 
-    /// `verify` compares the stored projections with a replay of the log;
-    /// both must come from one snapshot, or commits landing between the two
-    /// reads show up as problems the store does not have.
-    @Test func verifyWhileAnotherProcessWritesFindsNothing() async throws {
-        let directory = try TemporaryDirectory("logtool-verify-concurrent")
+    /// Reads made while another process writes must each describe one
+    /// state of the store. `verify` compares the stored projections with a
+    /// replay of the log: from two snapshots, commits landing between the
+    /// reads show up as problems the store does not have. `stat` counts the
+    /// entries up to the last offset it reports, not past it (nothing is
+    /// compacted here, so they are all the offsets from the first).
+    @Test(arguments: ["verify", "stat"])
+    func aReadWhileAnotherProcessWritesSeesOneState(_ command: String) async throws {
+        let directory = try TemporaryDirectory("logtool-\(command)-concurrent")
         let store = try Store(path: directory.path, options: .init(durability: .process))
         defer { store.close() }
         try await store.create(type: "te", id: "first", fields: [:])
@@ -236,8 +240,14 @@ extension ToolRun {
             // on a thread of its own, so it does not hold one of them.
             let before = written.load(ordering: .acquiring)
             while written.load(ordering: .acquiring) == before { try await Task.sleep(for: .milliseconds(1)) }
-            let verify = try await Tool.runOffThePool(["verify", directory.path])
-            #expect(verify.status == 0, "\(verify.output)\(verify.errors)")
+            let run = try await Tool.runOffThePool(command == "stat" ? ["stat", directory.path, "--json"] : ["verify", directory.path])
+            #expect(run.status == 0, "\(run.output)\(run.errors)")
+            if command == "stat" {
+                let report = try #require(try run.objects().first)
+                let first = try #require(report["first_offset"] as? Int)
+                let last = try #require(report["last_offset"] as? Int)
+                #expect(report["entries"] as? Int == last - first + 1, "\(report)")
+            }
         }
         writer.cancel()
         #expect(try await writer.value > 0)

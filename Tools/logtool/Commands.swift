@@ -45,7 +45,9 @@ struct Stat: ParsableCommand {
             entryFormatVersion: Int(EntryCodec.formatVersion), storeFormatVersion: EventLog.storeFormatVersion,
             fileBytes: (try? FileManager.default.attributesOfItem(atPath: log.path + "/data.mdb")[.size] as? Int) ?? 0,
             mapBytes: log.mapUsage().mapSize, mapUsedBytes: log.mapUsage().usedBytes, projections: "current")
-        var scanner = log.entries()
+        // Up to the last offset read above: a writer in another process may
+        // append while the scan runs, and the counts must match the range.
+        var scanner = log.entries(through: report.lastOffset)
         while let entry = try scanner.next() {
             if report.firstOffset == nil { report.firstOffset = entry.offset }
             report.entries += 1
