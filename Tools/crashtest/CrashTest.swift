@@ -83,7 +83,12 @@ struct RunCommand: AsyncParsableCommand {
         do {
             tally = try await Harness(options: options).run(try selectedWorkloads())
         } catch {
-            FileHandle.standardError.write(Data("crashtest: \(error) (seed \(options.seed); stores in \(base))\n".utf8))
+            // Stores are kept for a look at what went wrong; a directory of
+            // our own that the run never wrote to goes.
+            let empty = (try? FileManager.default.contentsOfDirectory(atPath: base).isEmpty) == true
+            if directory == nil, empty { try? FileManager.default.removeItem(atPath: base) }
+            let kept = directory != nil || !empty ? "; stores in \(base)" : ""
+            FileHandle.standardError.write(Data("crashtest: \(error) (seed \(options.seed)\(kept))\n".utf8))
             throw ExitCode(2)
         }
         Harness.say(Harness.summary(tally, options))
