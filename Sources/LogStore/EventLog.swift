@@ -129,19 +129,31 @@ public final class EventLog: Sendable {
         committer =
             options.readOnly
             ? nil
-            : GroupCommitter(environment: environment, log: log, position: initial) { committed, jobs, effects in
-                position.record(committed, jobs: jobs)
-                if !effects.isEmpty { onCommit?(effects) }
-            }
+            : GroupCommitter(
+                environment: environment, log: log, position: initial,
+                onCommit: { committed, jobs, effects in
+                    position.record(committed, jobs: jobs)
+                    if !effects.isEmpty { onCommit?(effects) }
+                },
+                onStop: {
+                    environment.close()
+                    writerLock?.release()
+                })
     }
 
     /// Finishes queued appends and closes the store. Later calls throw.
+    /// Concurrent calls each return once the store is closed.
     public func close() {
-        committer?.close()
-        environment.close()
-        writerLock?.release()
+        // The writer closes the environment and releases the lock as it
+        // stops, after the last queued append: a close() that cannot wait
+        // for it (in a `deinit` on the writer's own threads) still closes.
+        guard let committer else { return environment.close() }
+        committer.close()
     }
 
+    /// A log released without `close()` closes here, on whatever thread
+    /// dropped the last reference, the writer's own ones included (see
+    /// `GroupCommitter.close()`).
     deinit { close() }
 
     /// Finds (or, when allowed, creates) the `log` and `meta` databases and

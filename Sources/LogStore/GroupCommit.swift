@@ -26,27 +26,38 @@ final class GroupCommitter: @unchecked Sendable {
     /// How many queued jobs the writer waits for.
     private var wakeCount = 1
     private var thread: Thread?
-    private let finished = DispatchSemaphore(value: 0)
+    /// Entered until the writer has stopped and `onStop` has run. A group,
+    /// not a semaphore, so that every waiting `close()` wakes.
+    private let stopped = DispatchGroup()
     /// Wakes the callers of a committed group. Waking 64 blocked threads
     /// costs a few microseconds each; done here, it overlaps the next
     /// group's commit instead of delaying it. Serial, so callers learn of
     /// their commits in commit order.
     private let completions = DispatchQueue(label: "SyncStore writer completions")
+    /// Marks `completions`, so `close()` knows when it runs there.
+    private let onCompletions = DispatchSpecificKey<Bool>()
     /// Owned by the writer thread: the log's position between commits.
     private var committed: WriteContext.Position
     private let log: Database
     /// Called on the writer thread after each commit with the new position
     /// and the number of jobs the commit carried.
     private let onCommit: @Sendable (WriteContext.Position, Int, CommitEffects) -> Void
+    /// Called on the writer thread once it has stopped: the owner's
+    /// teardown, such as closing the environment.
+    private let onStop: @Sendable () -> Void
 
     init(
         environment: Environment, log: Database, position: WriteContext.Position,
-        onCommit: @escaping @Sendable (WriteContext.Position, Int, CommitEffects) -> Void
+        onCommit: @escaping @Sendable (WriteContext.Position, Int, CommitEffects) -> Void,
+        onStop: @escaping @Sendable () -> Void = {}
     ) {
         self.environment = environment
         self.log = log
         self.committed = position
         self.onCommit = onCommit
+        self.onStop = onStop
+        completions.setSpecific(key: onCompletions, value: true)
+        stopped.enter()
         let thread = Thread { [unowned self] in self.run() }
         thread.name = "SyncStore writer"
         self.thread = thread
@@ -66,14 +77,20 @@ final class GroupCommitter: @unchecked Sendable {
         return true
     }
 
-    /// Finishes the queued jobs, then stops the thread.
+    /// Finishes the queued jobs, stops the thread and runs `onStop`. Every
+    /// call waits for all of that, a second or concurrent one too: returning
+    /// earlier would let its caller tear down what queued jobs still need.
+    /// A call on the writer thread or its completion queue returns at once
+    /// instead, and the writer stops on its own: there the call comes from
+    /// a `deinit` (a store whose last reference died with a job), and it
+    /// would wait for itself forever.
     func close() {
         condition.lock()
-        let wasClosing = closing
         closing = true
         condition.signal()
+        let onWritersOwnThreads = Thread.current === thread || DispatchQueue.getSpecific(key: onCompletions) == true
         condition.unlock()
-        if !wasClosing { finished.wait() }
+        if !onWritersOwnThreads { stopped.wait() }
     }
 
     private func run() {
@@ -82,7 +99,10 @@ final class GroupCommitter: @unchecked Sendable {
         }
         // Every caller has been told before close() returns.
         completions.sync {}
-        finished.signal()
+        // Here, not in close(): a close() on the writer's own threads
+        // returns before the writer stops, possibly inside a transaction.
+        onStop()
+        stopped.leave()
     }
 
     /// How long the writer may wait for callers still on their way back
@@ -187,6 +207,10 @@ final class GroupCommitter: @unchecked Sendable {
 }
 
 /// A unit of work for the writer thread, with its completion.
+///
+/// The writer drops a job only after telling its caller the outcome, so
+/// `succeed` and `fail` first let go of what the job holds for the caller
+/// (its closure's captures): the caller's own references must be the last.
 protocol WriteJob: AnyObject, Sendable {
     /// Runs inside the group's transaction; may run more than once.
     func run(_ txn: borrowing Transaction, _ context: inout WriteContext) throws
@@ -198,9 +222,14 @@ protocol WriteJob: AnyObject, Sendable {
 /// A job whose body returns a value to one waiting caller, async or blocking.
 final class ValueJob<Value: Sendable>: WriteJob, @unchecked Sendable {
     typealias Body = @Sendable (borrowing Transaction, inout WriteContext) throws -> Value
-    private let body: Body
+    /// Nil once the caller is told. A store's write captures the store: a
+    /// job that kept it could outlive the caller's own reference, and the
+    /// store would then be released on the writer's threads (see
+    /// `GroupCommitter.close()`) rather than when the caller lets go.
+    private var body: Body?
     private let complete: @Sendable (Result<Value, any Error>) -> Void
-    // Touched only by the writer thread.
+    // Set by the writer thread; read by `succeed` on the completion queue,
+    // which runs after the commit.
     private var value: Value?
 
     init(_ body: @escaping Body, complete: @escaping @Sendable (Result<Value, any Error>) -> Void) {
@@ -209,15 +238,22 @@ final class ValueJob<Value: Sendable>: WriteJob, @unchecked Sendable {
     }
 
     func run(_ txn: borrowing Transaction, _ context: inout WriteContext) throws {
+        guard let body else { preconditionFailure("a job ran after its caller was told") }
         value = try body(txn, &context)
     }
 
     func succeed() {
         guard let value else { preconditionFailure("a job succeeded without running") }
+        body = nil
+        self.value = nil
         complete(.success(value))
     }
 
-    func fail(_ error: any Error) { complete(.failure(error)) }
+    func fail(_ error: any Error) {
+        body = nil
+        value = nil
+        complete(.failure(error))
+    }
 }
 
 /// What a job may do to the log inside the group's transaction: append

@@ -98,8 +98,9 @@ public final class Store: Sendable {
 
     /// A store released without `close()`: its log closes in its own
     /// `deinit`, so the streams end here rather than wait forever. Only the
-    /// streams: this may run on the writer's threads, where waiting for the
-    /// writer (as `close()` does) would never return.
+    /// streams: waiting for the writer, as `close()` does, would never end
+    /// should this run on the writer's own threads; the log's `deinit`
+    /// knows not to wait there.
     deinit {
         changeFeed.finish()
         eventFeed.finish()

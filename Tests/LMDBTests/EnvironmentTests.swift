@@ -232,6 +232,54 @@ import Testing
         #expect(error?.code == .closed)
     }
 
+    /// Two threads close the environment while others read and write: LMDB
+    /// closes once (a second `mdb_env_close` would free twice), and each
+    /// read or write either completes or fails with `.closed`, never reads
+    /// a freed environment.
+    @Test func closingTwiceWhileReadingAndWriting() throws {
+        let directory = try TemporaryDirectory("lmdb-close-race")
+        var options = Environment.Options()
+        options.durability = .process
+        for _ in 0..<50 {
+            let environment = try Environment(path: directory.path, options: options)
+            let table = try #require(try environment.openDatabase("t"))
+            try environment.write { txn in try txn.put(table, key: key(0), value: [1]) }
+            let unexpected = Mutex<[String]>([])
+            let done = DispatchSemaphore(value: 0)
+            let work: [@Sendable (Int) throws -> Void] = [
+                { n in _ = try environment.read { txn in try txn.get(table, key: self.key(n % 8)) } },
+                { n in _ = try environment.read { txn in try txn.get(table, key: self.key(n % 8)) } },
+                { n in try environment.write { txn in try txn.put(table, key: self.key(n % 8), value: [2]) } },
+            ]
+            for body in work {
+                Thread {
+                    for n in 0..<100_000 {
+                        do {
+                            try body(n)
+                        } catch let error as LMDBError where error.code == .closed {
+                            break
+                        } catch {
+                            unexpected.withLock { $0.append("\(error)") }
+                            break
+                        }
+                    }
+                    done.signal()
+                }.start()
+            }
+            for _ in 0..<2 {
+                Thread {
+                    environment.close()
+                    done.signal()
+                }.start()
+            }
+            for _ in 0..<work.count + 2 {
+                try #require(done.wait(timeout: .now() + 10) == .success, "a close, read or write hung")
+            }
+            #expect(unexpected.withLock { $0 }.isEmpty)
+            #expect(throws: LMDBError.self) { try environment.read { _ in () } }
+        }
+    }
+
     /// `info()` after `close()` reads no freed environment: it reports the
     /// map as it was at the close.
     @Test func infoAfterCloseIsTheLastInfo() throws {

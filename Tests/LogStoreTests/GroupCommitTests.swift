@@ -1,0 +1,131 @@
+import Foundation
+import LMDB
+import LogFormat
+@testable import LogStore
+import LogTesting
+import Synchronization
+import Testing
+
+/// A write job that writes nothing and lets the test act at each step:
+/// when it runs (inside the group's transaction, on the writer thread) and
+/// when it is told its outcome (on the completion queue, or the writer
+/// thread for a failure).
+private final class ProbeJob: WriteJob, Sendable {
+    private let onRun: @Sendable () -> Void
+    private let onOutcome: @Sendable () -> Void
+
+    init(onRun: @escaping @Sendable () -> Void = {}, onOutcome: @escaping @Sendable () -> Void = {}) {
+        self.onRun = onRun
+        self.onOutcome = onOutcome
+    }
+
+    func run(_ txn: borrowing Transaction, _ context: inout WriteContext) throws { onRun() }
+    func succeed() { onOutcome() }
+    func fail(_ error: any Error) { onOutcome() }
+}
+
+/// An environment with an empty `log` database and a committer over it.
+private struct CommitterFixture {
+    let directory: TemporaryDirectory
+    let environment: Environment
+    let committer: GroupCommitter
+
+    init(_ name: String) throws {
+        directory = try TemporaryDirectory(name)
+        var options = Environment.Options()
+        options.durability = .process
+        environment = try Environment(path: directory.path, options: options)
+        let log = try #require(try environment.openDatabase("log"))
+        let start = WriteContext.Position(lastOffset: 0, lastTimestamp: HybridTimestamp(rawValue: 0))
+        committer = GroupCommitter(environment: environment, log: log, position: start) { _, _, _ in }
+    }
+}
+
+/// How long a test waits for what should come at once before it calls it
+/// a hang: generous, since a hang never ends and a slow machine does.
+private let waitSecondsMax = 10.0
+
+@Suite struct GroupCommitTests {
+    /// `close()` promises the queued jobs are finished when it returns; a
+    /// second, concurrent `close()` must keep that promise too, or its
+    /// caller (`EventLog.close`) closes the environment under jobs it
+    /// already accepted, and they fail with `.closed`.
+    @Test func everyCloseWaitsForTheQueuedJobs() throws {
+        let fixture = try CommitterFixture("commit-double-close")
+        let committer = fixture.committer
+        let started = DispatchSemaphore(value: 0)
+        let gate = DispatchSemaphore(value: 0)
+        let told = Atomic<Int>(0)
+        let tell: @Sendable () -> Void = { told.add(1, ordering: .relaxed) }
+        // Holds the writer inside its transaction until the gate opens (the
+        // job may run again, so the gate stays open once opened).
+        let blocker = ProbeJob(onRun: { started.signal(); gate.wait(); gate.signal() }, onOutcome: tell)
+        #expect(committer.submit(blocker))
+        try #require(started.wait(timeout: .now() + waitSecondsMax) == .success)
+        let queuedCount = 8
+        for _ in 0..<queuedCount { #expect(committer.submit(ProbeJob(onOutcome: tell))) }
+        let expected = queuedCount + 1
+
+        let toldAtReturn = Mutex<[Int]>([])
+        let returned = DispatchSemaphore(value: 0)
+        let closer = { @Sendable in
+            Thread {
+                committer.close()
+                toldAtReturn.withLock { $0.append(told.load(ordering: .relaxed)) }
+                returned.signal()
+            }.start()
+        }
+        closer()
+        // The first close has begun once the committer refuses jobs.
+        var refusals = 0
+        while committer.submit(ProbeJob(onOutcome: tell)), refusals < 1_000 {
+            refusals += 1
+            usleep(1_000)
+        }
+        closer()
+        // Neither close can finish while the writer is held; one that
+        // returns now has not waited. The wait only decides when to let the
+        // writer go, never the verdict.
+        let early = returned.wait(timeout: .now() + 0.3) == .success
+        gate.signal()
+        var returns = early ? 1 : 0
+        while returns < 2, returned.wait(timeout: .now() + waitSecondsMax) == .success { returns += 1 }
+        try #require(returns == 2, "a close() never returned")
+        let counts = toldAtReturn.withLock { $0 }
+        #expect(counts.allSatisfy { $0 >= expected }, "close() returned with \(counts) of \(expected) jobs told")
+        fixture.environment.close()
+    }
+
+    /// A store dropped on the writer's own thread or completion queue closes
+    /// there (its `deinit`): a close that waits for the writer would wait
+    /// for itself. Here the jobs call `close()` from both places, inside the
+    /// group's transaction and in a completion.
+    @Test(arguments: [false, true])
+    func aCloseOnTheWritersOwnThreadsDoesNotWaitForItself(inCompletion: Bool) throws {
+        let fixture = try CommitterFixture("commit-close-self")
+        let committer = fixture.committer
+        let returned = DispatchSemaphore(value: 0)
+        let closeHere: @Sendable () -> Void = {
+            committer.close()
+            returned.signal()
+        }
+        let job = inCompletion ? ProbeJob(onOutcome: closeHere) : ProbeJob(onRun: closeHere)
+        #expect(committer.submit(job))
+        guard returned.wait(timeout: .now() + waitSecondsMax) == .success else {
+            // The writer is stuck waiting for itself (inside a transaction,
+            // so closing the environment would hang this test too).
+            Issue.record("close() on the writer's \(inCompletion ? "completion queue" : "thread") never returned")
+            return
+        }
+        #expect(!committer.submit(ProbeJob()), "a closed committer accepted a job")
+        // A close from elsewhere now waits for the writer to stop, which it
+        // does: nothing is left to commit.
+        let stopped = DispatchSemaphore(value: 0)
+        Thread {
+            committer.close()
+            stopped.signal()
+        }.start()
+        #expect(stopped.wait(timeout: .now() + waitSecondsMax) == .success, "the writer never stopped")
+        fixture.environment.close()
+    }
+}
