@@ -274,6 +274,9 @@ public actor SyncEngine {
         let rateLimited = noteFailure(error)
         switch PushDecisions.decide(error, batchCount: batch.count) {
         case .split:
+            // The run goes on: a `Retry-After` on the 413 is not the wait of
+            // a failure that ends the run later.
+            retryAfterSeconds = nil
             return .split
         case .retryAll:
             try await scheduleRetry(batch, "push: \(error.message)", retryAfterSeconds: error.retryAfterSeconds, &report)

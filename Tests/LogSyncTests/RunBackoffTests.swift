@@ -105,6 +105,24 @@ import Testing
         await server.stop()
     }
 
+    /// A `Retry-After` belongs to the request that carried it: a push too
+    /// large for the server (413, which may say when to come back) is split
+    /// and the run goes on, so when the run fails later for another reason
+    /// (the server keeps refusing the pull cursor), its backoff is the
+    /// policy's first delay, not the 413's hour.
+    @Test func aSplitPushsRetryAfterDoesNotOutliveIt() async throws {
+        let server = try await TestServer("run-backoff-split")
+        let transport = SplitThenRefusedCursor(server, retryAfterSeconds: 3_600)
+        let replica = try Replica("split", server: server, transport: transport)
+        for n in 0..<2 { try await replica.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        let report = await replica.sync()
+        #expect(report.acknowledged == 2, "the halves of the split batch were pushed")
+        guard case .failed = report.outcome else { Issue.record("the refused cursor fails the run: \(report.outcome)"); return }
+        let wait = try #require(await replica.engine.nextRunAt) - replica.clock.nowMilliseconds
+        #expect((800...1_200).contains(wait), "the first failed run waits about 1 s, not \(wait) ms")
+        await server.stop()
+    }
+
     /// The core: after a failed run only the retry timer starts one, however
     /// the other triggers come; a connectivity loss cancels it and a gain
     /// sets it again; a run that need not wait clears the backoff.
@@ -175,5 +193,33 @@ final class FailingPulls: SyncTransport {
         guard failing else { return try await inner.pull(cursor: cursor, limit: limit) }
         guard let retryAfterSeconds else { throw TransportError(.network, "pull: connection reset") }
         throw TransportError(.status(503, .serviceUnavailable), "pull: HTTP 503", retryAfterSeconds: retryAfterSeconds)
+    }
+}
+
+/// Through the real server, but the first push is refused as too large
+/// (413, with `retryAfterSeconds`) and every pull's cursor is refused (410).
+final class SplitThenRefusedCursor: SyncTransport {
+    private let inner: HTTPTransport
+    private let retryAfterSeconds: Int
+    private let pushes = Mutex(0)
+
+    init(_ server: TestServer, retryAfterSeconds: Int) {
+        inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        let first = pushes.withLock { count in
+            count += 1
+            return count == 1
+        }
+        guard !first else {
+            throw TransportError(.status(413, nil), "push: HTTP 413", retryAfterSeconds: retryAfterSeconds)
+        }
+        return try await inner.push(request)
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        throw TransportError(.status(410, nil), "pull: HTTP 410")
     }
 }
