@@ -136,8 +136,12 @@ public final class EventLog: Sendable {
                     if !effects.isEmpty { onCommit?(effects) }
                 },
                 onStop: {
-                    environment.close()
+                    // The reverse of opening: a reopen in this process that
+                    // comes in between is refused as `.alreadyOpen` (the
+                    // environment's, a wait), never as `.writerActive` naming
+                    // this very process.
                     writerLock?.release()
+                    environment.close()
                 })
     }
 
