@@ -48,6 +48,11 @@ public actor SyncScheduler {
             var first = true
             for await online in monitor.paths() {
                 if !online { await engine.networkPathLost() }
+                // A run that failed before this start: its backoff holds
+                // (the states listener may report it only after this).
+                if first, let nextRunAt = await engine.nextRunAt {
+                    await self?.listened(.syncEnded(nextRunAt: nextRunAt), epoch)
+                }
                 await self?.listened(first ? .started(online: online) : .connectivity(online), epoch)
                 first = false
             }

@@ -126,6 +126,35 @@ import Testing
     /// The core: after a failed run only the retry timer starts one, however
     /// the other triggers come; a connectivity loss cancels it and a gain
     /// sets it again; a run that need not wait clears the backoff.
+    /// A scheduler started after a run failed (the app synced first, or
+    /// restarted the scheduler) keeps to that run's backoff: its start
+    /// does not sync at once.
+    @Test func aSchedulerStartedDuringABackoffWaitsForIt() async throws {
+        let server = try await TestServer("run-backoff-late-start")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let replica = try Replica("late-start", server: server, transport: pulls)
+        guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
+        var core = SchedulerCore()
+        core.periodMilliseconds = 60_000
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        try await replica.clock.waitForSleepers(2)  // the periodic and the retry timers
+        await scheduler.settle()
+        #expect(await scheduler.triggered.isEmpty)
+        #expect(pulls.count == 1)
+        pulls.recover()
+        replica.clock.advance(by: 60_000)
+        try await replica.clock.waitForSleepers(2)  // the periodic timer fired and is set again
+        await scheduler.settle()
+        #expect(await scheduler.triggered.isEmpty, "the periodic timer 60 s into a 100 s backoff")
+        replica.clock.advance(by: 40_000)
+        try await waitUntil { await scheduler.triggered == [.retry] }
+        await scheduler.settle()
+        #expect(pulls.count == 2)
+        await scheduler.stop()
+        await server.stop()
+    }
+
     @Test func afterAFailedRunOnlyTheRetryTimerStartsARun() {
         var core = SchedulerCore()
         #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
