@@ -61,7 +61,8 @@ public actor SyncEngine {
         self.random = random
     }
 
-    /// The current state, then every change.
+    /// The current state, then every change, and each failed run's `.error`
+    /// even when it repeats the last one (every failed run sets a backoff).
     public nonisolated func states() -> AsyncStream<SyncState> { stateFeed.subscribe() }
 
     /// Runs a sync, or joins the one running.
@@ -113,8 +114,11 @@ public actor SyncEngine {
         return until > clock.nowMilliseconds ? until : nil
     }
 
-    private func set(_ newState: SyncState) {
-        guard newState != state else { return }
+    /// Publishes a change of state; with `always`, the same state again
+    /// too: a failed run's end, which the scheduler must hear to keep to its
+    /// backoff even when the run before failed alike.
+    private func set(_ newState: SyncState, always: Bool = false) {
+        guard always || newState != state else { return }
         state = newState
         stateFeed.publish(newState)
     }
@@ -160,7 +164,7 @@ public actor SyncEngine {
             failedRuns = min(failedRuns, .max - 1) + 1
             let delay = configuration.retry.delay(beforeRetry: failedRuns, retryAfterSeconds: retryAfterSeconds, random: &random)
             runBackoffUntil = clock.nowMilliseconds.addingSaturating(delay)
-            set(.error(message))
+            set(.error(message), always: true)
         }
         return report
     }

@@ -6,6 +6,7 @@ import LogStore
 ///     idle -> pushing -> pulling -> idle
 ///     pushing -> rateLimited | error;  pulling -> rateLimited | error
 ///     rateLimited, error -> (next sync) -> pushing ...
+///     error -> error (a run that failed before pushing, as the last did)
 public enum SyncState: Sendable, Equatable, CustomStringConvertible {
     /// Not syncing; ready for the next run.
     case idle

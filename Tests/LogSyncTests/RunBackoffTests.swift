@@ -155,6 +155,36 @@ import Testing
         await server.stop()
     }
 
+    /// Runs that fail alike before they push (here the store is closed,
+    /// so reading the outbox fails) each tell the scheduler their backoff:
+    /// the second one's state equals the first's, and must be published
+    /// all the same, or the scheduler keeps the first's, long past.
+    @Test func eachFailedRunIsHeardEvenInTheSameState() async throws {
+        let server = try await TestServer("run-backoff-same-state")
+        let replica = try Replica("same-state", server: server)
+        replica.store.close()
+        var core = SchedulerCore()
+        core.periodMilliseconds = 600_000
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered == [.started] }
+        try await waitUntil { await replica.engine.nextRunAt != nil && replica.clock.sleeperCount == 2 }
+        await scheduler.settle()
+        let first = try #require(await replica.engine.nextRunAt)
+        replica.clock.advance(by: first - replica.clock.nowMilliseconds)
+        try await waitUntil { await scheduler.triggered == [.started, .retry] }
+        await scheduler.settle()  // the retry's run has ended
+        #expect((await replica.engine.nextRunAt ?? 0) > first)
+        // Heard, the run's end sets the retry timer beside the periodic one;
+        // not heard, nothing does (a bounded wait, then the nudge tells).
+        for _ in 0..<500 where replica.clock.sleeperCount < 2 { try await Task.sleep(for: .milliseconds(10)) }
+        await scheduler.nudge()
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started, .retry], "a nudge during the second failed run's backoff")
+        await scheduler.stop()
+        await server.stop()
+    }
+
     @Test func afterAFailedRunOnlyTheRetryTimerStartsARun() {
         var core = SchedulerCore()
         #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
