@@ -85,6 +85,9 @@ public actor SyncScheduler {
     /// window): once the budget has passed on the scheduler's clock it
     /// stops at the next page boundary, keeping what it applied. A sync
     /// already running is joined, and stopped by the budget all the same.
+    /// Like the app's own `engine.sync()`, it runs during a failed run's
+    /// backoff (`SyncEngine.nextRunAt`): the OS chose the moment, and may not
+    /// offer another soon. An open circuit breaker still stops it.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
         let deadline = clock.nowMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock))
