@@ -43,11 +43,26 @@ enum PushDecisions {
                 // conflict: without it the answer is malformed, so the change
                 // is tried again rather than dropped unresolved.
                 guard let state = result.serverState else { return .retry("CONFLICT without server_state: \(message)") }
+                // A state the store cannot keep breaks the protocol as much:
+                // recorded, it would fail the batch's other answers too.
+                if let problem = stateProblem(state) { return .retry("CONFLICT with a server_state the store cannot keep: \(problem)") }
                 return .record(.conflict(state, message: message))
             }
             if permanentCodes.contains(code) { return .record(.rejected(code: code.rawValue, message: message)) }
             return .retry("\(code.rawValue): \(message)")
         }
+    }
+
+    /// Why the store cannot record `state` in a conflict entry: names the
+    /// format refuses, or more than `Wire.entityFieldsBytesMax`, which
+    /// leaves the entry room for the rest (section 13); nil when it can.
+    static func stateProblem(_ state: ServerState) -> String? {
+        if let problem = NameRules.fieldsProblem(state.data) { return problem }
+        let bytes = state.data.encodedSize
+        guard bytes <= Wire.entityFieldsBytesMax else {
+            return "its fields are \(bytes) bytes, over entityFieldsBytesMax (\(Wire.entityFieldsBytesMax))"
+        }
+        return nil
     }
 
     static func decide(_ error: TransportError, batchCount: Int) -> RequestFailureDecision {

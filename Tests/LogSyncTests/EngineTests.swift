@@ -5,6 +5,7 @@ import LogStore
 import LogSync
 import LogSyncHTTP
 import LogTesting
+import Synchronization
 import Testing
 
 /// The engine against the real reference server over loopback HTTP: the
@@ -464,18 +465,15 @@ import Testing
         await server.stop()
     }
 
-    /// A batch whose answers the store cannot record (a conflict whose
-    /// server state has a field name the format refuses) fails the run, and
-    /// its report counts none of them: nothing was recorded.
+    /// A batch whose answers the store cannot record (here the store is
+    /// closed while the push is on its way) fails the run, and its report
+    /// counts none of them: nothing was recorded.
     @Test func anUnrecordedBatchIsNotCounted() async throws {
         let server = try await TestServer("unrecorded-batch")
-        let invalidState = RewritingTransport(server, pushes: { response in
-            let last = response.results.count - 1
-            response.results[last] = .rejected(
-                response.results[last].idempotencyKey, .conflict, "exists",
-                state: ServerState(serverVersion: 1, deleted: false, data: ["$x": 1]))
-        })
-        let a = try Replica("a", server: server, transport: invalidState)
+        let replica = Mutex<Replica?>(nil)
+        let closing = RewritingTransport(server, pushes: { _ in replica.withLock { $0?.store.close() } })
+        let a = try Replica("a", server: server, transport: closing)
+        replica.withLock { $0 = a }
         try await a.store.create(type: "task", fields: ["title": "one"])
         try await a.store.create(type: "task", fields: ["title": "two"])
         let report = await a.sync()
@@ -484,7 +482,42 @@ import Testing
             return
         }
         #expect(report.acknowledged == 0 && report.rejected == 0 && report.conflicts == 0, "\(report)")
+        replica.withLock { $0 = nil }
+        try a.restart()
         #expect(try a.store.outboxCount() == 2)
+        await server.stop()
+    }
+
+    /// A `CONFLICT` whose `server_state` the store cannot keep (a field name
+    /// the format refuses; fields over `entityFieldsBytesMax`) breaks the
+    /// protocol: the change stays pending for a retry, as with no state at
+    /// all, and the batch's other answers are recorded. Recording it would
+    /// fail the whole batch on every run.
+    @Test(arguments: [
+        ("$x", ["$x": 1] as Fields),
+        ("entityFieldsBytesMax", ["blob": .bytes([UInt8](repeating: 7, count: Wire.entityFieldsBytesMax))] as Fields),
+    ])
+    func aConflictWithAStateTheStoreCannotKeepIsRetried(reason: String, data: Fields) async throws {
+        let server = try await TestServer("conflict-invalid-state")
+        let invalidState = RewritingTransport(server, pushes: { response in
+            let last = response.results.count - 1
+            response.results[last] = .rejected(
+                response.results[last].idempotencyKey, .conflict, "exists",
+                state: ServerState(serverVersion: 1, deleted: false, data: data))
+        })
+        let a = try Replica("a", server: server, transport: invalidState)
+        try await a.store.create(type: "task", fields: ["title": "one"])
+        try await a.store.create(type: "task", fields: ["title": "two"])
+        let report = await a.sync()
+        #expect(report.outcome == .completed)
+        #expect(report.acknowledged == 1 && report.conflicts == 0 && report.retried == 1, "\(report)")
+        let pending = try a.store.outbox()
+        #expect(pending.map(\.intent.fields) == [["title": "two"]])
+        #expect(pending.first?.state.lastError.contains(reason) == true, "\(pending.first?.state.lastError ?? "")")
+        try a.connect(to: server)
+        a.clock.advance(by: 600_000)
+        try await a.syncUntilQuiet()
+        #expect(try a.store.outboxCount() == 0)
         await server.stop()
     }
 }
