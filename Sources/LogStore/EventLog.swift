@@ -60,6 +60,8 @@ public final class EventLog: Sendable {
     /// Held while open for writing: one writing process per store.
     private let writerLock: WriterLock?
     private let position: CommittedPosition
+    /// The owner's teardown once the log is closed: see `init`.
+    private let onClose: (@Sendable () -> Void)?
 
     /// Opens the store in the directory at `path`, creating it if allowed.
     /// - Throws: `LogStoreError` `.notAStore` (an LMDB environment or a
@@ -67,15 +69,18 @@ public final class EventLog: Sendable {
     ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged);
     ///   `LMDBError` for `Environment.init`'s reasons.
     public convenience init(path: String, options: Options = Options()) throws {
-        try self.init(path: path, options: options, derivedDatabases: [], onCommit: nil)
+        try self.init(path: path, options: options, derivedDatabases: [], onCommit: nil, onClose: nil)
     }
 
     /// Opens the log and, in the same setup transaction, the derived
     /// databases a `Store` keeps beside it. `onCommit` runs on the writer
-    /// thread after every commit that had effects.
+    /// thread after every commit that had effects. `onClose` runs once the
+    /// log is closed, however that came about (a `Store`'s `close()`, the
+    /// log's own, a `deinit`): on the writer thread after the last commit,
+    /// or, read-only, in each `close()`.
     init(
         path: String, options: Options, derivedDatabases: [String],
-        onCommit: (@Sendable (CommitEffects) -> Void)?
+        onCommit: (@Sendable (CommitEffects) -> Void)?, onClose: (@Sendable () -> Void)?
     ) throws {
         var environmentOptions = Environment.Options()
         environmentOptions.durability = options.durability
@@ -126,6 +131,7 @@ public final class EventLog: Sendable {
         self.derivedDatabases = derived
         let position = CommittedPosition(initial)
         self.position = position
+        self.onClose = onClose
         committer =
             options.readOnly
             ? nil
@@ -142,6 +148,7 @@ public final class EventLog: Sendable {
                     // this very process.
                     writerLock?.release()
                     environment.close()
+                    onClose?()
                 })
     }
 
@@ -151,7 +158,11 @@ public final class EventLog: Sendable {
         // The writer closes the environment and releases the lock as it
         // stops, after the last queued append: a close() that cannot wait
         // for it (in a `deinit` on the writer's own threads) still closes.
-        guard let committer else { return environment.close() }
+        guard let committer else {
+            environment.close()
+            onClose?()
+            return
+        }
         committer.close()
     }
 

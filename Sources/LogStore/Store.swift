@@ -62,6 +62,14 @@ public final class Store: Sendable {
                 }
                 for event in effects.events { eventFeed.publish(event) }
                 if effects.wroteIntents { intentFeed.publish(effects.offset) }
+            },
+            onClose: {
+                // After the last commit, which may come after `close()`
+                // returned (one called on the writer's own thread), and
+                // also when the log is closed without the store.
+                changeFeed.finish()
+                eventFeed.finish()
+                intentFeed.finish()
             })
         self.log = log
         let derived = Store.derivedDatabaseNames.compactMap { log.derivedDatabases[$0] ?? nil }
@@ -90,10 +98,8 @@ public final class Store: Sendable {
 
     /// Finishes queued writes, ends the change and event streams, and closes.
     public func close() {
+        // The log ends the streams as it closes (its `onClose`).
         log.close()
-        changeFeed.finish()
-        eventFeed.finish()
-        intentFeed.finish()
     }
 
     /// A store released without `close()`: its log closes in its own
