@@ -9,6 +9,8 @@
 /// - Connectivity regained arms a 2.5 s timer; it fires only if the
 ///   connection is still up (a loss cancels it), and only a gain arms it.
 /// - A server nudge syncs at once while online.
+/// - Stopped, the scheduler forgets the connectivity: after a restart, the
+///   rules wait for its first report, as they did at the first start.
 /// - After a failed run (`.syncEnded` with a time: `SyncEngine.nextRunAt`)
 ///   none of the above starts a run before that time; a retry timer starts
 ///   one then (`Format/sync-protocol.md` section 10, "Retry timing"), so a
@@ -27,6 +29,8 @@ public struct SchedulerCore: Sendable, Equatable {
         /// A run ended (whoever started it); `nextRunAt` is when the next
         /// may start, nil when it need not wait.
         case syncEnded(nextRunAt: UInt64?)
+        /// The scheduler stopped listening; the next `.started` is its first report again.
+        case stopped
     }
 
     public enum Action: Equatable, Sendable {
@@ -55,10 +59,7 @@ public struct SchedulerCore: Sendable, Equatable {
         case .connectivity(let isOnline):
             defer { online = isOnline }
             if isOnline && !online { return [.setTimer(.networkRegained, at: now + networkDebounceMilliseconds)] }
-            if !isOnline && online {
-                return [.cancelTimer(.networkRegained), .cancelTimer(.localWrite), .cancelTimer(.periodic), .cancelTimer(.retry)]
-            }
-            return []
+            return !isOnline && online ? Self.everyTimerCancelled : []
         case .nudge:
             return online ? sync(.nudge, at: now) : []
         case .timerFired(let timer):
@@ -73,8 +74,19 @@ public struct SchedulerCore: Sendable, Equatable {
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
             guard let backoffUntil else { return [.cancelTimer(.retry)] }
             return online ? [.setTimer(.retry, at: backoffUntil)] : []
+        case .stopped:
+            // The connectivity heard before the stop may be stale by the
+            // restart: kept, a nudge before the first report would sync, and
+            // a write or a run's end would arm a timer that an offline start
+            // leaves armed.
+            online = false
+            return Self.everyTimerCancelled
         }
     }
+
+    private static let everyTimerCancelled: [Action] = [
+        .cancelTimer(.networkRegained), .cancelTimer(.localWrite), .cancelTimer(.periodic), .cancelTimer(.retry),
+    ]
 
     /// A sync now, or while failed runs back off, the retry timer at the
     /// backoff's end (set again, as a connectivity loss cancels it).

@@ -73,6 +73,8 @@ public actor SyncScheduler {
 
     /// Stops listening and cancels the timers; a running sync finishes.
     public func stop() {
+        // The core forgets the connectivity: a restart's first report starts the rules again.
+        handle(.stopped)
         for task in listeners + timers.values.map(\.task) { task.cancel() }
         listeners = []
         timers = [:]

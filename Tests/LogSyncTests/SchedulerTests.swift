@@ -65,6 +65,25 @@ import Testing
         #expect(syncs == [.started, .periodic, .nudge, .periodic])
     }
 
+    /// Stopped and started again (an app restarting its scheduler), the
+    /// rules wait for the first connectivity report, as at the first start:
+    /// the connectivity heard before the stop may be stale, so a nudge or a
+    /// write before the report starts nothing, a run's backoff arms no
+    /// timer, and an offline report leaves none armed.
+    @Test func aRestartWaitsForItsFirstConnectivityReport() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(
+            core.handle(.stopped, at: 1_000)
+                == [.cancelTimer(.networkRegained), .cancelTimer(.localWrite), .cancelTimer(.periodic), .cancelTimer(.retry)])
+        #expect(core.handle(.nudge, at: 2_000).isEmpty)
+        #expect(core.handle(.localWrite, at: 2_100).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: 10_000), at: 2_200).isEmpty)
+        #expect(core.handle(.started(online: false), at: 2_300).isEmpty)
+        #expect(core.handle(.connectivity(true), at: 3_000) == [.setTimer(.networkRegained, at: 5_500)])
+        #expect(core.handle(.timerFired(.networkRegained), at: 5_500) == [.setTimer(.retry, at: 10_000), .setTimer(.periodic, at: 35_500)])
+    }
+
     /// The scheduler on a manual clock: a local write triggers one sync
     /// after the debounce, and the intent reaches the server.
     @Test func aLocalWriteIsPushedAfterTheDebounce() async throws {
@@ -75,7 +94,11 @@ import Testing
         await scheduler.start()
         try await replica.clock.waitForSleepers(1)  // the periodic timer
         await scheduler.settle()
-        for n in 0..<5 { try await replica.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        // One commit, so one write event: with five, a late event would move
+        // the debounce past the clock's advance below.
+        var batch = WriteBatch()
+        for n in 0..<5 { try batch.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        try await replica.store.write(batch)
         try await replica.clock.waitForSleepers(2)  // periodic + write debounce
         replica.clock.advance(by: 1_000)
         try await waitUntil { await scheduler.triggered.count == 2 }

@@ -1,0 +1,303 @@
+import LogSync
+import LogTesting
+import Testing
+
+/// `SchedulerCore` driven by long random runs of events at increasing
+/// times, its timers firing when due as a real timer set would, with the
+/// scheduling rules checked after every step: the rules come from the
+/// design (periodic sync, local writes debounced 1 s, network regained
+/// debounced 2.5 s and only on a gain, nudges at once) and
+/// `Format/sync-protocol.md` section 10 ("Retry timing": after a failed
+/// run the next run starts no sooner than its backoff).
+///
+/// `SEED=n swift test --filter SchedulerModelTests` replays seed n as run 0
+/// (run `r` uses `SEED + r`); a failure prints its seed and event trace.
+@Suite struct SchedulerModelTests {
+    static let runCount = 2_000
+    static let eventCountPerRun = 200
+    static let baseSeed = SeededRandom.seed(default: 20_000)
+
+    @Test func randomRunsKeepTheSchedulingRules() {
+        for run in 0..<Self.runCount {
+            var model = SchedulerModel(seed: Self.baseSeed + UInt64(run))
+            model.run(eventCount: Self.eventCountPerRun)
+            if let failure = model.failure {
+                Issue.record("\(failure)")
+                return
+            }
+        }
+    }
+}
+
+/// A sync the rules owe: for a local write, or a nudge held back by the
+/// backoff. `due` is when it must have started at the latest (or at the
+/// backoff's end, if later); nil while offline, as only a gain can start it.
+private struct Owed {
+    var due: UInt64?
+}
+
+private enum Trigger: Hashable, CustomStringConvertible {
+    case localWrite, nudge
+
+    var description: String { self == .localWrite ? "local write" : "nudge" }
+}
+
+/// One random run: the core, the timers it armed and what the rules say
+/// must hold, decided from the events alone.
+private struct SchedulerModel {
+    let seed: UInt64
+    var random: SeededRandom
+    var core = SchedulerCore()
+    /// The armed timers and their deadlines: a set replaces, a cancel removes.
+    var timers: [SchedulerCore.Timer: UInt64] = [:]
+    var now: UInt64 = 0
+    var started = false
+    var online = false
+    /// The last failed run's backoff: no sync before it.
+    var backoffUntil: UInt64?
+    var owed: [Trigger: Owed] = [:]
+    /// The steps so far, formatted only for a failure.
+    var trace: [(time: UInt64, event: SchedulerCore.Event, actions: [SchedulerCore.Action])] = []
+    var failure: String?
+
+    /// A bound on the timers one advance may fire (each fire sets at most
+    /// one timer later than now, so a long quiet stretch fires a few each period).
+    static let firesPerAdvanceMax = 1_000
+    /// The quiet stretch that ends a run: longer than the longest backoff.
+    static let quietMilliseconds: UInt64 = 400_000
+
+    init(seed: UInt64) {
+        self.seed = seed
+        random = SeededRandom(seed: seed)
+    }
+
+    mutating func run(eventCount: Int) {
+        var startAt = Int.random(in: 0..<4, using: &random)
+        for index in 0..<eventCount where failure == nil {
+            // A timer due at the event's time fires before or after it, as it happens.
+            advance(to: now + nextGap(), including: Bool.random(using: &random))
+            guard failure == nil else { return }
+            if started && Int.random(in: 0..<100, using: &random) == 0 {
+                restart()
+                startAt = index + Int.random(in: 0..<3, using: &random)
+            }
+            step(index == startAt ? .started(online: Int.random(in: 0..<4, using: &random) > 0) : nextEvent())
+        }
+        guard failure == nil else { return }
+        // A quiet end, online: everything owed is synced by then.
+        if !started {
+            step(.started(online: true))
+        } else if !online {
+            step(.connectivity(true))
+        }
+        advance(to: now + Self.quietMilliseconds, including: true)
+        for (trigger, owing) in owed where failure == nil {
+            fail("a \(trigger) is still owed a sync (due \(owing.due.map(String.init) ?? "online")) at the quiet end \(now)")
+        }
+    }
+
+    /// `SyncScheduler.stop()` and `start()`: the timers go, the core stays,
+    /// and until the first connectivity report it hears only writes, nudges
+    /// and run ends, knowing no connectivity, as at the first start.
+    mutating func restart() {
+        timers = [:]
+        step(.stopped)
+    }
+
+    // MARK: - Random events
+
+    mutating func nextGap() -> UInt64 {
+        switch Int.random(in: 0..<10, using: &random) {
+        case 0: 0
+        case 1...6: UInt64.random(in: 1...1_500, using: &random)
+        case 7, 8: UInt64.random(in: 1...6_000, using: &random)
+        default: UInt64.random(in: 1...45_000, using: &random)
+        }
+    }
+
+    mutating func nextEvent() -> SchedulerCore.Event {
+        let roll = Int.random(in: 0..<100, using: &random)
+        if !started {
+            // Before the first connectivity report, the scheduler hears writes, nudges and run ends.
+            return roll < 60 ? .localWrite : roll < 75 ? .nudge : .syncEnded(nextRunAt: nextRunAt())
+        }
+        switch roll {
+        case 0..<35: return .localWrite
+        case 35..<45: return .nudge
+        case 45..<55: return .connectivity(!online)
+        case 55..<60: return .connectivity(online)
+        default: return .syncEnded(nextRunAt: nextRunAt())
+        }
+    }
+
+    /// A run's `SyncEngine.nextRunAt`: none, already past, a short backoff or a long one.
+    mutating func nextRunAt() -> UInt64? {
+        switch Int.random(in: 0..<10, using: &random) {
+        case 0..<4: nil
+        case 4: now - min(now, UInt64.random(in: 0...5_000, using: &random))
+        case 5..<9: now + UInt64.random(in: 1...8_000, using: &random)
+        default: now + UInt64.random(in: 1...300_000, using: &random)
+        }
+    }
+
+    // MARK: - Time
+
+    /// Fires the timers due before `time` (or at it, if `including`), in
+    /// deadline order, each at its deadline.
+    mutating func advance(to time: UInt64, including: Bool) {
+        for _ in 0..<Self.firesPerAdvanceMax {
+            guard failure == nil else { return }
+            let due = timers.filter { $0.value < time || (including && $0.value == time) }
+            guard let (timer, deadline) = due.min(by: { ($0.value, order($0.key)) < ($1.value, order($1.key)) }) else {
+                now = time
+                checkOwed()
+                return
+            }
+            precondition(deadline >= now, "a timer set in the past")
+            now = deadline
+            checkOwed()
+            timers[timer] = nil
+            step(.timerFired(timer))
+        }
+        fail("more than \(Self.firesPerAdvanceMax) timers fired before \(time)")
+    }
+
+    private func order(_ timer: SchedulerCore.Timer) -> Int {
+        switch timer {
+        case .periodic: 0
+        case .localWrite: 1
+        case .networkRegained: 2
+        case .retry: 3
+        }
+    }
+
+    mutating func checkOwed() {
+        for (trigger, owing) in owed where failure == nil {
+            guard let due = owing.due else { continue }
+            let latest = max(due, backoffUntil ?? 0)
+            if now > latest { fail("a \(trigger) was owed a sync by \(latest), none started by \(now)") }
+        }
+    }
+
+    mutating func fail(_ message: String) {
+        guard failure == nil else { return }
+        let lines = trace.suffix(40).map { "t=\($0.time) \($0.event) -> \($0.actions)" }.joined(separator: "\n  ")
+        failure = "seed \(seed) (replay: SEED=\(seed) swift test --filter SchedulerModelTests): \(message)\n  ...\n  \(lines)"
+    }
+}
+
+// MARK: - One step and its checks
+
+extension SchedulerModel {
+    /// Hands `event` to the core at `now`, applies its actions to the timers
+    /// and checks them and the state that follows against the rules.
+    mutating func step(_ event: SchedulerCore.Event) {
+        let wasOnline = online
+        let actions = core.handle(event, at: now)
+        trace.append((now, event, actions))
+        update(for: event)
+        for action in actions {
+            switch action {
+            case .sync: owed = [:]
+            case .setTimer(let timer, let at): timers[timer] = at
+            case .cancelTimer(let timer): timers[timer] = nil
+            }
+        }
+        checkActions(actions, for: event, wasOnline: wasOnline)
+        checkState(after: event)
+    }
+
+    /// What the event changes in the rules' view: connectivity, the backoff, the syncs owed.
+    mutating func update(for event: SchedulerCore.Event) {
+        switch event {
+        case .started(let isOnline):
+            started = true
+            online = isOnline
+            // Online, the start syncs at once (or at the backoff's end).
+            for trigger in owed.keys { owed[trigger]?.due = isOnline ? now : nil }
+        case .localWrite:
+            // Each write re-arms the debounce; offline, it waits for a gain.
+            owed[.localWrite] = Owed(due: online ? now + core.localWriteDebounceMilliseconds : nil)
+        case .nudge:
+            if online { owed[.nudge] = Owed(due: now) }
+        case .connectivity(let isOnline):
+            guard isOnline != online else { return }
+            online = isOnline
+            for trigger in owed.keys { owed[trigger]?.due = isOnline ? now + core.networkDebounceMilliseconds : nil }
+        case .stopped:
+            started = false
+            online = false
+            for trigger in owed.keys { owed[trigger]?.due = nil }
+        case .timerFired:
+            break
+        case .syncEnded(let nextRunAt):
+            backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
+            // A run that ends with no wait took in the triggers already due
+            // (the engine merges a sync asked for while one runs).
+            if backoffUntil == nil { owed = owed.filter { $0.value.due.map { $0 > now } ?? true } }
+        }
+    }
+
+    mutating func checkActions(_ actions: [SchedulerCore.Action], for event: SchedulerCore.Event, wasOnline: Bool) {
+        let syncs = actions.compactMap { if case .sync(let reason) = $0 { reason } else { nil } }
+        var set: [SchedulerCore.Timer: [UInt64]] = [:]
+        var cancelled: Set<SchedulerCore.Timer> = []
+        for action in actions {
+            if case .setTimer(let timer, let at) = action { set[timer, default: []].append(at) }
+            if case .cancelTimer(let timer) = action { cancelled.insert(timer) }
+        }
+        if syncs.count > 1 { fail("more than one sync in one step: \(actions)") }
+        for (timer, deadlines) in set {
+            if cancelled.contains(timer) { fail("\(timer) is both set and cancelled: \(actions)") }
+            if deadlines.count > 1 { fail("\(timer) is set twice: \(actions)") }
+            if deadlines.contains(where: { $0 <= now }) { fail("\(timer) is set for a time not after now: \(actions)") }
+        }
+        if !syncs.isEmpty && !online { fail("a sync while offline") }
+        if !syncs.isEmpty, let backoffUntil, now < backoffUntil { fail("a sync before the backoff's end \(backoffUntil)") }
+        checkTriggerSyncs(syncs, for: event)
+        if case .connectivity(let isOnline) = event {
+            if isOnline && !wasOnline && set[.networkRegained] != [now + core.networkDebounceMilliseconds] {
+                fail("a gain does not arm the network timer for \(now + core.networkDebounceMilliseconds)")
+            }
+            if isOnline == wasOnline && (!actions.isEmpty) { fail("no change of connectivity, yet \(actions)") }
+            if !syncs.isEmpty { fail("a connectivity change syncs at once") }
+        }
+    }
+
+    /// A trigger while online and not backing off syncs, for its reason.
+    mutating func checkTriggerSyncs(_ syncs: [SchedulerCore.Reason], for event: SchedulerCore.Event) {
+        guard online, backoffUntil.map({ now >= $0 }) ?? true else { return }
+        let expected: SchedulerCore.Reason? =
+            switch event {
+            case .started: .started
+            case .nudge: .nudge
+            case .timerFired(.periodic): .periodic
+            case .timerFired(.localWrite): .localWrite
+            case .timerFired(.networkRegained): .networkRegained
+            case .timerFired(.retry): .retry
+            case .localWrite, .connectivity, .syncEnded, .stopped: nil
+            }
+        if let expected, syncs != [expected] { fail("\(event) online after any backoff gives \(syncs), not a \(expected) sync") }
+        if expected == nil, !syncs.isEmpty { fail("\(event) syncs at once") }
+    }
+
+    mutating func checkState(after event: SchedulerCore.Event) {
+        if !online {
+            if !timers.isEmpty { fail("offline with timers armed: \(timers)") }
+            return
+        }
+        let backingOff = backoffUntil.map { now < $0 } ?? false
+        if timers[.periodic] == nil && timers[.networkRegained] == nil { fail("online with no periodic timer, nor a network timer to arm it") }
+        if let periodic = timers[.periodic], periodic > now + core.periodMilliseconds { fail("the periodic timer is more than a period away") }
+        // A retry due now, beside another timer due now, fires next: the
+        // engine merges the two syncs into one run.
+        if let retry = timers[.retry], retry != backoffUntil || retry < now {
+            fail("a retry timer at \(retry) with the backoff until \(backoffUntil.map(String.init) ?? "none")")
+        }
+        // Right after a gain the network timer arms the retry when it fires:
+        // a retry sooner would skip the network debounce.
+        if backingOff && timers[.networkRegained] == nil && timers[.retry] != backoffUntil {
+            fail("backing off until \(backoffUntil!) online, the retry timer is at \(timers[.retry].map(String.init) ?? "none")")
+        }
+    }
+}
