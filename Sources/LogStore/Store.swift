@@ -33,6 +33,8 @@ public final class Store: Sendable {
     private let changeFeed: Broadcast<StoreChange>
     private let eventFeed: Broadcast<StoreEvent>
     private let intentFeed: Broadcast<UInt64>
+    /// Ends the three streams (see `init`).
+    private let finishStreams: @Sendable () -> Void
     /// The log's last offset when the last rebuild cleared the derived
     /// databases (0: none since open). Those entries were delivered as they
     /// were written; a write that projects some of them before the rebuild
@@ -54,6 +56,15 @@ public final class Store: Sendable {
         self.changeFeed = changeFeed
         self.eventFeed = eventFeed
         self.intentFeed = intentFeed
+        // After the log's last commit, which may come after `close()`
+        // returned (one called on the writer's own thread), also when the
+        // log is closed without the store, and in `deinit`.
+        let finishStreams: @Sendable () -> Void = {
+            changeFeed.finish()
+            eventFeed.finish()
+            intentFeed.finish()
+        }
+        self.finishStreams = finishStreams
         let log = try EventLog(
             path: path, options: options, derivedDatabases: Store.derivedDatabaseNames,
             onCommit: { effects in
@@ -63,14 +74,7 @@ public final class Store: Sendable {
                 for event in effects.events { eventFeed.publish(event) }
                 if effects.wroteIntents { intentFeed.publish(effects.offset) }
             },
-            onClose: {
-                // After the last commit, which may come after `close()`
-                // returned (one called on the writer's own thread), and
-                // also when the log is closed without the store.
-                changeFeed.finish()
-                eventFeed.finish()
-                intentFeed.finish()
-            })
+            onClose: finishStreams)
         self.log = log
         let derived = Store.derivedDatabaseNames.compactMap { log.derivedDatabases[$0] ?? nil }
         guard derived.count == Store.derivedDatabaseNames.count else {
@@ -103,15 +107,11 @@ public final class Store: Sendable {
     }
 
     /// A store released without `close()`: its log closes in its own
-    /// `deinit`, so the streams end here rather than wait forever. Only the
-    /// streams: waiting for the writer, as `close()` does, would never end
-    /// should this run on the writer's own threads; the log's `deinit`
-    /// knows not to wait there.
-    deinit {
-        changeFeed.finish()
-        eventFeed.finish()
-        intentFeed.finish()
-    }
+    /// `deinit` (or stays open, held elsewhere through `log`), so the streams
+    /// end here rather than wait forever. Only the streams: waiting for the
+    /// writer, as `close()` does, would never end should this run on the
+    /// writer's own threads; the log's `deinit` knows not to wait there.
+    deinit { finishStreams() }
 
     /// Values after each commit that touched entities of `type`.
     public func changes(type: String) -> AsyncFilterSequence<AsyncStream<StoreChange>> {
