@@ -24,6 +24,15 @@ enum Tool {
         return try run(["import", file, store])
     }
 
+    /// The `export` lines of a new store at `source`, after `write` has
+    /// made its log (the store is closed before the export).
+    static func exportOfNewStore(at source: String, _ write: (Store) async throws -> Void) async throws -> [String] {
+        let store = try Store(path: source, options: .init(durability: .process))
+        try await write(store)
+        store.close()
+        return try run(["export", source]).lines
+    }
+
     /// `run`, waited for off the cooperative pool (`ToolRun.running`).
     static func runOffThePool(_ arguments: [String]) async throws -> ToolRun {
         try await ToolRun.running(path("logtool"), arguments)
@@ -462,13 +471,9 @@ extension LogToolExportTests {
     /// written, and the new store's directory is not left behind.
     @Test func anImportWithAHoleIsRefusedAndLeavesNothing() async throws {
         let directory = try TemporaryDirectory("logtool-import-hole")
-        let source = directory.appending("source")
-        do {
-            let store = try Store(path: source, options: .init(durability: .process))
+        let exported = try await Tool.exportOfNewStore(at: directory.appending("source")) { store in
             for number in 0..<3 { try await store.create(type: "te", id: "e\(number)", fields: ["n": .int(Int64(number))]) }
-            store.close()
         }
-        let exported = try Tool.run(["export", source]).lines
         #expect(exported.count == 4 && exported[1].contains(#""offset":1,"#), "\(exported)")
         let cases = [
             ("hole.jsonl", 1, #""offset":5,"#, "entry 1 of the import has offset 5 where 1 comes next"),
@@ -494,13 +499,9 @@ extension LogToolExportTests {
     /// (storage.md, section 4: the watermark is at most the last offset).
     @Test func anImportWithAWatermarkPastItsEndIsRefused() async throws {
         let directory = try TemporaryDirectory("logtool-import-watermark")
-        let source = directory.appending("source")
-        do {
-            let store = try Store(path: source, options: .init(durability: .process))
+        var lines = try await Tool.exportOfNewStore(at: directory.appending("source")) { store in
             for number in 0..<3 { try await store.create(type: "te", id: "e\(number)", fields: [:]) }
-            store.close()
         }
-        var lines = try Tool.run(["export", source]).lines
         #expect(lines.first?.contains(#""compacted_below":0,"#) == true, "\(lines)")
         lines[0] = lines[0].replacingOccurrences(of: #""compacted_below":0,"#, with: #""compacted_below":100,"#)
         let imported = try Tool.importLines(lines, file: directory.appending("watermark.jsonl"), into: directory.appending("copy"))
@@ -515,9 +516,7 @@ extension LogToolExportTests {
     /// an upsert or as not deleted.
     @Test func anImportWithAnUnknownOperationOrFlagIsRefused() async throws {
         let directory = try TemporaryDirectory("logtool-import-strict")
-        let source = directory.appending("source")
-        do {
-            let store = try Store(path: source, options: .init(durability: .process))
+        let lines = try await Tool.exportOfNewStore(at: directory.appending("source")) { store in
             // a created and deleted, then b: folded below 3, a is a deleted
             // snapshot; b's delete at 4 stays a remote entry.
             let changes = [
@@ -529,9 +528,7 @@ extension LogToolExportTests {
             ]
             for (index, change) in changes.enumerated() { try await store.applyPulledPage([change], cursor: "c\(index)") }
             _ = try await store.compact(below: 3)
-            store.close()
         }
-        let lines = try Tool.run(["export", source]).lines
         let damaged = [
             ("operation", #""operation":"delete""#, #""operation":"remove""#),
             ("deleted", #""deleted":true"#, #""deleted":"yes""#),
