@@ -77,6 +77,8 @@ public struct EntryScanner {
             }
         }
         chunk.index += 1
+        // No offset follows the last there is (`nextOffset` wrapped to 0).
+        if offset == .max { exhausted = true }
         return entry
     }
 

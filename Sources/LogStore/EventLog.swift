@@ -138,7 +138,7 @@ public final class EventLog: Sendable {
             : GroupCommitter(
                 environment: environment, log: log, position: initial,
                 onCommit: { committed, jobs, effects in
-                    position.record(committed, jobs: jobs)
+                    position.record(committed, jobs: jobs, entries: effects.entries)
                     if !effects.isEmpty { onCommit?(effects) }
                 },
                 onStop: {
@@ -276,9 +276,9 @@ extension EventLog {
     private static func appendAll(_ bodies: [EntryBody], _ txn: borrowing Transaction, _ context: inout WriteContext)
         throws -> ClosedRange<UInt64>
     {
-        let first = context.position.lastOffset + 1
         // By index: `for body in bodies` would copy each body out first.
-        for index in bodies.indices { _ = try context.append(bodies[index], in: txn) }
+        let first = try context.append(bodies[bodies.startIndex], in: txn)
+        for index in bodies.indices.dropFirst() { _ = try context.append(bodies[index], in: txn) }
         return first...context.position.lastOffset
     }
 
@@ -362,7 +362,8 @@ extension EventLog {
     ) throws -> Entry {
         let entry = try decode(key: key, value: value, path: path)
         try checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
-        expected = entry.offset + 1
+        // Wraps only past the last offset, which no entry can follow.
+        expected = entry.offset &+ 1
         return entry
     }
 
@@ -396,11 +397,11 @@ final class CommittedPosition: Sendable {
     var current: WriteContext.Position { state.withLock { $0.position } }
     var statistics: EventLog.Statistics { state.withLock { $0.statistics } }
 
-    func record(_ position: WriteContext.Position, jobs: Int) {
+    func record(_ position: WriteContext.Position, jobs: Int, entries: Int) {
         state.withLock { state in
             state.statistics.commits += 1
             state.statistics.writes += jobs
-            state.statistics.entries += Int(position.lastOffset - state.position.lastOffset)
+            state.statistics.entries += entries
             state.position = position
         }
     }

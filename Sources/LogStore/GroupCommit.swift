@@ -174,7 +174,7 @@ final class GroupCommitter: @unchecked Sendable {
             do {
                 let (position, effects) = try environment.write { txn in
                     failed = nil
-                    var context = WriteContext(log: log, position: committed)
+                    var context = WriteContext(log: log, path: environment.path, position: committed)
                     for (index, job) in pending.enumerated() {
                         do {
                             try job.run(txn, &context)
@@ -266,11 +266,14 @@ struct WriteContext {
     }
 
     let log: Database
+    /// The store's directory, for errors.
+    let path: String
     private(set) var position: Position
     private let wallClock = wallClockMilliseconds()
 
-    init(log: Database, position: Position) {
+    init(log: Database, path: String, position: Position) {
         self.log = log
+        self.path = path
         self.position = position
     }
 
@@ -285,26 +288,35 @@ struct WriteContext {
         try Validation.entry(entry.body)
         guard entry.offset > position.lastOffset, entry.timestamp > position.lastTimestamp || position.lastOffset == 0 else {
             throw LogStoreError(
-                .invalidArgument, path: "", offset: entry.offset,
+                .invalidArgument, path: path, offset: entry.offset,
                 "entries must follow offset \(position.lastOffset) in order, with later timestamps")
         }
         try txn.put(log, key: OffsetKey.encode(entry.offset), value: try EntryCodec.encode(entry), flags: .append)
         position = Position(lastOffset: entry.offset, lastTimestamp: entry.timestamp)
+        effects.entries += 1
     }
 
     /// Appends one entry and returns its offset.
     /// - Throws: `LogStoreError.invalidArgument` when the body breaks a rule
     ///   of `Validation.entry` (every append is checked here, so the
     ///   projections can apply whatever the log holds), `FormatError` (the
-    ///   body is over a limit), `LMDBError`.
+    ///   body is over a limit), `LMDBError`; `LogStoreError.logFull` when
+    ///   the last entry has the last offset, 2^64 - 1 (only an imported log
+    ///   gets there).
     mutating func append(_ body: borrowing EntryBody, in txn: borrowing Transaction) throws -> UInt64 {
         try Validation.entry(body)
+        guard position.lastOffset < .max else {
+            throw LogStoreError(
+                .logFull, path: path, offset: position.lastOffset,
+                "the last entry has offset \(position.lastOffset), the last there is: no entry can follow it")
+        }
         let offset = position.lastOffset + 1
         let timestamp = position.lastTimestamp.next(wallClockMilliseconds: wallClock)
         let bytes = try EntryCodec.encode(offset: offset, timestamp: timestamp, body: body)
         try txn.put(log, key: OffsetKey.encode(offset), value: bytes, flags: .append)
         precondition(offset == position.lastOffset + 1, "offsets must be dense")
         position = Position(lastOffset: offset, lastTimestamp: timestamp)
+        effects.entries += 1
         return offset
     }
 
@@ -324,6 +336,8 @@ struct CommitEffects: Sendable {
     var events: [StoreEvent] = []
     /// Intents written now (not replayed): the outbox has more to push.
     var wroteIntents = false
+    /// Entries appended (or restored) to the log.
+    var entries = 0
 
     var isEmpty: Bool { touchedTypes.isEmpty && events.isEmpty && !wroteIntents }
 }

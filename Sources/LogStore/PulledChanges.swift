@@ -126,13 +126,13 @@ extension Store {
         while try watermark(txn) < last, try replayChunk(txn, &effects, live: true) {}
     }
 
-    /// The stored watermark; 0 when there is none. Damage (not 8 bytes, or
-    /// the largest offset, past which nothing follows) is an error: read as
-    /// 0 it would apply the whole log again over the tables.
+    /// The stored watermark; 0 when there is none. A value that is not 8
+    /// bytes is damage, an error: read as 0 it would apply the whole log
+    /// again over the tables. (One past the log's end is caught on open.)
     private func watermark(_ txn: borrowing Transaction) throws -> UInt64 {
         try MetaKey.watermark.withUnsafeBytes { key in
             try txn.withValue(log.metaDatabase, key: key) { raw -> UInt64 in
-                guard let watermark = UInt64(bigEndianBytes: raw), watermark < .max else {
+                guard let watermark = UInt64(bigEndianBytes: raw) else {
                     throw LogStoreError(
                         .corruptEntry, path: path,
                         "the projection watermark (\(raw.count) bytes) is not an offset; rebuild the projections")
@@ -153,7 +153,11 @@ extension Store {
         _ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool,
         countMax: Int = Store.replayChunkCountMax
     ) throws -> Bool {
-        var expected = try watermark(txn) + 1
+        let watermark = try watermark(txn)
+        // The last offset there is is projected: no entry can follow it.
+        guard watermark < .max else { return false }
+        var expected = watermark + 1
+        var projected = watermark
         var more = false
         var projector = self.projector
         let cache = ProjectionCache(entryCount: countMax)
@@ -172,11 +176,12 @@ extension Store {
             let entry = try EventLog.decode(
                 key: key, value: value, following: &expected, compactedBelow: compactedBelow, path: path)
             try projector.apply(entry, txn, &effects, live: live && entry.offset > replayedThrough)
+            projected = entry.offset
             applied += 1
             return true
         }
         try cache.flush(projector, txn)
-        try markWatermark(expected - 1, txn)
+        try markWatermark(projected, txn)
         return more
     }
 }

@@ -59,7 +59,7 @@ extension EventLog {
                         }) {
                             problems.append(StoreProblem(offset: offset, table: "log", message: "\(error.code) at byte \(error.position): \(error.detail)"))
                         }
-                        expected = offset + 1
+                        expected = offset &+ 1  // Wraps only past the last offset: nothing follows it.
                         item = try cursor.next()
                     }
                     next = item.map { [UInt8]($0.key) }
@@ -237,7 +237,8 @@ extension Store {
                     "the compaction watermark \(compactedBelow) is past the last offset of the import, \(last)")
             }
             for (index, entry) in entries.enumerated() {
-                let expected = context.position.lastOffset + 1
+                // Past the last offset it wraps to 0, which no offset follows.
+                let expected = context.position.lastOffset &+ 1
                 do {
                     // Replay's own rule, checked before anything commits.
                     try EventLog.checkDensity(

@@ -138,3 +138,36 @@ extension StoreEdgeTests {
         #expect(ended, "the streams of a released store never ended")
     }
 }
+
+extension StoreEdgeTests {
+    /// Offsets run to 2^64 - 1 (`Format/limits.md`). A log whose last entry
+    /// has that offset (an import can make one) is read, replayed and
+    /// verified like any other; an append, which has no offset left to
+    /// take, is refused with an error rather than an overflow trap. The log
+    /// fills one scan chunk exactly, so the scanner looks past its last
+    /// entry for more.
+    @Test func aLogAtTheLastOffsetIsReadAndRefusesAppends() async throws {
+        var fixture = try StoreFixture("store-last-offset")
+        let count = UInt64(EventLog.scanChunkCountMax)
+        let entries = (0..<count).map { index in
+            Entry(
+                offset: .max - count + 1 + index, timestamp: HybridTimestamp(rawValue: (1 + index) << 16),
+                body: .resync(reason: "imported"))
+        }
+        try await fixture.store.restore(entries, compactedBelow: .max - count + 1)
+        try fixture.reopen()
+        let store = fixture.store
+        var scanner = store.log.entries(from: 1)
+        var offsets: [UInt64] = []
+        while let entry = try scanner.next(), offsets.count <= count { offsets.append(entry.offset) }
+        // Counted, not listed: a failure would print a thousand offsets.
+        #expect(offsets.count == entries.count && offsets.elementsEqual(entries.map(\.offset)), "\(offsets.count) read")
+        let verified = try store.log.verifyEntries()
+        #expect(verified.checked == Int(count) && verified.problems.isEmpty, "\(verified.problems)")
+        let error = await #expect(throws: LogStoreError.self) { try await store.create(type: "te", fields: [:]) }
+        #expect(error?.code == .logFull)
+        #expect(error?.description.contains("18446744073709551615") == true, "\(String(describing: error))")
+        #expect(try store.count(type: "te") == 0)
+        try await store.rebuildProjections()
+    }
+}

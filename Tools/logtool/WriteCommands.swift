@@ -24,24 +24,26 @@ struct Tail: AsyncParsableCommand {
         let log = try store.openLog()
         defer { log.close() }
         let last = try log.lastOffset()
-        var next = last >= UInt64(count) ? last - UInt64(count) + 1 : 1
-        next = try printEntries(log, from: next)
+        let first = last >= UInt64(count) ? last - UInt64(count) + 1 : 1
+        var following = try printEntries(log, from: first)
         guard follow else { return }
         let deadline = seconds > 0 ? ContinuousClock.now + .seconds(seconds) : nil
         // Bounded by --seconds, or by the user's interrupt.
         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
+            guard let next = following else { return }
             try await Task.sleep(for: Tail.pollInterval)
-            next = try printEntries(log, from: next)
+            following = try printEntries(log, from: next)
         }
     }
 
-    /// Prints the entries from `offset` on; returns the next offset to read.
-    private func printEntries(_ log: EventLog, from offset: UInt64) throws -> UInt64 {
+    /// Prints the entries from `offset` on; returns the next offset to read,
+    /// nil after the last offset there is (2^64 - 1: nothing can follow it).
+    private func printEntries(_ log: EventLog, from offset: UInt64) throws -> UInt64? {
         var scanner = log.entries(from: offset)
-        var next = offset
+        var next: UInt64? = offset
         while let entry = try scanner.next() {
             try printEntry(entry, json: store.json)
-            next = entry.offset + 1
+            next = entry.offset < .max ? entry.offset + 1 : nil
         }
         fflushStandardOutput()
         return next
@@ -159,9 +161,11 @@ struct Replay: AsyncParsableCommand {
         let environment = try Environment(path: output)
         defer { environment.close() }
         guard let entries = try environment.openDatabase("log", create: false) else { throw LogToolError("the copy has no log") }
-        let key = (offset + 1).bigEndianBytes
-        // The tail goes in chunks, each its own transaction: bounded by the log's length.
-        while true {
+        let key = (offset &+ 1).bigEndianBytes
+        // The tail goes in chunks, each its own transaction: bounded by the
+        // log's length. At the last offset there is (where `key` wraps to 0),
+        // nothing follows.
+        while offset < .max {
             let removed = try environment.write { txn -> Int in
                 var keys: [[UInt8]] = []
                 try txn.forEach(entries, from: key) { key, _ in
