@@ -148,10 +148,13 @@ public struct Conflict: Hashable, Sendable {
     public var serverFields: Fields
     public var resolution: Resolution
     /// The fields the resolution settled on, for people reading the log:
-    /// no rule reads them. Empty while pending, and empty when they do not
-    /// fit in the entry beside `serverFields` (an entity near the size
-    /// limit has no room for two copies); the resolution intent written
-    /// after the entry then says what changed (`Format/storage.md`, section 7).
+    /// no projection rule reads them. While pending, what the app saw when
+    /// the server had deleted the entity (the state a later `keepLocal`
+    /// recreates, which the Swift store reads back), empty otherwise. Empty
+    /// when they do not fit in the entry beside `serverFields` (an entity
+    /// near the size limit has no room for two copies); the resolution
+    /// intent written after the entry then says what changed
+    /// (`Format/storage.md`, section 7).
     public var resolvedFields: Fields
 
     public init(

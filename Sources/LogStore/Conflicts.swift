@@ -16,7 +16,8 @@ public struct ConflictCase: Sendable, Equatable {
     /// (or a resync) moved the base on: it then holds server changes the
     /// intent never saw, and shows them as no change at all.
     public var baseIsCommonAncestor: Bool
-    /// What the app saw when the conflict was recorded (nil: absent).
+    /// What the app saw when the conflict was recorded (nil: absent); for a
+    /// conflict the app settles later, with the changes it made since.
     public var local: Fields?
     /// The server's state when it refused the intent (the protocol's `server_state`).
     public var server: ServerState
@@ -111,7 +112,8 @@ extension Store {
                 throw LogStoreError(.notFound, path: store.path, offset: intentOffset, "no conflict of intent \(intentOffset) waits for the app")
             }
             let server = ServerState(serverVersion: pending.serverVersion, deleted: pending.serverDeleted, data: pending.serverFields)
-            let conflictCase = try store.conflictCase(intentOffset, server, txn)
+            var conflictCase = try store.conflictCase(intentOffset, server, txn)
+            conflictCase.local = try store.localState(waiting: pending, conflictCase, txn)
             let settlement = try store.settlement(conflictCase, decision, txn)
             if let problem = settlement.problem { throw Validation.invalid(problem) }
             try store.settle(settlement, txn, &context)
@@ -132,6 +134,30 @@ extension Store {
             baseIsCommonAncestor: (record?.baseVersion ?? 0) == sent, local: record?.visible, server: server)
     }
 
+    /// What the app saw when the conflict was recorded, for a decision made
+    /// later, with the changes the app made since. The visible state no
+    /// longer shows it: the `reject` took the refused intent out of the
+    /// pending ones, and a pull may since have replaced the base the intent
+    /// was made on (a pulled delete leaves none). For an entity the server
+    /// deleted, where `keepLocal` recreates this state, the waiting entry
+    /// keeps it (`settlement`), and the entity's intents after the refused
+    /// one are applied over it (again, for those it already holds: updates
+    /// applied twice in order give the same state). An entry without it
+    /// (written by an older store, or a state too large for an entry, which
+    /// no create could carry either) gets the refused intent applied again
+    /// in its place among the pending ones, over the base as it is now.
+    func localState(waiting: Conflict, _ conflictCase: ConflictCase, _ txn: borrowing Transaction) throws -> Fields? {
+        let refused = conflictCase.intentOffset
+        let record = try projector.load(conflictCase.intent.entityType, conflictCase.intent.entityID, txn)
+        let pending = record?.pending ?? []
+        let later = pending.filter { $0 > refused }
+        if waiting.serverDeleted, !waiting.resolvedFields.isEmpty {
+            return try projector.fold(waiting.resolvedFields, later, txn)
+        }
+        let before = try projector.fold(record?.base, pending.filter { $0 < refused }, txn)
+        return try projector.fold(Projector.applying(conflictCase.intent, to: before), later, txn)
+    }
+
     /// The entries that record `decision`, planned before any is appended
     /// so that a decision that cannot be recorded is refused whole.
     ///
@@ -143,6 +169,12 @@ extension Store {
     /// resolution intent appended after the entry carries the change, and
     /// the server's state stays in the entry, so a trace of the conflict is
     /// kept whole and only a copy is left out.
+    ///
+    /// A conflict left for the app whose entity the server deleted keeps
+    /// what the app saw in its `resolved_fields` instead (when it fits), so
+    /// that a `keepLocal` decided later recreates that state, as one decided
+    /// now does (`localState(waiting:_:_:)`): once the server's delete is
+    /// pulled, the log holds it nowhere else.
     func settlement(_ conflictCase: ConflictCase, _ decision: ConflictDecision, _ txn: borrowing Transaction) throws -> Settlement {
         let outcome = ConflictOutcome(decision, conflictCase)
         let intent = conflictCase.intent
@@ -151,6 +183,7 @@ extension Store {
             intentOffset: conflictCase.intentOffset, entityType: intent.entityType, entityID: intent.entityID,
             serverVersion: server.serverVersion, serverDeleted: server.deleted, serverFields: server.data,
             resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)
+        if outcome.resolution == .pending, server.deleted { conflict.resolvedFields = conflictCase.local ?? [:] }
         if Settlement.bodyBytes(.conflict(conflict)) > Limits.entryBodyBytesMax { conflict.resolvedFields = [:] }
         let resolution = try laterIntentsApplied(to: outcome.intent, conflictCase, txn).map { operation, fields in
             Intent(

@@ -1,0 +1,96 @@
+import LogFormat
+import LogStore
+import LogTesting
+import Testing
+
+/// How a conflict's decision becomes entries, in a real store. The reference
+/// server answers an update of a deleted entity `ENTITY_NOT_FOUND`, so a
+/// `CONFLICT` whose server state is deleted (which the protocol allows) is
+/// recorded directly.
+@Suite struct KeepLocalTests {
+    /// When `keepLocal` is decided for an update the server refused because
+    /// it had deleted the entity.
+    enum Decided: CaseIterable {
+        /// By the strategy, while the push's answers are recorded.
+        case whenRecorded
+        /// By the app, while the conflict waits.
+        case byTheApp
+        /// By the app, after a pull applied the server's delete (and a
+        /// compaction and a reopen, which leave only the log behind).
+        case byTheAppAfterThePull
+    }
+
+    /// `keepLocal` against a server that deleted the entity brings it back
+    /// with a create of what the app saw: the confirmed fields with its
+    /// update over them. Before, a decision the app made later read what
+    /// the app saw from the projection as it was then, without the refused
+    /// update: the entity came back with the fields the server had
+    /// confirmed and without the update (the update is no longer pending)
+    /// or, once the pull had applied the delete, with the update's fields
+    /// alone.
+    @Test(arguments: Decided.allCases)
+    func keepLocalRecreatesWhatTheAppSawWhenTheServerDeletedTheEntity(_ decided: Decided) async throws {
+        var fixture = try StoreFixture("conflicts-keep-local-deleted")
+        let decision: ConflictDecision = decided == .whenRecorded ? .keepLocal : .askApp
+        let update = try await Self.updateOfATaskTheServerDeleted(fixture.store, decision)
+        if decided == .byTheAppAfterThePull {
+            // Another task's change after the delete, so that compaction
+            // folds the delete into a tombstone.
+            try await fixture.store.applyPulledPage(
+                [
+                    PulledChange(.delete, entityType: "task", entityID: "t1", serverVersion: 2),
+                    PulledChange(.upsert, entityType: "task", entityID: "t2", serverVersion: 1, fields: ["title": "t2"]),
+                ], cursor: "c2")
+            #expect(try fixture.store.get(type: "task", id: "t1") == nil)
+            #expect(try await fixture.store.compact(below: try fixture.store.log.lastOffset()).snapshotsWritten > 0)
+            try fixture.reopen()
+        }
+        let seen: Fields = ["title": "from a", "notes": "n", "done": false]
+        if decided != .whenRecorded {
+            let waiting = try fixture.store.conflicts()
+            #expect(waiting.map(\.conflict.intentOffset) == [update])
+            #expect(waiting.first?.conflict.resolvedFields == seen)
+            try await fixture.store.resolveConflict(intentOffset: update, .keepLocal)
+        }
+        #expect(try fixture.store.conflicts().isEmpty)
+        let resolution = try #require(try fixture.store.outbox().first?.intent)
+        #expect(resolution.operation == .create)
+        #expect(resolution.fields == seen)
+        #expect(resolution.baseVersion == 2)
+        #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
+        try fixture.reopen()
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
+    }
+
+    /// The app changes the entity again while the conflict waits (the
+    /// server's delete not pulled yet); a `keepLocal` it decides then
+    /// recreates what the app saw with that change too: the create is
+    /// pushed after the change, and must not undo it.
+    @Test func keepLocalDecidedLaterKeepsTheChangesMadeSince() async throws {
+        let fixture = try StoreFixture("conflicts-keep-local-deleted-later")
+        let update = try await Self.updateOfATaskTheServerDeleted(fixture.store, .askApp)
+        try await fixture.store.update(type: "task", id: "t1", changes: ["done": true])
+        try await fixture.store.resolveConflict(intentOffset: update, .keepLocal)
+        let seen: Fields = ["title": "from a", "notes": "n", "done": true]
+        let resolution = try #require(try fixture.store.outbox().last?.intent)
+        #expect(resolution.operation == .create)
+        #expect(resolution.fields == seen)
+        #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
+    }
+
+    /// Task t1 is pulled at version 1 with three fields, and the app changes
+    /// its title; the server, which deleted it at version 2, answers the
+    /// push `CONFLICT`, and `decision` is recorded for it.
+    /// - Returns: the offset of the refused update.
+    static func updateOfATaskTheServerDeleted(_ store: Store, _ decision: ConflictDecision) async throws -> UInt64 {
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "task", entityID: "t1", serverVersion: 1, fields: ["title": "v1", "notes": "n", "done": false])],
+            cursor: "c1")
+        try await store.update(type: "task", id: "t1", changes: ["title": "from a"])
+        let update = try #require(try store.outbox().first)
+        let deleted = ServerState(serverVersion: 2, deleted: true, data: [:])
+        try await store.record([(update.offset, .conflict(deleted, message: "deleted"))]) { _ in decision }
+        return update.offset
+    }
+}
