@@ -15,7 +15,10 @@ public struct OutboxState: Sendable, Equatable {
     public var status = Status.pending
     /// Failed push attempts so far.
     public var attempts: UInt32 = 0
-    /// Unix milliseconds before which the intent is not due; 0 for now.
+    /// Unix milliseconds before which the intent is not due; 0 for now. The
+    /// sync engine sets and reads them on its clock's monotonic reading
+    /// (for `SystemClock`, the wall clock without its steps since the
+    /// process started).
     public var nextAttemptAt: UInt64 = 0
     /// The last failure, for people ("" before the first).
     public var lastError = ""

@@ -8,7 +8,8 @@ public struct OutboxSummary: Sendable, Equatable {
     /// Intents out of retries, waiting for the app (`Store.retryFailed`).
     public var failedCount = 0
     /// When the earliest pending intent that is not due yet becomes due
-    /// (Unix milliseconds); nil when none waits for a retry.
+    /// (its retry time, as `pushBatch` compares it); nil when none waits for
+    /// a retry.
     public var nextAttemptAt: UInt64?
     /// When the oldest intent in the outbox was written (Unix milliseconds).
     public var oldestWrittenAt: UInt64?
@@ -18,7 +19,7 @@ public struct OutboxSummary: Sendable, Equatable {
 
 extension Store {
     /// The next intents to push, in log order: at most `limit`, each due at
-    /// `now` (Unix milliseconds), with the base version to send.
+    /// `now`, with the base version to send.
     ///
     /// An intent that is not due, or has failed, holds back every later
     /// intent on its entity: the server must apply one entity's changes in
@@ -26,8 +27,15 @@ extension Store {
     /// Each returned intent's `baseVersion` is the one to send: the greater
     /// of the version it was made against and the server versions answered
     /// for earlier intents on its entity (section 7).
+    /// - Parameters:
+    ///   - now: Unix milliseconds, on the clock the retry times were set by
+    ///     (the sync engine's monotonic reading).
+    ///   - retryWaitMax: an intent whose retry time is more than this after
+    ///     `now` is due too. The caller sets no retry that far off, so the
+    ///     time was set by a clock since set back, or under a longer limit
+    ///     than today's; kept, it would hold the intent as long again.
     /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
-    public func pushBatch(limit: Int, now: UInt64) throws -> [PendingIntent] {
+    public func pushBatch(limit: Int, now: UInt64, retryWaitMax: UInt64 = .max) throws -> [PendingIntent] {
         try checkLimit(limit)
         return try log.environment.read { txn in
             var batch: [PendingIntent] = []
@@ -39,7 +47,8 @@ extension Store {
                 let intent = item.intent
                 let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
                 guard !held.contains(entity) else { return true }
-                guard item.state.status == .pending, item.state.nextAttemptAt <= now else {
+                let retryAt = item.state.nextAttemptAt
+                guard item.state.status == .pending, retryAt <= now || retryAt - now > retryWaitMax else {
                     held.insert(entity)
                     return true
                 }

@@ -1,6 +1,7 @@
 /// When a retryable failure is tried again (`Format/sync-protocol.md`,
 /// section 10, "Retry timing"): exponential backoff with jitter, at least
-/// the server's `Retry-After`, and a bounded number of attempts.
+/// the server's `Retry-After` (up to `retryAfterMaxMilliseconds`), and a
+/// bounded number of attempts.
 public struct RetryPolicy: Sendable, Equatable {
     /// The delay before the first retry.
     public var baseDelayMilliseconds: UInt64 = 1_000
@@ -10,6 +11,13 @@ public struct RetryPolicy: Sendable, Equatable {
     public var attemptsMax: UInt32 = 10
     /// Each delay is multiplied by a factor from 1 - jitter to 1 + jitter.
     public var jitter = 0.2
+    /// A server's `Retry-After` is honoured up to this, here and in the
+    /// circuit breaker. A server (or a proxy before it) that asks for more,
+    /// such as `Retry-After: 999999999999`, is misconfigured or broken:
+    /// obeyed, it would stop every scheduled sync for good. An hour is 12
+    /// times the longest delay of the client's own, and one request an
+    /// hour from each client costs a server nothing.
+    public var retryAfterMaxMilliseconds: UInt64 = 3_600_000
 
     public init() {}
 
@@ -23,31 +31,53 @@ public struct RetryPolicy: Sendable, Equatable {
         // large base, and a product past UInt64 cannot be converted back.
         let (doubled, overflow) = baseDelayMilliseconds.multipliedReportingOverflow(by: 1 << UInt64(doublings))
         let backoff = overflow ? delayMaxMilliseconds : min(doubled, delayMaxMilliseconds)
-        let factor = 1 + Double.random(in: -jitter...jitter, using: &random)
-        let product = (Double(backoff) * factor).rounded()
-        let jittered = product < Double(UInt64.max) ? UInt64(product) : .max
-        return max(jittered, .milliseconds(retryAfterSeconds: retryAfterSeconds))
+        let jittered = Self.scaled(backoff, by: 1 + Double.random(in: -jitter...jitter, using: &random))
+        return max(jittered, retryAfterMilliseconds(retryAfterSeconds))
+    }
+
+    /// The wait a `Retry-After` of `seconds` asks for, as the client honours
+    /// it: 0 for none (or a negative one), at most `retryAfterMaxMilliseconds`.
+    public func retryAfterMilliseconds(_ seconds: Int?) -> UInt64 {
+        min(.milliseconds(retryAfterSeconds: seconds), retryAfterMaxMilliseconds)
+    }
+
+    /// The longest delay `delay(beforeRetry:retryAfterSeconds:random:)`
+    /// gives: a retry time further off than this was not set under this
+    /// policy by the clock that reads it now.
+    var delayLongestMilliseconds: UInt64 {
+        max(Self.scaled(delayMaxMilliseconds, by: 1 + jitter), retryAfterMaxMilliseconds)
+    }
+
+    /// `milliseconds × factor`, rounded, and `.max` past UInt64.
+    private static func scaled(_ milliseconds: UInt64, by factor: Double) -> UInt64 {
+        let product = (Double(milliseconds) * factor).rounded()
+        return product < Double(UInt64.max) ? UInt64(product) : .max
     }
 }
 
 /// The client's circuit breaker (section 10, "Circuit breaker"): three
 /// consecutive 429 answers, on any endpoint, stop all requests for 30 s, then
-/// 60 s after the next trip, up to 300 s, and at least the last `Retry-After`.
-/// Any other answer resets the count; a successful push or pull also resets
-/// the delay.
+/// 60 s after the next trip, up to 300 s, and at least the last `Retry-After`
+/// (up to `retryAfterMaxMilliseconds`). Any other answer resets the count; a
+/// successful push or pull also resets the delay.
 public struct CircuitBreaker: Sendable, Equatable {
     /// Consecutive 429s that open the breaker.
     public static let thresholdCount = 3
     public static let delayBaseMilliseconds: UInt64 = 30_000
     public static let delayMaxMilliseconds: UInt64 = 300_000
 
+    /// A `Retry-After` is honoured up to this (`RetryPolicy.retryAfterMaxMilliseconds`).
+    public let retryAfterMaxMilliseconds: UInt64
     public private(set) var consecutiveRateLimits = 0
     /// The delay the next trip waits.
     public private(set) var nextDelayMilliseconds = CircuitBreaker.delayBaseMilliseconds
-    /// While now is before this (Unix milliseconds), no request is sent.
+    /// While now is before this, no request is sent; on the clock the
+    /// times given are read from (the engine's monotonic reading).
     public private(set) var openUntil: UInt64 = 0
 
-    public init() {}
+    public init(retryAfterMaxMilliseconds: UInt64 = RetryPolicy().retryAfterMaxMilliseconds) {
+        self.retryAfterMaxMilliseconds = retryAfterMaxMilliseconds
+    }
 
     public func isOpen(at now: UInt64) -> Bool { now < openUntil }
 
@@ -55,7 +85,8 @@ public struct CircuitBreaker: Sendable, Equatable {
     public mutating func recordRateLimited(retryAfterSeconds: Int?, at now: UInt64) -> Bool {
         consecutiveRateLimits += 1
         guard consecutiveRateLimits >= CircuitBreaker.thresholdCount else { return false }
-        openUntil = now.addingSaturating(max(nextDelayMilliseconds, .milliseconds(retryAfterSeconds: retryAfterSeconds)))
+        let retryAfter = min(UInt64.milliseconds(retryAfterSeconds: retryAfterSeconds), retryAfterMaxMilliseconds)
+        openUntil = now.addingSaturating(max(nextDelayMilliseconds, retryAfter))
         nextDelayMilliseconds = min(nextDelayMilliseconds * 2, CircuitBreaker.delayMaxMilliseconds)
         consecutiveRateLimits = 0
         return true

@@ -1,6 +1,7 @@
 /// When to sync: the scheduler's rules as a pure state machine. Events go
 /// in with the time they happened; actions (start a sync, set or cancel a
-/// timer) come out. `SyncScheduler` carries them out with a clock; tests
+/// timer) come out. `SyncScheduler` carries them out with a clock (its
+/// monotonic reading, which a step of the wall clock does not move); tests
 /// drive this directly with times of their choosing.
 ///
 /// - Periodic sync every `periodMilliseconds` while online.
@@ -11,7 +12,8 @@
 /// - A server nudge syncs at once while online.
 /// - Stopped, the scheduler forgets the connectivity: after a restart, the
 ///   rules wait for its first report, as they did at the first start.
-/// - After a failed run (`.syncEnded` with a time: `SyncEngine.nextRunAt`)
+/// - After a failed run (`.syncEnded` with a time: `SyncEngine.nextRunAt`,
+///   on the monotonic reading)
 ///   none of the above starts a run before that time; a retry timer starts
 ///   one then (`Format/sync-protocol.md` section 10, "Retry timing"), so a
 ///   failing server sees one request per backoff, whatever triggers come.

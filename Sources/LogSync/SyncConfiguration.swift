@@ -56,8 +56,10 @@ public final class SyncCancellation: Sendable {
 
     public init() { deadline = nil }
 
-    /// Cancelled also once `clock` reads `deadlineMilliseconds` or later
-    /// (a time-boxed run, `SyncScheduler.runBackground`).
+    /// Cancelled also once `clock.monotonicMilliseconds` reads
+    /// `deadlineMilliseconds` or later (a time-boxed run,
+    /// `SyncScheduler.runBackground`): a step of the wall clock moves it
+    /// neither nearer nor further.
     public init(deadlineMilliseconds: UInt64, clock: any SyncClock) {
         deadline = (clock, deadlineMilliseconds)
     }
@@ -67,6 +69,6 @@ public final class SyncCancellation: Sendable {
     public var isCancelled: Bool {
         if flag.load(ordering: .relaxed) { return true }
         guard let deadline else { return false }
-        return deadline.clock.nowMilliseconds >= deadline.milliseconds
+        return deadline.clock.monotonicMilliseconds >= deadline.milliseconds
     }
 }

@@ -20,6 +20,10 @@ import LogStore
 ///   retry time, so the run carries it. An explicit `sync()` runs at once.
 /// - Every pulled page is applied with its cursor in one transaction;
 ///   cancellation is checked between pages.
+/// - Every wait (an intent's retry, the run backoff, the breaker) is kept on
+///   the clock's monotonic reading, so a step of the wall clock neither
+///   lengthens nor shortens it; the times the engine shows are moved to the
+///   wall clock as it reads when they are asked for.
 ///
 /// Caveats: the engine never holds a store transaction across an `await`
 /// (every store call is one synchronous transaction). Intents in flight are
@@ -32,9 +36,9 @@ public actor SyncEngine {
     private let configuration: SyncConfiguration
     private var random: any RandomNumberGenerator & Sendable
 
-    private var breaker = CircuitBreaker()
+    private var breaker: CircuitBreaker
     /// Failed runs since the last completed one, and when the next may
-    /// start (Unix ms; `nextRunAt`).
+    /// start (a monotonic reading; `nextRunAt`).
     private var failedRuns: UInt32 = 0
     private var runBackoffUntil: UInt64 = 0
     /// The `Retry-After` of the running sync's last failed request.
@@ -59,6 +63,7 @@ public actor SyncEngine {
         self.clock = clock
         self.configuration = configuration
         self.random = random
+        breaker = CircuitBreaker(retryAfterMaxMilliseconds: configuration.retry.retryAfterMaxMilliseconds)
     }
 
     /// The current state, then every change, and each failed run's `.error`
@@ -89,8 +94,15 @@ public actor SyncEngine {
 
     /// The outbox and the engine's view of the server, now.
     public func health() throws -> SyncHealth {
-        SyncHealth(
-            summary: try store.outboxSummary(), now: clock.nowMilliseconds, onlineSince: onlineSince,
+        var summary = try store.outboxSummary()
+        // On the monotonic reading, as `pushBatch` compares it: a retry time
+        // further off than any wait the policy sets is due now.
+        let now = monotonicNow
+        summary.nextAttemptAt = summary.nextAttemptAt.map { time in
+            wallClock(time > now && time - now > configuration.retry.delayLongestMilliseconds ? now : time)
+        }
+        return SyncHealth(
+            summary: summary, now: clock.nowMilliseconds, onlineSince: onlineSince,
             stuckAfter: configuration.stuckAfterMilliseconds, lastSuccessAt: lastSuccessAt, lastError: lastError,
             breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state)
     }
@@ -101,17 +113,37 @@ public actor SyncEngine {
     func networkPathLost() { onlineSince = nil }
 
     /// Closes the circuit breaker, for an app whose user asked to retry now.
-    public func resetCircuitBreaker() { breaker = CircuitBreaker() }
+    public func resetCircuitBreaker() {
+        breaker = CircuitBreaker(retryAfterMaxMilliseconds: configuration.retry.retryAfterMaxMilliseconds)
+    }
 
-    /// When the circuit breaker lets requests through again (Unix ms), if open.
-    public var breakerOpenUntil: UInt64? { breaker.isOpen(at: clock.nowMilliseconds) ? breaker.openUntil : nil }
+    /// When the circuit breaker lets requests through again (Unix ms, as
+    /// the wall clock reads now), if open.
+    public var breakerOpenUntil: UInt64? { breaker.isOpen(at: monotonicNow) ? wallClock(breaker.openUntil) : nil }
 
-    /// When the scheduler starts the next run (Unix ms) after failed ones:
-    /// the end of their backoff or of the open circuit breaker, whichever is
-    /// later; nil when neither waits. `sync()` itself does not wait for it.
-    public var nextRunAt: UInt64? {
+    /// When the scheduler starts the next run (Unix ms, as the wall clock
+    /// reads now) after failed ones: the end of their backoff or of the
+    /// open circuit breaker, whichever is later; nil when neither waits.
+    /// `sync()` itself does not wait for it.
+    public var nextRunAt: UInt64? { nextRunDeadline.map(wallClock) }
+
+    /// `nextRunAt` on the clock's monotonic reading, which the scheduler's
+    /// timers keep to.
+    var nextRunDeadline: UInt64? {
         let until = max(runBackoffUntil, breaker.openUntil)
-        return until > clock.nowMilliseconds ? until : nil
+        return until > monotonicNow ? until : nil
+    }
+
+    /// Now on the clock's monotonic reading, which every deadline of the
+    /// engine is on.
+    private var monotonicNow: UInt64 { clock.monotonicMilliseconds }
+
+    /// A deadline on the monotonic reading, as the wall clock will read
+    /// then if it is not set meanwhile.
+    private func wallClock(_ deadline: UInt64) -> UInt64 {
+        let (wall, monotonic) = (clock.nowMilliseconds, clock.monotonicMilliseconds)
+        guard deadline < .max else { return .max }
+        return wall >= monotonic ? deadline.addingSaturating(wall - monotonic) : deadline - min(deadline, monotonic - wall)
     }
 
     /// Publishes a change of state; with `always`, the same state again
@@ -154,7 +186,7 @@ public actor SyncEngine {
         case .offline, .cancelled:
             set(.idle)
         case .rateLimited:
-            let now = clock.nowMilliseconds
+            let now = monotonicNow
             let wait = breaker.openUntil > now ? Double(breaker.openUntil - now) / 1000 : 0
             set(.rateLimited(retryAfter: wait, pending: (try? store.outboxSummary().pendingCount) ?? 0))
         case .failed(let message):
@@ -163,13 +195,13 @@ public actor SyncEngine {
             // it sees the run end.
             failedRuns = min(failedRuns, .max - 1) + 1
             let delay = configuration.retry.delay(beforeRetry: failedRuns, retryAfterSeconds: retryAfterSeconds, random: &random)
-            runBackoffUntil = clock.nowMilliseconds.addingSaturating(delay)
+            runBackoffUntil = monotonicNow.addingSaturating(delay)
             set(.error(message), always: true)
         }
         return report
     }
 
-    private func rateLimitedStop() -> SyncOutcome? { breaker.isOpen(at: clock.nowMilliseconds) ? .rateLimited : nil }
+    private func rateLimitedStop() -> SyncOutcome? { breaker.isOpen(at: monotonicNow) ? .rateLimited : nil }
 
     /// Records a transport failure with the circuit breaker, and its
     /// `Retry-After` for the run's backoff.
@@ -177,7 +209,7 @@ public actor SyncEngine {
     private func noteFailure(_ error: TransportError) -> SyncOutcome? {
         retryAfterSeconds = error.retryAfterSeconds
         if error.isRateLimited {
-            return breaker.recordRateLimited(retryAfterSeconds: error.retryAfterSeconds, at: clock.nowMilliseconds) ? .rateLimited : nil
+            return breaker.recordRateLimited(retryAfterSeconds: error.retryAfterSeconds, at: monotonicNow) ? .rateLimited : nil
         }
         breaker.recordAnswer(success: false)
         return nil
@@ -198,7 +230,8 @@ public actor SyncEngine {
         var limit = configuration.pushBatchCountMax
         var batches = 0
         while batches < 2 * (total / limit + 1) + 8 {
-            let batch = try store.pushBatch(limit: limit, now: clock.nowMilliseconds)
+            let batch = try store.pushBatch(
+                limit: limit, now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds)
             guard !batch.isEmpty else { return nil }
             switch try await pushBatch(batch, &report) {
             case .split:
@@ -296,7 +329,7 @@ public actor SyncEngine {
 
     /// Schedules the next attempt of each intent by its own attempt count.
     private func scheduleRetry(_ items: [PendingIntent], _ message: String, retryAfterSeconds: Int?, _ report: inout SyncReport) async throws {
-        let now = clock.nowMilliseconds
+        let now = monotonicNow
         let policy = configuration.retry
         var byTime: [UInt64: [UInt64]] = [:]
         for item in items {

@@ -10,6 +10,9 @@ import LogStore
 /// breaker), then retries once; it learns of every run's end from the
 /// engine's states, so an app's own `engine.sync()` (a user's "sync now",
 /// which runs at once all the same) sets or clears that wait too.
+///
+/// Its rules and timers run on the clock's monotonic reading, as the
+/// engine's deadlines do: a step of the wall clock moves no timer.
 public actor SyncScheduler {
     private let engine: SyncEngine
     private let clock: any SyncClock
@@ -50,7 +53,7 @@ public actor SyncScheduler {
                 if !online { await engine.networkPathLost() }
                 // A run that failed before this start: its backoff holds
                 // (the states listener may report it only after this).
-                if first, let nextRunAt = await engine.nextRunAt {
+                if first, let nextRunAt = await engine.nextRunDeadline {
                     await self?.listened(.syncEnded(nextRunAt: nextRunAt), epoch)
                 }
                 await self?.listened(first ? .started(online: online) : .connectivity(online), epoch)
@@ -65,7 +68,7 @@ public actor SyncScheduler {
             for await state in engine.states() {
                 switch state {
                 case .pushing, .pulling: continue
-                case .idle, .rateLimited, .error: await self?.listened(.syncEnded(nextRunAt: await engine.nextRunAt), epoch)
+                case .idle, .rateLimited, .error: await self?.listened(.syncEnded(nextRunAt: await engine.nextRunDeadline), epoch)
                 }
             }
         })
@@ -91,7 +94,7 @@ public actor SyncScheduler {
     /// backoff (`SyncEngine.nextRunAt`): the OS chose the moment, and may not
     /// offer another soon. An open circuit breaker still stops it.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
-        let deadline = clock.nowMilliseconds.addingSaturating(budgetMilliseconds)
+        let deadline = clock.monotonicMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock))
     }
 
@@ -106,7 +109,7 @@ public actor SyncScheduler {
     }
 
     private func handle(_ event: SchedulerCore.Event) {
-        for action in core.handle(event, at: clock.nowMilliseconds) {
+        for action in core.handle(event, at: clock.monotonicMilliseconds) {
             switch action {
             case .sync(let reason):
                 triggered.append(reason)

@@ -3,7 +3,8 @@ import LogSync
 
 /// A clock that moves only when a test says so: `advance(by:)` wakes every
 /// sleeper whose deadline has come. Timers of the engine and the scheduler
-/// run on it without real waiting.
+/// run on it without real waiting. `stepWallClock(by:)` sets the wall clock
+/// alone forward or back, as an administrator or NTP does.
 public final class ManualClock: SyncClock, @unchecked Sendable {
     private struct Sleeper {
         var deadline: UInt64
@@ -12,11 +13,18 @@ public final class ManualClock: SyncClock, @unchecked Sendable {
 
     private let lock = NSLock()
     private var now: UInt64
+    private var monotonic: UInt64
     private var sleepers: [UUID: Sleeper] = [:]
 
-    public init(startingAt milliseconds: UInt64 = 1_795_000_000_000) { now = milliseconds }
+    public init(startingAt milliseconds: UInt64 = 1_795_000_000_000) {
+        now = milliseconds
+        monotonic = milliseconds
+    }
 
     public var nowMilliseconds: UInt64 { lock.withLock { now } }
+
+    /// Starts at the wall clock's reading, and moves only with `advance(by:)`.
+    public var monotonicMilliseconds: UInt64 { lock.withLock { monotonic } }
 
     /// How many tasks sleep on this clock now.
     public var sleeperCount: Int { lock.withLock { sleepers.count } }
@@ -26,7 +34,7 @@ public final class ManualClock: SyncClock, @unchecked Sendable {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let ready = lock.withLock { () -> Bool in
-                    if deadline <= now || Task.isCancelled { return true }
+                    if deadline <= monotonic || Task.isCancelled { return true }
                     sleepers[id] = Sleeper(deadline: deadline, continuation: continuation)
                     return false
                 }
@@ -43,11 +51,20 @@ public final class ManualClock: SyncClock, @unchecked Sendable {
     public func advance(by milliseconds: UInt64) {
         let due = lock.withLock { () -> [Sleeper] in
             now += milliseconds
-            let ready = sleepers.filter { $0.value.deadline <= now }
+            monotonic += milliseconds
+            let ready = sleepers.filter { $0.value.deadline <= monotonic }
             for id in ready.keys { sleepers.removeValue(forKey: id) }
             return Array(ready.values)
         }
         for sleeper in due { sleeper.continuation.resume() }
+    }
+
+    /// Sets the wall clock forward (a positive step) or back (a negative
+    /// one) without time passing: sleepers wake no sooner and no later.
+    public func stepWallClock(by milliseconds: Int64) {
+        lock.withLock {
+            now = milliseconds < 0 ? now - min(now, milliseconds.magnitude) : now + UInt64(milliseconds)
+        }
     }
 
     /// Waits (really, briefly) until `count` tasks sleep on the clock, so a

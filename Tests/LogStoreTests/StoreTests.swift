@@ -413,6 +413,20 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         #expect(try store.outbox(dueAt: 0).first?.state == OutboxState())
     }
 
+    /// A retry time more than `retryWaitMax` after now is due: the caller
+    /// sets none that far off, so a clock since set back set it.
+    @Test func aRetryTimeBeyondTheLongestWaitIsDue() async throws {
+        let fixture = try StoreFixture("outbox-retry-wait-max")
+        let store = fixture.store
+        try await store.create(type: "te", fields: [:])
+        let offset = try #require(try store.outbox().first?.offset)
+        try await store.scheduleRetry(offsets: [offset], error: "HTTP 503", at: 5_000, attemptsMax: 10)
+        #expect(try store.pushBatch(limit: 10, now: 1_000).isEmpty)
+        #expect(try store.pushBatch(limit: 10, now: 1_000, retryWaitMax: 4_000).isEmpty)
+        #expect(try store.pushBatch(limit: 10, now: 1_000, retryWaitMax: 3_999).map(\.offset) == [offset])
+        #expect(try store.pushBatch(limit: 10, now: 5_000, retryWaitMax: 0).map(\.offset) == [offset])
+    }
+
     @Test func repeatedAcksSettleOnce() async throws {
         let fixture = try StoreFixture("outbox-repeat")
         let store = fixture.store

@@ -4,41 +4,105 @@ import LogStore
 @testable import LogSync
 import LogSyncHTTP
 import LogTesting
+import Synchronization
 import Testing
 
 /// Timing at the edges: delays and deadlines near the end of UInt64, and a
 /// scheduler that must stay stopped.
 @Suite struct TimingTests {
     /// `Retry-After` is the server's number (any integer the header holds):
-    /// one too large for milliseconds waits as long as a clock can, and
-    /// never traps.
-    @Test func aHugeRetryAfterSaturatesTheDelays() {
+    /// the client honours it up to `RetryPolicy.retryAfterMaxMilliseconds`
+    /// (an hour), in a retry's delay and in the breaker, and never traps.
+    @Test func aHugeRetryAfterIsHonouredUpToTheCap() {
         var random = SeededRandom(seed: 1)
-        let policy = RetryPolicy()
-        let first = policy.delay(beforeRetry: 1, retryAfterSeconds: Int.max, random: &random)
-        #expect(first == .max)
-        let third = policy.delay(beforeRetry: 3, retryAfterSeconds: Int(UInt64.max / 1_000) + 1, random: &random)
-        #expect(third == .max)
-        var breaker = CircuitBreaker()
-        var opened: [Bool] = []
-        for _ in 0..<3 { opened.append(breaker.recordRateLimited(retryAfterSeconds: Int.max, at: 1_795_000_000_000)) }
-        #expect(opened == [false, false, true])
-        #expect(breaker.openUntil == .max && breaker.isOpen(at: .max - 1))
+        var policy = RetryPolicy()
+        #expect(policy.retryAfterMaxMilliseconds == 3_600_000)
+        for seconds in [Int.max, 999_999_999_999, Int(UInt64.max / 1_000) + 1, 3_601] {
+            #expect(policy.delay(beforeRetry: 1, retryAfterSeconds: seconds, random: &random) == 3_600_000, "\(seconds) s")
+        }
+        #expect(policy.delay(beforeRetry: 3, retryAfterSeconds: 3_599, random: &random) == 3_599_000)
+        #expect((800...1_200).contains(policy.delay(beforeRetry: 1, retryAfterSeconds: -5, random: &random)))
+        policy.retryAfterMaxMilliseconds = 86_400_000
+        #expect(policy.delay(beforeRetry: 1, retryAfterSeconds: Int.max, random: &random) == 86_400_000)
+        let now: UInt64 = 1_795_000_000_000
+        for (seconds, open) in [(Int.max, UInt64(3_600_000)), (100, 100_000), (1, 30_000)] {
+            var breaker = CircuitBreaker()
+            var opened: [Bool] = []
+            for _ in 0..<3 { opened.append(breaker.recordRateLimited(retryAfterSeconds: seconds, at: now)) }
+            #expect(opened == [false, false, true])
+            #expect(breaker.openUntil == now + open, "Retry-After: \(seconds)")
+        }
     }
 
-    /// The engine with a server that answers every push and pull with a 429
-    /// and an enormous `Retry-After`: the intent waits, the breaker opens.
-    @Test func anEngineToldToWaitForeverWaits() async throws {
+    /// The engine with a server that answers with an enormous
+    /// `Retry-After` (999,999,999,999 s, or `Int.max`): a 503 on a push
+    /// holds the intent and the next run an hour, not 31,000 years, and
+    /// three 429s open the breaker for an hour; then the run goes through.
+    @Test func anEngineToldToWaitForeverWaitsAnHour() async throws {
         let server = try await TestServer("retry-after-huge")
-        let transport = RateLimited(
-            inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), retryAfterSeconds: Int.max)
-        let a = try Replica("a", server: server, transport: transport)
-        try await a.store.create(type: "task", fields: ["n": 1])
-        #expect(await a.sync().outcome != .completed)
-        #expect(try await a.engine.health().nextAttemptAt == .max)
-        #expect(await a.sync().outcome != .completed)
-        #expect(await a.sync().outcome == .rateLimited)
-        #expect(await a.engine.breakerOpenUntil == .max)
+        for (status, seconds) in [(503, 999_999_999_999), (429, Int.max)] {
+            let transport = Refusing(server, status: status, retryAfterSeconds: seconds)
+            let a = try Replica("huge-\(status)", server: server, transport: transport)
+            try await a.store.create(type: "task", fields: ["n": 1])
+            let runs = status == 429 ? 3 : 1
+            for _ in 0..<runs { #expect(await a.sync().outcome != .completed) }
+            let now = a.clock.nowMilliseconds
+            let health = try await a.engine.health()
+            #expect(health.nextAttemptAt == now + 3_600_000 && health.nextRunAt == now + 3_600_000, "\(status): \(health)")
+            if status == 429 { #expect(health.breakerOpenUntil == now + 3_600_000) }
+            transport.recover()
+            a.clock.advance(by: 3_599_999)
+            #expect(await a.sync().acknowledged == 0, "\(status): not due before the hour")
+            a.clock.advance(by: 1)
+            let report = await a.sync()
+            #expect(report.outcome == .completed && report.acknowledged == 1, "\(status): \(report)")
+        }
+        await server.stop()
+    }
+
+    /// A pull refused with `Retry-After: 999999999999` does not stop the
+    /// scheduler: it retries an hour later.
+    @Test func aHugeRetryAfterDoesNotStopScheduledSyncs() async throws {
+        let server = try await TestServer("retry-after-huge-scheduler")
+        let pulls = FailingPulls(server, retryAfterSeconds: 999_999_999_999)
+        let replica = try Replica("huge-scheduler", server: server, transport: pulls)
+        var core = SchedulerCore()
+        core.periodMilliseconds = 7_200_000
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        await scheduler.settle()
+        try await waitUntil { await replica.engine.lastError != nil }
+        #expect(await replica.engine.nextRunAt == replica.clock.nowMilliseconds + 3_600_000)
+        try await replica.clock.waitForSleepers(2)  // the periodic and the retry timers
+        pulls.recover()
+        replica.clock.advance(by: 3_600_000)
+        try await waitUntil { await scheduler.triggered == [.started, .retry] }
+        await scheduler.settle()
+        #expect(pulls.count == 2)
+        #expect(await replica.engine.nextRunAt == nil)
+        #expect(await replica.engine.lastError == nil)
+        await scheduler.stop()
+        await server.stop()
+    }
+
+    /// An intent whose retry time lies further off than any wait the
+    /// policy gives (written before the cap, when a huge `Retry-After` made
+    /// it `UInt64.max`, or by a wall clock since set back) is due now.
+    @Test func anIntentWaitingLongerThanAnyRetryIsDue() async throws {
+        let server = try await TestServer("retry-time-beyond-cap")
+        let a = try Replica("beyond-cap", server: server)
+        for n in 0..<3 { try await a.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        let offsets = try a.store.pushBatch(limit: 10, now: 0).map(\.offset)
+        let now = a.clock.nowMilliseconds
+        for (offset, time) in zip(offsets, [UInt64.max, now + 2 * 3_600_000]) {
+            try await a.store.scheduleRetry(offsets: [offset], error: "refused", at: time, attemptsMax: 10)
+        }
+        #expect(try await a.engine.health().nextAttemptAt == now, "due now, shown as now")
+        try await a.store.scheduleRetry(offsets: [offsets[2]], error: "refused", at: now + 1_000, attemptsMax: 10)
+        let report = await a.sync()
+        #expect(report.acknowledged == 2, "the two beyond any wait are pushed; the third waits its second: \(report)")
+        #expect(try await a.engine.health().nextAttemptAt == now + 1_000)
         await server.stop()
     }
 
@@ -112,6 +176,38 @@ struct ScriptedConnectivity: ConnectivityMonitor {
     init() { (stream, continuation) = AsyncStream.makeStream() }
 
     func paths() -> AsyncStream<Bool> { stream }
+}
+
+/// Through the real server, but every push and pull is refused with
+/// `status` (429 or 503) and `retryAfterSeconds` until `recover()`.
+final class Refusing: SyncTransport {
+    private let inner: HTTPTransport
+    private let status: Int
+    private let retryAfterSeconds: Int
+    private let refusing = Mutex(true)
+
+    init(_ server: TestServer, status: Int, retryAfterSeconds: Int) {
+        inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        self.status = status
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    func recover() { refusing.withLock { $0 = false } }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        try refuse("push")
+        return try await inner.push(request)
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        try refuse("pull")
+        return try await inner.pull(cursor: cursor, limit: limit)
+    }
+
+    private func refuse(_ path: String) throws(TransportError) {
+        guard refusing.withLock({ $0 }) else { return }
+        throw TransportError(.status(status, nil), "\(path): HTTP \(status)", retryAfterSeconds: retryAfterSeconds)
+    }
 }
 
 /// Health through `inner`; every push and pull answered 429 with `retryAfterSeconds`.
