@@ -15,12 +15,19 @@ import Testing
 @Suite struct ClockStepTests {
     static let hour: Int64 = 3_600_000
 
+    /// A replica whose first pull failed with `pulls`, its scheduler started
+    /// with the periodic timer (2 h) out of the way.
+    static func startFailing(_ name: String, _ server: TestServer, _ pulls: FailingPulls) async throws -> (Replica, SyncScheduler) {
+        try await RunBackoffTests.startFailing(name, server, pulls, periodMilliseconds: 7_200_000)
+    }
+
     /// A pull refused with `Retry-After: 100`, then the wall clock set back
     /// an hour: the scheduler retries 100 s later, not an hour and 100 s.
     @Test func aWallClockSetBackDoesNotLengthenTheRunBackoff() async throws {
         let server = try await TestServer("clock-back-run-backoff")
         let pulls = FailingPulls(server, retryAfterSeconds: 100)
         let (replica, scheduler) = try await Self.startFailing("back-run", server, pulls)
+        #expect(await replica.engine.nextRunAt == replica.clock.nowMilliseconds + 100_000)
         replica.clock.stepWallClock(by: -Self.hour)
         #expect(await replica.engine.nextRunAt == replica.clock.nowMilliseconds + 100_000, "shown on the wall clock as it reads now")
         pulls.recover()
@@ -39,6 +46,7 @@ import Testing
         let server = try await TestServer("clock-forward-run-backoff")
         let pulls = FailingPulls(server, retryAfterSeconds: 100)
         let (replica, scheduler) = try await Self.startFailing("forward-run", server, pulls)
+        #expect(await replica.engine.nextRunAt == replica.clock.nowMilliseconds + 100_000)
         replica.clock.stepWallClock(by: Self.hour)
         await scheduler.nudge()
         await scheduler.settle()
@@ -128,22 +136,6 @@ import Testing
         let deadline = clock.monotonicMilliseconds + 20
         try await clock.sleep(untilMilliseconds: deadline)
         #expect(clock.monotonicMilliseconds >= deadline)
-    }
-
-    /// A replica whose scheduler (periodic timer 2 h, out of the way) has
-    /// started, and whose first run failed in its pull.
-    private static func startFailing(_ name: String, _ server: TestServer, _ pulls: FailingPulls) async throws -> (Replica, SyncScheduler) {
-        let replica = try Replica(name, server: server, transport: pulls)
-        var core = SchedulerCore()
-        core.periodMilliseconds = 7_200_000
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
-        await scheduler.start()
-        try await waitUntil { await scheduler.triggered.count == 1 }
-        await scheduler.settle()
-        try await replica.clock.waitForSleepers(2)  // the periodic and the retry timers
-        #expect(pulls.count == 1)
-        #expect(await replica.engine.nextRunAt == replica.clock.nowMilliseconds + 100_000)
-        return (replica, scheduler)
     }
 }
 

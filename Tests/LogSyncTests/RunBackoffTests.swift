@@ -207,11 +207,14 @@ import Testing
     }
 
     /// A replica whose scheduler has started, and whose first run failed in
-    /// its pull; the periodic timer (60 s) and the retry timer are set.
-    private static func startFailing(_ name: String, _ server: TestServer, _ pulls: FailingPulls) async throws -> (Replica, SyncScheduler) {
+    /// its pull; the periodic timer (`periodMilliseconds`) and the retry
+    /// timer are set.
+    static func startFailing(
+        _ name: String, _ server: TestServer, _ pulls: FailingPulls, periodMilliseconds: UInt64 = 60_000
+    ) async throws -> (Replica, SyncScheduler) {
         let replica = try Replica(name, server: server, transport: pulls)
         var core = SchedulerCore()
-        core.periodMilliseconds = 60_000
+        core.periodMilliseconds = periodMilliseconds
         let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
         await scheduler.start()
         try await waitUntil { await scheduler.triggered.count == 1 }

@@ -65,16 +65,8 @@ import Testing
     @Test func aHugeRetryAfterDoesNotStopScheduledSyncs() async throws {
         let server = try await TestServer("retry-after-huge-scheduler")
         let pulls = FailingPulls(server, retryAfterSeconds: 999_999_999_999)
-        let replica = try Replica("huge-scheduler", server: server, transport: pulls)
-        var core = SchedulerCore()
-        core.periodMilliseconds = 7_200_000
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
-        await scheduler.start()
-        try await waitUntil { await scheduler.triggered.count == 1 }
-        await scheduler.settle()
-        try await waitUntil { await replica.engine.lastError != nil }
+        let (replica, scheduler) = try await ClockStepTests.startFailing("huge-scheduler", server, pulls)
         #expect(await replica.engine.nextRunAt == replica.clock.nowMilliseconds + 3_600_000)
-        try await replica.clock.waitForSleepers(2)  // the periodic and the retry timers
         pulls.recover()
         replica.clock.advance(by: 3_600_000)
         try await waitUntil { await scheduler.triggered == [.started, .retry] }
