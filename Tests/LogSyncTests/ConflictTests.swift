@@ -21,11 +21,17 @@ import Testing
         configuration.conflictStrategies["task"] = strategy
         let a = try Replica("a", server: server, configuration: configuration)
         let b = try Replica("b", server: server)
+        // Each step must go through: a setup sync that failed (a timeout on
+        // a loaded machine) would otherwise surface as a missing conflict.
+        func synced(_ replica: Replica, _ step: String) async throws {
+            let report = await replica.sync()
+            try #require(report.outcome == .completed, "setup, \(step): \(report)")
+        }
         let id = try await b.store.create(type: "task", fields: fields)
-        await b.sync()
-        await a.sync()
+        try await synced(b, "b pushes the task")
+        try await synced(a, "a pulls it")
         try await b.store.update(type: "task", id: id, changes: ["title": "from b"])
-        await b.sync()
+        try await synced(b, "b pushes its change")
         return (server, a, b, id)
     }
 
