@@ -36,6 +36,12 @@ public struct Transaction: ~Copyable {
         self.path = path
     }
 
+    /// For a read transaction, the id of the commit whose state it sees
+    /// (`mdb_txn_id`): two read transactions with the same id see the same
+    /// data, in any process. Nil for a write transaction, whose id names a
+    /// commit not made yet (and reused should it abort).
+    public var snapshotID: UInt64? { isReadOnly ? UInt64(mdb_txn_id(handle)) : nil }
+
     /// Calls `body` with the value stored under `key`, or returns nil if
     /// there is none. The buffer is valid only during the call. The value's
     /// first cache lines are prefetched together before `body` runs (on a

@@ -30,7 +30,8 @@ extension Store {
     /// watermark. Offsets at and above it, and those of every kept entry, do
     /// not change. The projections, the outbox and the cursor stay as they
     /// are (replaying the compacted log gives the same tables); the
-    /// idempotency keys of removed intents go with them.
+    /// idempotency keys of removed intents go with them. A rebuild under way
+    /// starts over from the first entry.
     ///
     /// The LMDB file does not shrink: freed pages are reused by later writes
     /// (`Environment.copy(to:compact:)` writes a smaller copy).
@@ -221,7 +222,7 @@ extension Store {
     /// Intent offsets whose conflict waits for the app.
     private func waitingConflicts(_ txn: borrowing Transaction) throws -> Set<UInt64> {
         var offsets: Set<UInt64> = []
-        try txn.forEach(projector.conflicts) { key, _ in
+        try txn.forEach(projector(txn).conflicts) { key, _ in
             if let offset = OffsetKey.decode(key) { offsets.insert(offset) }
             return true
         }
@@ -230,10 +231,11 @@ extension Store {
 
     private func carryOut(_ plan: CompactionPlan, _ txn: borrowing Transaction) throws {
         for (offset, _) in plan.removed { try txn.delete(log.logDatabase, key: OffsetKey.encode(offset)) }
+        let idempotency = try projector(txn).idempotency
         for (key, offset) in plan.removedKeys {
             let bytes = Array(key.utf8)
-            if try txn.get(projector.idempotency, key: bytes) == OffsetKey.encode(offset) {
-                try txn.delete(projector.idempotency, key: bytes)
+            if try txn.get(idempotency, key: bytes) == OffsetKey.encode(offset) {
+                try txn.delete(idempotency, key: bytes)
             }
         }
         for (snapshot, slot) in zip(plan.snapshots, plan.removed) {
@@ -242,5 +244,10 @@ extension Store {
         }
         let previous = try log.compactedBelow(txn)
         try txn.put(log.metaDatabase, key: StoreFormat.compactedBelowKey, value: max(previous, plan.watermark).bigEndianBytes)
+        // A rebuild under way may have read entries just removed, or not yet
+        // read the snapshots that replace them (some below its watermark):
+        // its tables could not come out as a replay of this log would make
+        // them, so it starts again, here.
+        try restartRebuild(txn)
     }
 }

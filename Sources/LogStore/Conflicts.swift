@@ -72,7 +72,7 @@ extension Store {
     public func conflicts() throws -> [WaitingConflict] {
         try log.environment.read { txn in
             var rows: [(intent: UInt64, entry: UInt64)] = []
-            try txn.forEach(projector.conflicts) { key, value in
+            try txn.forEach(projector(txn).conflicts) { key, value in
                 guard let intent = OffsetKey.decode(key), let entry = UInt64(bigEndianBytes: value) else {
                     throw LogStoreError(.corruptEntry, path: path, "conflicts: a row is not two offsets")
                 }
@@ -106,7 +106,7 @@ extension Store {
         guard decision != .askApp else { throw Validation.invalid("a conflict is resolved by a decision other than askApp") }
         try Store.validate(decision)
         try await write { txn, context, store in
-            guard let entryOffset = try txn.get(store.projector.conflicts, key: OffsetKey.encode(intentOffset)).flatMap({ UInt64(bigEndianBytes: $0) }),
+            guard let entryOffset = try txn.get(store.projector(txn).conflicts, key: OffsetKey.encode(intentOffset)).flatMap({ UInt64(bigEndianBytes: $0) }),
                 case .conflict(let pending) = try store.entryInside(txn, at: entryOffset).body
             else {
                 throw LogStoreError(.notFound, path: store.path, offset: intentOffset, "no conflict of intent \(intentOffset) waits for the app")
@@ -126,7 +126,7 @@ extension Store {
         guard case .intent(let intent) = entry.body else {
             throw LogStoreError(.corruptEntry, path: path, offset: offset, "a conflict names an entry that is not an intent")
         }
-        let record = try projector.load(intent.entityType, intent.entityID, txn)
+        let record = try projector(txn).load(intent.entityType, intent.entityID, txn)
         // The base version it was pushed with (`pushBatch`).
         let sent = max(intent.baseVersion, record?.ackedVersion ?? 0)
         return ConflictCase(
@@ -148,6 +148,7 @@ extension Store {
     /// in its place among the pending ones, over the base as it is now.
     func localState(waiting: Conflict, _ conflictCase: ConflictCase, _ txn: borrowing Transaction) throws -> Fields? {
         let refused = conflictCase.intentOffset
+        let projector = try self.projector(txn)
         let record = try projector.load(conflictCase.intent.entityType, conflictCase.intent.entityID, txn)
         let pending = record?.pending ?? []
         let later = pending.filter { $0 > refused }
@@ -212,6 +213,7 @@ extension Store {
     ) throws -> (Intent.Operation, Fields)? {
         guard let (operation, fields) = intent, operation == .update else { return intent }
         let refused = conflictCase.intent
+        let projector = try self.projector(txn)
         let pending = try projector.load(refused.entityType, refused.entityID, txn)?.pending ?? []
         var remaining = fields
         for offset in pending where offset > conflictCase.intentOffset {

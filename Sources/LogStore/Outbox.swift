@@ -80,7 +80,7 @@ extension Store {
         try checkLimit(limit)
         return try log.environment.read { txn in
             var items: [PendingIntent] = []
-            try txn.forEach(projector.outbox) { key, value in
+            try txn.forEach(projector(txn).outbox) { key, value in
                 guard items.count < limit else { return false }
                 let state = try decodeOutboxState(value, key: key)
                 guard let offset = OffsetKey.decode(key) else { return true }
@@ -103,7 +103,7 @@ extension Store {
 
     /// How many intents wait in the outbox (pending or failed).
     public func outboxCount() throws -> Int {
-        try log.environment.read { txn in try txn.count(projector.outbox) }
+        try log.environment.read { txn in try txn.count(projector(txn).outbox) }
     }
 
     /// Records the server's answers: an ack or reject entry per intent, each
@@ -134,7 +134,8 @@ extension Store {
         }
         return try await write { txn, context, store in
             var recorded = RecordedAnswers()
-            for item in outcomes where try txn.contains(store.projector.outbox, key: OffsetKey.encode(item.offset)) {
+            let outbox = try store.projector(txn).outbox
+            for item in outcomes where try txn.contains(outbox, key: OffsetKey.encode(item.offset)) {
                 switch item.outcome {
                 case .acknowledged(let outcome, let version):
                     try store.append(.ack(Ack(intentOffset: item.offset, outcome: outcome, serverVersion: version)), txn, &context)
@@ -165,20 +166,21 @@ extension Store {
     public func retryFailed() async throws {
         try await write { txn, _, store in
             var failed: [([UInt8], OutboxState)] = []
-            try txn.forEach(store.projector.outbox) { key, value in
+            let outbox = try store.projector(txn).outbox
+            try txn.forEach(outbox) { key, value in
                 let state = try store.decodeOutboxState(value, key: key)
                 if state.status == .failed { failed.append(([UInt8](key), state)) }
                 return true
             }
             for (key, _) in failed {
-                try txn.put(store.projector.outbox, key: key, value: OutboxState().encoded())
+                try txn.put(outbox, key: key, value: OutboxState().encoded())
             }
         }
     }
 
     func outboxState(_ txn: borrowing Transaction, key: [UInt8]) throws -> OutboxState? {
         try key.withUnsafeBytes { raw in
-            try txn.withValue(projector.outbox, key: raw) { try decodeOutboxState($0, key: raw) }
+            try txn.withValue(projector(txn).outbox, key: raw) { try decodeOutboxState($0, key: raw) }
         }
     }
 

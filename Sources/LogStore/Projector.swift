@@ -14,8 +14,14 @@ struct Projector: Sendable {
     let counts: Database
     let conflicts: Database
     let path: String
+    /// The `meta` key of the pull cursor these tables go with: `cursor` for
+    /// the tables in use, `rebuild-cursor` for those a rebuild fills.
+    var cursorKey = MetaKey.cursor
     /// Set only on the copy a replay chunk uses (see `ProjectionCache`).
     var cache: ProjectionCache?
+
+    /// The five databases, in the order of `Store.derivedDatabaseNames`.
+    var databases: [Database] { [entities, outbox, idempotency, counts, conflicts] }
 
     /// The outbox value of an intent just written: pending, never tried.
     static let newOutboxState = OutboxState().encoded()
@@ -126,9 +132,9 @@ struct Projector: Sendable {
 
     func storeCursor(_ cursor: String, _ txn: borrowing Transaction) throws {
         if cursor.isEmpty {
-            try txn.delete(meta, key: MetaKey.cursor)
+            try txn.delete(meta, key: cursorKey)
         } else {
-            try txn.put(meta, key: MetaKey.cursor, value: Array(cursor.utf8))
+            try txn.put(meta, key: cursorKey, value: Array(cursor.utf8))
         }
     }
 
@@ -215,7 +221,7 @@ struct Projector: Sendable {
             try cache?.flush(self, txn)
             after = last
         }
-        try txn.delete(meta, key: MetaKey.cursor)
+        try txn.delete(meta, key: cursorKey)
     }
 
     /// Up to `Store.resetBatchCountMax` keys of stored records in key
@@ -356,6 +362,16 @@ package enum MetaKey {
     static let projectionVersion = Array("projection-version".utf8)
     /// u64: the last log offset the derived databases reflect.
     package static let watermark = Array("projection-watermark".utf8)
+    /// u8: which of the two sets of derived databases is in use (absent: 0);
+    /// the three keys above describe that set.
+    static let projectionSet = Array("projection-set".utf8)
+    /// u32: the projection version a rebuild under way fills the other set
+    /// to; present exactly while one is under way.
+    static let rebuildVersion = Array("rebuild-version".utf8)
+    /// u64: the last log offset the set a rebuild fills reflects.
+    static let rebuildWatermark = Array("rebuild-watermark".utf8)
+    /// The pull cursor of the set a rebuild fills.
+    static let rebuildCursor = Array("rebuild-cursor".utf8)
 }
 
 extension EntityKey {

@@ -56,136 +56,6 @@ extension Store {
     }
 }
 
-// MARK: - Replay
-
-extension Store {
-    /// Rebuilds every derived database (projections, outbox, idempotency
-    /// index, counts, cursor) from the log alone, a chunk of entries per
-    /// transaction. Outbox retry timers start over.
-    public func rebuildProjections() async throws {
-        try await rebuildProjections(entriesPerTransaction: Store.replayChunkCountMax)
-    }
-
-    /// `rebuildProjections()` with another chunk size, so tests can put
-    /// chunk boundaries anywhere.
-    package func rebuildProjections(entriesPerTransaction: Int) async throws {
-        precondition(entriesPerTransaction > 0, "a replay chunk needs room for an entry")
-        // Straight to the log's writer: `write` would stamp the watermark
-        // with the last offset, which is what replay must not do.
-        try await log.perform { txn, context in
-            try self.clearDerived(txn)
-            let last = context.position.lastOffset
-            self.replayedThrough.withLock { $0 = max($0, last) }
-        }
-        while try await log.perform({ txn, _ in try self.replayChunk(txn, countMax: entriesPerTransaction) }) {}
-    }
-
-    /// Opening: rebuild if the derived databases have another version,
-    /// otherwise apply what the log has past their watermark.
-    func bringProjectionsUpToDate() throws {
-        let (version, watermark) = try projectionState()
-        let last = try log.lastOffset()
-        if version != Store.projectionVersion {
-            _ = try log.performBlocking { txn, _ in try self.clearDerived(txn) }
-        } else if watermark == last {
-            return
-        } else if watermark > last {
-            // Entries appended from here would never be projected.
-            throw LogStoreError(
-                .corruptEntry, path: path,
-                "the projection watermark \(watermark) is past the log's last offset \(last); rebuild the projections")
-        }
-        // Each chunk makes progress, so this runs at most last / chunk + 1 times.
-        while try log.performBlocking({ txn, _ in try self.replayChunk(txn) }) {}
-    }
-
-    package func projectionState() throws -> (version: UInt32?, watermark: UInt64) {
-        try log.environment.read { txn in try projectionState(txn) }
-    }
-
-    func projectionState(_ txn: borrowing Transaction) throws -> (version: UInt32?, watermark: UInt64) {
-        let version = try txn.get(log.metaDatabase, key: MetaKey.projectionVersion).flatMap { UInt32(bigEndianBytes: $0) }
-        return (version, try watermark(txn))
-    }
-
-    private func clearDerived(_ txn: borrowing Transaction) throws {
-        for database in [projector.entities, projector.outbox, projector.idempotency, projector.counts, projector.conflicts] {
-            try txn.removeAll(database)
-        }
-        try txn.delete(log.metaDatabase, key: MetaKey.cursor)
-        var version = ByteWriter(capacity: 4)
-        version.write(bigEndian: Store.projectionVersion)
-        try txn.put(log.metaDatabase, key: MetaKey.projectionVersion, value: version.bytes)
-        try markWatermark(0, txn)
-    }
-
-    /// Projects what the log has past the watermark, up to `last` (normally
-    /// nothing: only entries appended without the store are missing).
-    func catchUp(through last: UInt64, _ txn: borrowing Transaction, _ effects: inout CommitEffects) throws {
-        // Bounded: each chunk applies entries or reports none remain.
-        while try watermark(txn) < last, try replayChunk(txn, &effects, live: true) {}
-    }
-
-    /// The stored watermark; 0 when there is none. A value that is not 8
-    /// bytes is damage, an error: read as 0 it would apply the whole log
-    /// again over the tables. (One past the log's end is caught on open.)
-    private func watermark(_ txn: borrowing Transaction) throws -> UInt64 {
-        try MetaKey.watermark.withUnsafeBytes { key in
-            try txn.withValue(log.metaDatabase, key: key) { raw -> UInt64 in
-                guard let watermark = UInt64(bigEndianBytes: raw) else {
-                    throw LogStoreError(
-                        .corruptEntry, path: path,
-                        "the projection watermark (\(raw.count) bytes) is not an offset; rebuild the projections")
-                }
-                return watermark
-            }
-        } ?? 0
-    }
-
-    /// Applies up to `countMax` entries after the watermark.
-    /// - Returns: whether entries remain.
-    private func replayChunk(_ txn: borrowing Transaction, countMax: Int = Store.replayChunkCountMax) throws -> Bool {
-        var effects = CommitEffects()
-        return try replayChunk(txn, &effects, live: false, countMax: countMax)
-    }
-
-    private func replayChunk(
-        _ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool,
-        countMax: Int = Store.replayChunkCountMax
-    ) throws -> Bool {
-        let watermark = try watermark(txn)
-        // The last offset there is is projected: no entry can follow it.
-        guard watermark < .max else { return false }
-        var expected = watermark + 1
-        var projected = watermark
-        var more = false
-        var projector = self.projector
-        let cache = ProjectionCache(entryCount: countMax)
-        projector.cache = cache
-        let path = self.path
-        let compactedBelow = try log.compactedBelow(txn)
-        // A write's catch-up during a rebuild projects entries delivered long
-        // ago: their events are not news.
-        let replayedThrough = live ? self.replayedThrough.withLock { $0 } : 0
-        var applied = 0
-        try txn.forEach(log.logDatabase, from: OffsetKey.encode(expected)) { key, value in
-            guard applied < countMax else {
-                more = true
-                return false
-            }
-            let entry = try EventLog.decode(
-                key: key, value: value, following: &expected, compactedBelow: compactedBelow, path: path)
-            try projector.apply(entry, txn, &effects, live: live && entry.offset > replayedThrough)
-            projected = entry.offset
-            applied += 1
-            return true
-        }
-        try cache.flush(projector, txn)
-        try markWatermark(projected, txn)
-        return more
-    }
-}
-
 // MARK: - Comparing derived state
 
 /// The derived databases' contents, in key order: what replay must reproduce.
@@ -205,6 +75,7 @@ extension Store {
     /// A copy of the derived databases, for comparing with a replay.
     package func derivedTables() throws -> DerivedTables {
         try log.environment.read { txn in
+            let projector = try self.projector(txn)
             var tables = DerivedTables()
             tables.entities = try rows(projector.entities, txn)
             tables.counts = try rows(projector.counts, txn)

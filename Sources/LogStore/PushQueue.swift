@@ -40,6 +40,7 @@ extension Store {
         return try log.environment.read { txn in
             var batch: [PendingIntent] = []
             var held: Set<ByteKey> = []
+            let projector = try self.projector(txn)
             try txn.forEach(projector.outbox) { key, value in
                 guard batch.count < limit else { return false }
                 guard let offset = OffsetKey.decode(key) else { return true }
@@ -67,7 +68,7 @@ extension Store {
             var summary = OutboxSummary()
             var oldest: UInt64?
             var oldestPending: UInt64?
-            try txn.forEach(projector.outbox) { key, value in
+            try txn.forEach(projector(txn).outbox) { key, value in
                 let state = try decodeOutboxState(value, key: key)
                 if oldest == nil { oldest = OffsetKey.decode(key) }
                 switch state.status {
@@ -117,6 +118,7 @@ extension Store {
         _ offsets: [UInt64], error: String, _ update: @escaping @Sendable (inout OutboxState) -> Bool
     ) async throws {
         try await write { txn, context, store in
+            let projector = try store.projector(txn)
             for offset in offsets {
                 let key = OffsetKey.encode(offset)
                 guard var state = try store.outboxState(txn, key: key), state.status == .pending else { continue }
@@ -127,11 +129,11 @@ extension Store {
                 if update(&state) {
                     state.status = .failed
                     state.nextAttemptAt = 0
-                    let intent = try store.projector.readIntent(at: offset, txn)
+                    let intent = try projector.readIntent(at: offset, txn)
                     context.effects.events.append(
                         .retriesExhausted(offset: offset, entityType: intent.entityType, entityID: intent.entityID, lastError: error))
                 }
-                try txn.put(store.projector.outbox, key: key, value: state.encoded())
+                try txn.put(projector.outbox, key: key, value: state.encoded())
             }
         }
     }

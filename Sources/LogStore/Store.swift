@@ -17,7 +17,7 @@ import Synchronization
 public final class Store: Sendable {
     /// The layout of the derived databases. A store whose derived databases
     /// have another version is rebuilt from the log when opened writable.
-    public static let projectionVersion: UInt32 = 3
+    public static let projectionVersion: UInt32 = 4
     /// Log entries applied per transaction while replaying.
     public static let replayChunkCountMax = 20_000
     /// Entity records a resync reads and rewrites at a time: it holds one
@@ -26,27 +26,41 @@ public final class Store: Sendable {
     /// The most entities `all(type:after:limit:)` returns at once.
     public static let pageCountMax = 10_000
 
+    /// The derived databases of set 0; set 1 has the same names with `.1`
+    /// appended (`derivedDatabaseNames(set:)`).
     package static let derivedDatabaseNames = ["entities", "outbox", "idempotency", "counts", "conflicts"]
+    /// Sets of derived databases: the one in use, and one a rebuild fills
+    /// (`Format/storage.md`, section 15, "Replay").
+    static let projectionSetCount = 2
+
+    /// The names of the derived databases of `set` (0 or 1), in the order
+    /// `derivedDatabaseNames` lists them.
+    package static func derivedDatabaseNames(set: Int) -> [String] {
+        precondition((0..<projectionSetCount).contains(set), "no projection set \(set)")
+        return derivedDatabaseNames.map { set == 0 ? $0 : "\($0).\(set)" }
+    }
 
     public let log: EventLog
-    let projector: Projector
+    /// The derived databases of each set; nil for a set a read-only store
+    /// did not find. `projector(_:)` picks the one in use.
+    let projectors: [Projector?]
+    /// The set in use as of the snapshot a read last looked it up in: that
+    /// snapshot's id shifted left by one, the set in the low bit (`.max`:
+    /// none yet). Reads of the same snapshot see the same set, so most skip
+    /// the lookup (`activeSet`).
+    let activeSetCache = Atomic<UInt64>(.max)
     private let changeFeed: Broadcast<StoreChange>
     private let eventFeed: Broadcast<StoreEvent>
     private let intentFeed: Broadcast<UInt64>
     /// Ends the three streams (see `init`).
     private let finishStreams: @Sendable () -> Void
-    /// The log's last offset when the last rebuild cleared the derived
-    /// databases (0: none since open). Those entries were delivered as they
-    /// were written; a write that projects some of them before the rebuild
-    /// reaches them must not publish their events again. Touched only by
-    /// writer jobs.
-    let replayedThrough = Mutex<UInt64>(0)
 
     public var path: String { log.path }
 
     /// Opens the store at `path`, creating it if allowed, and brings its
-    /// projections up to date with the log (a rebuild when their version
-    /// differs, otherwise the entries after their watermark).
+    /// projections up to date with the log (the rest of a rebuild stopped
+    /// part way, a rebuild when their version differs, otherwise the entries
+    /// after their watermark).
     /// - Throws: what `EventLog.init` throws; `LogStoreError.projectionsStale`
     ///   for a read-only store whose projections are missing or out of date.
     public init(path: String, options: EventLog.Options = .init()) throws {
@@ -65,8 +79,9 @@ public final class Store: Sendable {
             intentFeed.finish()
         }
         self.finishStreams = finishStreams
+        let sets = (0..<Store.projectionSetCount).map { Store.derivedDatabaseNames(set: $0) }
         let log = try EventLog(
-            path: path, options: options, derivedDatabases: Store.derivedDatabaseNames,
+            path: path, options: options, derivedDatabases: sets.flatMap { $0 },
             onCommit: { effects in
                 for type in effects.touchedTypes.sorted() {
                     changeFeed.publish(StoreChange(entityType: type, offset: effects.offset))
@@ -76,19 +91,23 @@ public final class Store: Sendable {
             },
             onClose: finishStreams)
         self.log = log
-        let derived = Store.derivedDatabaseNames.compactMap { log.derivedDatabases[$0] ?? nil }
-        guard derived.count == Store.derivedDatabaseNames.count else {
-            throw LogStoreError(.projectionsStale, path: log.path, "the store has no projections; open it writable once")
+        projectors = sets.map { names in
+            let derived = names.compactMap { log.derivedDatabases[$0] ?? nil }
+            guard derived.count == names.count else { return nil }
+            return Projector(
+                log: log.logDatabase, meta: log.metaDatabase, entities: derived[0], outbox: derived[1],
+                idempotency: derived[2], counts: derived[3], conflicts: derived[4], path: log.path)
         }
-        projector = Projector(
-            log: log.logDatabase, meta: log.metaDatabase, entities: derived[0], outbox: derived[1],
-            idempotency: derived[2], counts: derived[3], conflicts: derived[4], path: log.path)
         if options.readOnly {
             // One snapshot: read apart, another process's commit between
             // the two reads would make current projections look stale.
-            let (version, watermark, last) = try log.environment.read { txn in
+            let (version, watermark, last, active) = try log.environment.read { txn in
                 let (version, watermark) = try projectionState(txn)
-                return (version, watermark, try EventLog.lastPosition(txn, log: log.logDatabase, path: log.path).lastOffset)
+                let last = try EventLog.lastPosition(txn, log: log.logDatabase, path: log.path).lastOffset
+                return (version, watermark, last, try activeSet(txn))
+            }
+            guard projectors[active] != nil else {
+                throw LogStoreError(.projectionsStale, path: log.path, "the store has no projections; open it writable once")
             }
             guard version == Store.projectionVersion, watermark == last else {
                 throw LogStoreError(
@@ -185,11 +204,11 @@ extension Store {
     /// Appends an entry and applies it to the projections.
     func append(_ body: EntryBody, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
         let entry = try context.appendEntry(body, in: txn)
-        try projector.apply(entry, txn, &context.effects, live: true)
+        try projector(txn).apply(entry, txn, &context.effects, live: true)
     }
 
     private func stage(_ operation: WriteBatch.Operation, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
-        let record = try projector.load(operation.type, operation.id, txn)
+        let record = try projector(txn).load(operation.type, operation.id, txn)
         let exists = record?.visible != nil
         let intent: Intent
         switch operation.kind {
@@ -286,7 +305,8 @@ extension Store {
     public func get(type: String, id: String) throws -> Entity? {
         try EntityKey.withKey(type: type, id: id) { key in
             try log.environment.read { txn in
-                try txn.withValue(projector.entities, key: key) { value in
+                let projector = try self.projector(txn)
+                return try txn.withValue(projector.entities, key: key) { value in
                     let state = try projector.decodeVisible(value, key: key)
                     return state.visible.map {
                         Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
@@ -311,6 +331,7 @@ extension Store {
         return try log.environment.read { txn in
             var page: [Entity] = []
             guard limit > 0 else { return page }
+            let projector = try self.projector(txn)
             let start = prefix + Array((after ?? "").utf8)
             try txn.forEach(projector.entities, from: start) { key, value in
                 guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
@@ -333,7 +354,7 @@ extension Store {
     public func entityTypes() throws -> [String] {
         try log.environment.read { txn in
             var types: [String] = []
-            try txn.forEach(projector.counts) { key, _ in
+            try txn.forEach(self.projector(txn).counts) { key, _ in
                 types.append(String(decoding: key, as: UTF8.self))
                 return true
             }
@@ -343,7 +364,7 @@ extension Store {
 
     /// How many entities of `type` exist for the app.
     public func count(type: String) throws -> Int {
-        try log.environment.read { txn in try projector.visibleCount(type, txn) }
+        try log.environment.read { txn in try self.projector(txn).visibleCount(type, txn) }
     }
 
     /// The pull cursor of the last applied server change, or nil.
@@ -357,7 +378,7 @@ extension Store {
     public func intentOffset(idempotencyKey: String) throws -> UInt64? {
         try log.environment.read { txn in
             try Array(idempotencyKey.utf8).withUnsafeBytes { key in
-                try txn.withValue(projector.idempotency, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
+                try txn.withValue(self.projector(txn).idempotency, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
             }
         }
     }

@@ -170,7 +170,7 @@ extension Store {
     private func damagedOutboxRows() throws -> [StoreProblem] {
         try log.environment.read { txn in
             var problems: [StoreProblem] = []
-            try txn.forEach(projector.outbox) { key, value in
+            try txn.forEach(projector(txn).outbox) { key, value in
                 do {
                     _ = try OutboxState(decoding: value)
                 } catch {

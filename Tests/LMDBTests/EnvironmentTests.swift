@@ -379,3 +379,33 @@ import Testing
         #expect(error?.description.contains(path) == true)
     }
 }
+
+extension EnvironmentTests {
+    /// Reads see the snapshot of a commit, named by its id: the same id
+    /// until the next commit, a greater one after it (an aborted write
+    /// changes nothing); a write transaction has none.
+    @Test func snapshotIDsNameCommits() throws {
+        let directory = try TemporaryDirectory("lmdb-snapshot-id")
+        var options = Environment.Options()
+        options.durability = .process
+        let environment = try Environment(path: directory.path, options: options)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        let first = try #require(try environment.read { txn in txn.snapshotID })
+        #expect(try environment.read { txn in txn.snapshotID } == first)
+        try environment.write { txn in
+            #expect(txn.snapshotID == nil)
+            try txn.put(table, key: [1], value: [1])
+        }
+        let second = try #require(try environment.read { txn in txn.snapshotID })
+        #expect(second > first)
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try environment.write { txn in
+                try txn.put(table, key: [2], value: [2])
+                throw Refused()
+            }
+        }
+        #expect(try environment.read { txn in txn.snapshotID } == second)
+    }
+}

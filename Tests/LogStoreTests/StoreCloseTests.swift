@@ -176,7 +176,7 @@ extension StoreCloseTests {
         let expected = try store.derivedTables()
         let rebuild = Task.detached { [store] in try await store.rebuildProjections(entriesPerTransaction: 1) }
         var waits = 0
-        while try store.projectionState().watermark < 50, waits < 10_000 {
+        while try store.rebuildWatermark() ?? 0 < 50, waits < 10_000 {
             waits += 1
             try await Task.sleep(for: .milliseconds(1))
         }

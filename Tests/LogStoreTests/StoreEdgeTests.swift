@@ -74,10 +74,9 @@ import Testing
         let value = Atomic<Bool>(false)
     }
 
-    /// Store writes made while `rebuildProjections` runs project the entries
-    /// the rebuild has not reached yet (so the watermark stays true), but
-    /// those entries were delivered when first written: their events must
-    /// not be published again.
+    /// Store writes made while `rebuildProjections` runs publish their own
+    /// events; the rebuild publishes none, as the entries it replays were
+    /// delivered when first written.
     @Test func writesDuringARebuildDoNotRepeatPastEvents() async throws {
         let fixture = try StoreFixture("store-rebuild-events")
         let store = fixture.store

@@ -683,9 +683,10 @@ enum ReplayBenchmark {
         let storeFileBytes = dataFileBytes(workspace, name)
         var tableWrite: (time: Duration, rows: Int)?
         if durability == .process {
+            let names = try store.derivedDatabaseNamesInUse()
             store.close()
             tableWrite = try await onDedicatedThread("bench replay tables") {
-                try writeTables(from: workspace.path(name), workspace)
+                try writeTables(from: workspace.path(name), names: names, workspace)
             }
         }
         return Outcome(
@@ -696,10 +697,10 @@ enum ReplayBenchmark {
 }
 
 extension ReplayBenchmark {
-    /// Copies the derived databases of the (closed) store at `path` into a
-    /// new environment with LMDB alone, timing only the writes.
-    static func writeTables(from path: String, _ workspace: Workspace) throws -> (time: Duration, rows: Int) {
-        let names = Store.derivedDatabaseNames
+    /// Copies the derived databases `names` (the set in use) of the (closed)
+    /// store at `path` into a new environment with LMDB alone, timing only
+    /// the writes.
+    static func writeTables(from path: String, names: [String], _ workspace: Workspace) throws -> (time: Duration, rows: Int) {
         let rows = try RawTableCopy.read(path: path, databases: names)
         let copy = "replay-tables"
         defer { workspace.remove(copy) }

@@ -2,9 +2,10 @@ import LogFormat
 import LogStore
 
 /// Full replays (`Store.rebuildProjections`) over and over while app
-/// writes go on. A replay clears the derived tables in one transaction and
-/// refills them in others, so a kill can leave them empty or half full;
-/// the reopen must bring them back in line with the log.
+/// writes go on. A replay fills the second set of derived tables, a chunk
+/// per transaction, and switches to it in the last, so a kill can leave
+/// that set half full; the reopen must finish it and bring the tables in
+/// line with the log.
 ///
 /// Reports: those of `AppWriter`, and `rebuilt` after each replay.
 enum ReplayWorkload: StoreWorkload {

@@ -188,7 +188,8 @@ struct Replay: AsyncParsableCommand {
         let terminal = isatty(STDERR_FILENO) == 1
         while !Task.isCancelled {
             try await Task.sleep(for: .seconds(1))
-            let (_, watermark) = try store.projectionState()
+            // The rebuild's own watermark: the tables in use stay current throughout.
+            let watermark = try store.rebuildWatermark() ?? store.projectionState().watermark
             let fraction = total == 0 ? 1 : Double(watermark) / Double(total)
             let line = terminal
                 ? "\r[" + String(repeating: "#", count: Int(fraction * 30)) + String(repeating: " ", count: 30 - Int(fraction * 30)) + "] \(watermark)/\(total)"

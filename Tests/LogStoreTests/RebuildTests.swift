@@ -1,0 +1,425 @@
+import Foundation
+import LMDB
+import LogFormat
+@testable import LogStore
+import LogTesting
+import Synchronization
+import Testing
+
+/// What an app (or a sync engine) reads from a store, through the public API.
+private struct Reads: Equatable {
+    var counts: [String: Int] = [:]
+    var entities: [String: Entity?] = [:]
+    var types: [String] = []
+    var remote: [Entity] = []
+    var outboxCount = 0
+    var outboxOffsets: [UInt64] = []
+    var conflicts: [WaitingConflict] = []
+    var cursor: String?
+
+    /// Reads the counts, the entities named by `ids` (type "te"), the
+    /// pulled entities (type "tr"), the outbox, the conflicts and the cursor.
+    init(_ store: Store, ids: [String]) throws {
+        for type in ["te", "tr", "tw"] { counts[type] = try store.count(type: type) }
+        for id in ids { entities[id] = try store.get(type: "te", id: id) }
+        types = try store.entityTypes()
+        remote = try store.all(type: "tr", limit: Store.pageCountMax)
+        outboxCount = try store.outboxCount()
+        outboxOffsets = try store.outbox().map(\.offset)
+        conflicts = try store.conflicts()
+        cursor = try store.pullCursor()
+    }
+}
+
+/// Writes, through the store, `creates` entities of type "te" (ids `e0`...),
+/// acks the first `acked` of them, rejects one intent and records a conflict
+/// on another, updates a few, and applies two pulled pages (types "tr"),
+/// the last with the cursor "c-2": every derived table has rows, and the
+/// last entries (the cursor among them) come after all the creates.
+private func fill(_ store: Store, creates: Int, acked: Int) async throws {
+    var next = 0
+    while next < creates {
+        var batch = WriteBatch()
+        for n in next..<min(next + 1_000, creates) {
+            try batch.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))])
+        }
+        next += batch.operations.count
+        try await store.write(batch)
+    }
+    let outbox = try store.outbox()
+    try await store.record(outbox.prefix(acked).map { ($0.offset, PushOutcome.acknowledged(.applied, serverVersion: 1)) })
+    try await store.record([
+        (outbox[acked].offset, .rejected(code: "VALIDATION_ERROR", message: "no")),
+        (outbox[acked + 1].offset, .conflict(ServerState(serverVersion: 4, deleted: false, data: ["n": -1]), message: "changed")),
+    ])
+    for n in [3, 7, creates - 1] { try await store.update(type: "te", id: "e\(n)", changes: ["late": true]) }
+    try await store.applyPulledPage(
+        (0..<20).map { PulledChange(.upsert, entityType: "tr", entityID: "r\($0)", serverVersion: 1, fields: ["v": 1]) },
+        cursor: "c-1")
+    try await store.applyPulledPage(
+        [PulledChange(.delete, entityType: "tr", entityID: "r0", serverVersion: 2),
+         PulledChange(.upsert, entityType: "tr", entityID: "r1", serverVersion: 2, fields: ["v": 2])],
+        cursor: "c-2")
+}
+
+/// The ids of "te" entities the tests look at: early and late ones, acked,
+/// rejected, in conflict, updated.
+private func sampleIDs(creates: Int, acked: Int) -> [String] {
+    [0, 3, 7, acked - 1, acked, acked + 1, acked + 2, creates / 2, creates - 1].map { "e\($0)" }
+}
+
+@Suite struct RebuildTests {
+    /// While `rebuildProjections` runs (here paused after its first chunk
+    /// of `Store.replayChunkCountMax` entries, with more to come), every
+    /// read sees the tables as they were before it: no entity missing or in
+    /// an older state, the same outbox and conflicts, and the pull cursor
+    /// kept (a sync engine pulling then would otherwise start from the
+    /// beginning). Afterwards the tables are the same again.
+    @Test func readsDuringARebuildSeeTheTablesAsBefore() async throws {
+        let fixture = try StoreFixture("rebuild-reads")
+        let store = fixture.store
+        let creates = Store.replayChunkCountMax + 1_000
+        try await fill(store, creates: creates, acked: 2_000)
+        let ids = sampleIDs(creates: creates, acked: 2_000)
+        let before = try Reads(store, ids: ids)
+        let tables = try store.derivedTables()
+        #expect(before.cursor == "c-2")
+        // One create rejected, one refused with a conflict.
+        #expect(before.counts["te"] == creates - 2)
+        var pauses = 0
+        try await store.rebuildProjections(entriesPerTransaction: Store.replayChunkCountMax) {
+            pauses += 1
+            let during = try Reads(store, ids: ids)
+            #expect(during.cursor == before.cursor, "pause \(pauses): the pull cursor")
+            #expect(during.counts == before.counts, "pause \(pauses): the counts")
+            for id in ids { #expect(during.entities[id] == before.entities[id], "pause \(pauses): te/\(id)") }
+            #expect(during.remote == before.remote, "pause \(pauses): the pulled entities")
+            #expect(during.outboxOffsets == before.outboxOffsets, "pause \(pauses): the outbox")
+            #expect(during.conflicts == before.conflicts, "pause \(pauses): the conflicts")
+            #expect(during == before, "pause \(pauses)")
+            #expect(try store.derivedTables() == tables, "pause \(pauses): the derived tables")
+        }
+        #expect(pauses >= 1, "the rebuild took one chunk")
+        #expect(try Reads(store, ids: ids) == before)
+        #expect(try store.derivedTables() == tables)
+        store.close()
+    }
+
+    /// App writes made while a rebuild runs are read back at once, each
+    /// applied alone (not the rest of the rebuild in its transaction), and
+    /// are in the tables the rebuild leaves, which are what a replay of the
+    /// whole log gives.
+    @Test func writesDuringARebuildAreReadAtOnceAndKept() async throws {
+        let fixture = try StoreFixture("rebuild-writes")
+        let store = fixture.store
+        try await fill(store, creates: 1_000, acked: 300)
+        let outbox = try store.outbox()
+        let teCount = try store.count(type: "te")
+        var pauses = 0
+        try await store.rebuildProjections(entriesPerTransaction: 100) {
+            pauses += 1
+            guard pauses == 2 else { return }
+            #expect(try store.outboxCount() == outbox.count)
+            let created = try await store.create(type: "tw", fields: ["new": true])
+            #expect(try store.get(type: "tw", id: created)?.fields == ["new": true])
+            try await store.update(type: "te", id: "e900", changes: ["n": 9_000])
+            #expect(try store.get(type: "te", id: "e900")?.fields["n"] == 9_000)
+            try await store.delete(type: "te", id: "e950")
+            #expect(try store.get(type: "te", id: "e950") == nil)
+            try await store.record([(outbox[10].offset, .acknowledged(.applied, serverVersion: 1))])
+            #expect(try store.outboxCount() == outbox.count + 3 - 1)
+            try await store.applyPulledPage(
+                [PulledChange(.upsert, entityType: "tr", entityID: "r9", serverVersion: 3, fields: ["v": 3])], cursor: "c-3")
+            #expect(try store.pullCursor() == "c-3")
+            #expect(try store.get(type: "te", id: "e999")?.fields["late"] == true)
+            #expect(try store.count(type: "te") == teCount - 1)
+        }
+        // A log of about 1,300 entries: a write that finished the rebuild
+        // in its own transaction would leave the rebuild nothing to pause for.
+        #expect(pauses > 10, "the rebuild paused \(pauses) times")
+        #expect(try store.count(type: "te") == teCount - 1)
+        #expect(try store.count(type: "tw") == 1)
+        #expect(try store.get(type: "te", id: "e900")?.fields["n"] == 9_000)
+        #expect(try store.get(type: "tr", id: "r9")?.fields == ["v": 3])
+        #expect(try store.pullCursor() == "c-3")
+        let scratch = try TemporaryDirectory("rebuild-writes-verify")
+        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        store.close()
+    }
+
+    /// A store closed part way through a rebuild keeps the tables it had:
+    /// a read-only open (a tool's) reads them all, and the next writable
+    /// open finishes the rebuild, to the same tables.
+    @Test func aStoreClosedDuringARebuildKeepsItsTables() async throws {
+        let directory = try TemporaryDirectory("rebuild-close")
+        var store = try Store(path: directory.path, options: .init(durability: .process))
+        try await fill(store, creates: 1_000, acked: 300)
+        let ids = sampleIDs(creates: 1_000, acked: 300)
+        let before = try Reads(store, ids: ids)
+        let tables = try store.derivedTables()
+        do {
+            try await store.rebuildProjections(entriesPerTransaction: 100) { [store] in store.close() }
+            Issue.record("the rebuild went on after close")
+        } catch let error as LogStoreError {
+            #expect(error.code == .closed, "\(error)")
+        }
+        let reader = try Store(path: directory.path, options: .init(readOnly: true))
+        #expect(try Reads(reader, ids: ids) == before)
+        reader.close()
+        store = try Store(path: directory.path, options: .init(durability: .process))
+        #expect(try Reads(store, ids: ids) == before)
+        #expect(try store.derivedTables() == tables)
+        store.close()
+    }
+
+    /// A compaction while a rebuild runs rewrites entries the rebuild may
+    /// have read already (or not yet): the tables must still come out as a
+    /// replay of the compacted log makes them, and reads meanwhile stay
+    /// whole.
+    @Test func aCompactionDuringARebuild() async throws {
+        let fixture = try StoreFixture("rebuild-compact")
+        let store = fixture.store
+        try await fill(store, creates: 400, acked: 300)
+        let ids = sampleIDs(creates: 400, acked: 300)
+        let before = try Reads(store, ids: ids)
+        var pauses = 0
+        try await store.rebuildProjections(entriesPerTransaction: 50) {
+            pauses += 1
+            guard pauses == 3 else { return }
+            let report = try await store.compact(below: try store.log.lastOffset() - 5)
+            #expect(report.entriesRemoved > 0)
+            #expect(try Reads(store, ids: ids) == before)
+        }
+        #expect(try Reads(store, ids: ids) == before)
+        let scratch = try TemporaryDirectory("rebuild-compact-verify")
+        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        store.close()
+    }
+
+    /// Readers on a thread of their own and writers in tasks run while a
+    /// rebuild in small chunks goes on: no read ever sees an entity of the
+    /// log missing, a wrong count, or the pull cursor gone.
+    @Test func readersNeverSeeAHalfBuiltTable() async throws {
+        for round in 0..<3 {
+            let fixture = try StoreFixture("rebuild-race")
+            let store = fixture.store
+            try await fill(store, creates: 1_000, acked: 300)
+            let ids = sampleIDs(creates: 1_000, acked: 300)
+            let before = try Reads(store, ids: ids)
+            let done = Atomic<Bool>(false)
+            let problems = Mutex<[String]>([])
+            let reads = Atomic<Int>(0)
+            let readerDone = DispatchSemaphore(value: 0)
+            Thread {
+                defer { readerDone.signal() }
+                while !done.load(ordering: .acquiring) {
+                    do {
+                        let seen = try Reads(store, ids: ids)
+                        // Writers only add "tw" entities.
+                        var expected = before
+                        expected.counts["tw"] = seen.counts["tw"]
+                        expected.types = seen.types
+                        expected.outboxCount = seen.outboxCount
+                        expected.outboxOffsets = seen.outboxOffsets
+                        if seen != expected {
+                            problems.withLock { $0.append("cursor \(seen.cursor ?? "nil"), counts \(seen.counts)") }
+                        }
+                        reads.add(1, ordering: .relaxed)
+                    } catch {
+                        problems.withLock { $0.append("\(error)") }
+                        return
+                    }
+                }
+            }.start()
+            let writer = Task {
+                var written = 0
+                while !done.load(ordering: .acquiring) {
+                    try await store.create(type: "tw", id: "w\(written)", fields: [:])
+                    written += 1
+                }
+                return written
+            }
+            var pauses = 0
+            do {
+                // Also when the rebuild fails: the reader and the writer stop.
+                defer { done.store(true, ordering: .releasing) }
+                // Each pause waits for a read to finish, so reads and chunks
+                // interleave (and writes, which go on meanwhile, outrun chunks).
+                try await store.rebuildProjections(entriesPerTransaction: 20) {
+                    pauses += 1
+                    // About 1,300 entries at the start: a rebuild that chased the
+                    // writes chunk by chunk would never end.
+                    try #require(pauses < 1_000, "round \(round): the rebuild never caught up with the writes")
+                    let seen = reads.load(ordering: .relaxed)
+                    var polls = 0
+                    while reads.load(ordering: .relaxed) < seen + 1, polls < 100_000 {
+                        polls += 1
+                        await Task.yield()
+                    }
+                }
+            }
+            let written = try await writer.value
+            readerDone.wait()
+            let seen = problems.withLock { $0 }
+            #expect(seen.isEmpty, "round \(round): \(seen.count) bad reads in \(reads.load(ordering: .relaxed)), first \(seen.prefix(3))")
+            #expect(try store.count(type: "tw") == written)
+            let scratch = try TemporaryDirectory("rebuild-race-verify")
+            #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [], "round \(round), \(pauses) pauses")
+            store.close()
+        }
+    }
+}
+
+/// The rows of every derived database of both sets, and the rebuild's
+/// `meta` keys, of the closed store at `path`, read with LMDB alone.
+private func rawDerivedState(_ path: String) throws -> (rows: [String: Int], meta: [String: [UInt8]]) {
+    let environment = try Environment(path: path)
+    defer { environment.close() }
+    var rows: [String: Int] = [:]
+    for set in 0..<2 {
+        for name in Store.derivedDatabaseNames(set: set) {
+            let database = try #require(try environment.openDatabase(name, create: false), "\(name)")
+            rows[name] = try environment.read { txn in try txn.count(database) }
+        }
+    }
+    let meta = try #require(try environment.openDatabase("meta", create: false))
+    var values: [String: [UInt8]] = [:]
+    try environment.read { txn in
+        for key in ["projection-set", "projection-version", "rebuild-version", "rebuild-watermark", "rebuild-cursor"] {
+            values[key] = try txn.get(meta, key: Array(key.utf8))
+        }
+    }
+    return (rows, values)
+}
+
+extension RebuildTests {
+    /// A new store uses set 0; each rebuild fills the other set, puts it in
+    /// use and empties the one it replaced, so a store holds one copy of
+    /// its tables between rebuilds, and no rebuild key is left behind.
+    @Test func eachRebuildSwitchesSetsAndEmptiesTheOldOne() async throws {
+        var fixture = try StoreFixture("rebuild-switch")
+        try await fill(fixture.store, creates: 300, acked: 100)
+        let tables = try fixture.store.derivedTables()
+        #expect(try fixture.store.derivedDatabaseNamesInUse() == Store.derivedDatabaseNames)
+        for round in 1...3 {
+            try await fixture.store.rebuildProjections(entriesPerTransaction: 100)
+            let set = round % 2
+            #expect(try fixture.store.derivedDatabaseNamesInUse() == Store.derivedDatabaseNames(set: set), "round \(round)")
+            #expect(try fixture.store.derivedTables() == tables, "round \(round)")
+            fixture.store.close()
+            let (rows, meta) = try rawDerivedState(fixture.directory.path)
+            for name in Store.derivedDatabaseNames(set: 1 - set) { #expect(rows[name] == 0, "round \(round): \(name)") }
+            #expect(rows[Store.derivedDatabaseNames(set: set)[0]] == tables.entities.count / 2, "round \(round): entities in use")
+            #expect(meta["projection-set"] == [UInt8(set)], "round \(round)")
+            #expect(meta["projection-version"] == Store.projectionVersion.bigEndianBytes, "round \(round)")
+            #expect(meta["rebuild-version"] == nil && meta["rebuild-watermark"] == nil && meta["rebuild-cursor"] == nil, "round \(round)")
+            try fixture.reopen()
+            #expect(try fixture.store.derivedTables() == tables, "round \(round) after reopening")
+        }
+        fixture.store.close()
+    }
+
+    /// A rebuild stopped part way records how far it got; the next
+    /// writable open goes on from there and puts the new set in use.
+    @Test func aRebuildStoppedPartWayIsFinishedByTheNextOpen() async throws {
+        let directory = try TemporaryDirectory("rebuild-resume")
+        var store = try Store(path: directory.path, options: .init(durability: .process))
+        try await fill(store, creates: 1_000, acked: 300)
+        let tables = try store.derivedTables()
+        var pauses = 0
+        await #expect(throws: LogStoreError.self) {
+            try await store.rebuildProjections(entriesPerTransaction: 100) { [store] in
+                pauses += 1
+                if pauses == 3 { store.close() }
+            }
+        }
+        let (_, meta) = try rawDerivedState(directory.path)
+        #expect(meta["rebuild-watermark"] == UInt64(300).bigEndianBytes)
+        #expect(meta["projection-set"] == nil)
+        let reader = try Store(path: directory.path, options: .inspecting)
+        #expect(try reader.rebuildWatermark() == 300)
+        #expect(try reader.derivedTables() == tables)
+        reader.close()
+        store = try Store(path: directory.path, options: .init(durability: .process))
+        #expect(try store.rebuildWatermark() == nil)
+        #expect(try store.derivedDatabaseNamesInUse() == Store.derivedDatabaseNames(set: 1))
+        #expect(try store.derivedTables() == tables)
+        store.close()
+    }
+
+    /// A rebuild the next open cannot go on with starts over from the first
+    /// entry, its half-filled set emptied first: one past the log's end (a
+    /// copy cut short by `logtool replay --to`), one of another projection
+    /// version, or one over tables in use of another version (a build of
+    /// that version may have written to the set since).
+    @Test(arguments: ["past the log", "other version", "tables of another version"])
+    func aRebuildThatCannotGoOnStartsOver(_ case: String) async throws {
+        let directory = try TemporaryDirectory("rebuild-start-over")
+        var store = try Store(path: directory.path, options: .init(durability: .process))
+        try await fill(store, creates: 500, acked: 100)
+        let tables = try store.derivedTables()
+        await #expect(throws: LogStoreError.self) {
+            try await store.rebuildProjections(entriesPerTransaction: 100) { [store] in store.close() }
+        }
+        let last = try store.log.lastOffset()
+        do {
+            let environment = try Environment(path: directory.path)
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            let entities = try #require(try environment.openDatabase("entities.1", create: false))
+            try environment.write { txn in
+                // A row no replay makes: it must not survive.
+                try txn.put(entities, key: Array("te".utf8) + [0] + Array("ghost".utf8), value: [0])
+                switch `case` {
+                case "past the log": try txn.put(meta, key: Array("rebuild-watermark".utf8), value: (last + 10).bigEndianBytes)
+                case "other version": try txn.put(meta, key: Array("rebuild-version".utf8), value: UInt32(99).bigEndianBytes)
+                default: try txn.put(meta, key: Array("projection-version".utf8), value: UInt32(3).bigEndianBytes)
+                }
+            }
+            environment.close()
+        }
+        store = try Store(path: directory.path, options: .init(durability: .process))
+        #expect(try store.rebuildWatermark() == nil)
+        #expect(try store.get(type: "te", id: "ghost") == nil)
+        #expect(try store.derivedTables() == tables)
+        store.close()
+    }
+}
+
+extension RebuildTests {
+    /// A rebuild that meets a damaged entry fails with it, and is dropped:
+    /// the tables in use stay, reads go on, and the next open does not try
+    /// the rebuild again (it would fail the open).
+    @Test func aRebuildThatFailsLeavesTheTablesInUse() async throws {
+        var fixture = try StoreFixture("rebuild-fails")
+        let store = fixture.store
+        try await fill(store, creates: 500, acked: 100)
+        let ids = sampleIDs(creates: 500, acked: 100)
+        let before = try Reads(store, ids: ids)
+        let tables = try store.derivedTables()
+        let log = store.log
+        // An acknowledged intent: no read of the app's reads looks at it.
+        _ = try await log.perform { txn, _ in
+            let key = OffsetKey.encode(50)
+            var bytes = try #require(try txn.get(log.logDatabase, key: key))
+            bytes[bytes.count - 1] ^= 0x40
+            try txn.put(log.logDatabase, key: key, value: bytes)
+        }
+        let error = await #expect(throws: LogStoreError.self) {
+            try await store.rebuildProjections(entriesPerTransaction: 100)
+        }
+        #expect(error?.code == .corruptEntry && error?.offset == 50, "\(String(describing: error))")
+        #expect(try store.rebuildWatermark() == nil)
+        #expect(try Reads(store, ids: ids) == before)
+        try await store.create(type: "tw", id: "after", fields: [:])
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "tw", id: "after") != nil)
+        var expected = before
+        expected.counts["tw"] = 1
+        expected.types.append("tw")
+        expected.outboxCount += 1
+        let seen = try Reads(fixture.store, ids: ids)
+        #expect(seen.counts == expected.counts && seen.entities == expected.entities && seen.cursor == before.cursor)
+        #expect(try fixture.store.derivedTables().entities.count == tables.entities.count + 2)
+        fixture.store.close()
+    }
+}
