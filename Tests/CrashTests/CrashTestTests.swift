@@ -113,8 +113,9 @@ import Testing
         #expect(run.errors.contains("--workload nonsense is none of append, app, pull"), "\(run.errors)")
     }
 
-    /// `--directory` is made when missing; a file there is a harness
-    /// error (exit 2) before any iteration, not a violation of each one.
+    /// `--directory` is made when missing; a file there, or a directory
+    /// that is not empty, is a harness error (exit 2) before any iteration,
+    /// not a violation of each one.
     @Test func theStoreDirectoryIsMadeOrRefused() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the crashtest product first")
         let parent = try TemporaryDirectory("crashtest-directory")
@@ -130,6 +131,14 @@ import Testing
         #expect(refused.status == 2)
         #expect(refused.errors.contains("--directory \(file) is not a directory"), "\(refused.errors)")
         #expect(!refused.output.contains("VIOLATION"), "\(refused.output)")
+
+        // The stores of the first run are still there: a second run into
+        // the same directory would check them against its own writes and
+        // report thousands of violations that are not.
+        let reused = try await ToolRun.running(Self.executable, ["--workload", "append", "--iterations", "1", "--directory", nested])
+        #expect(reused.status == 2, "\(reused.output)\(reused.errors)")
+        #expect(reused.errors.contains("--directory \(nested) is not empty"), "\(reused.errors)")
+        #expect(!reused.output.contains("VIOLATION"), "\(reused.output)")
     }
 
     /// The harness killed outright (SIGKILL, so it cannot clean up) takes

@@ -103,11 +103,20 @@ struct RunCommand: AsyncParsableCommand {
 
 /// The directory for the stores of a run.
 enum TemporaryStores {
-    /// `--directory`: made (with its parents) when missing.
+    /// `--directory`: made (with its parents) when missing, and otherwise
+    /// empty. The stores an earlier run left there would be checked against
+    /// this run's acknowledgements: every write of theirs would look like
+    /// a violation (and they are not this run's to remove).
     static func prepare(_ path: String) throws -> String {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             guard isDirectory.boolValue else { throw HarnessError("--directory \(path) is not a directory") }
+            let contents = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+            guard contents.isEmpty else {
+                throw HarnessError(
+                    "--directory \(path) is not empty (\(contents.sorted().prefix(3).joined(separator: ", "))): "
+                        + "give a new or empty directory; the stores of an earlier run there would be checked against this one's writes")
+            }
             return path
         }
         do {
