@@ -38,7 +38,7 @@ enum SyncDemo {
         try report("laptop", await laptopSync.sync())
         let waiting = try laptop.conflicts()
         for conflict in waiting {
-            print("laptop: conflict on \(conflict.intent.entityType)/\(conflict.intent.entityID): ")
+            print("laptop: conflict on \(conflict.intent.entityType)/\(conflict.intent.entityID)")
             print("  mine:   \(conflict.intent.fields)")
             print("  server: \(conflict.conflict.serverFields) (version \(conflict.conflict.serverVersion))")
         }
