@@ -3,7 +3,8 @@ import LogFormat
 
 /// The attempt state of one pending intent, the value of the `outbox`
 /// database (keyed by the intent's offset). It is the only derived state not
-/// rebuilt exactly by replay: retry timers start over, which is harmless.
+/// rebuilt by replay, which writes every row in its first state; a rebuild
+/// of the same version then carries it over from the tables it replaces.
 public struct OutboxState: Sendable, Equatable {
     public enum Status: UInt8, Sendable {
         /// Waiting to be pushed (now, or at `nextAttemptAt`).

@@ -70,7 +70,9 @@ extension Store {
     /// that reaches the end of the log puts that set in use and empties the
     /// other. Until then reads and writes go on as before, on the tables in
     /// use: nobody sees a half-built table or loses the pull cursor.
-    /// Outbox retry timers start over. A rebuild stopped part way (a close,
+    /// The outbox's attempt state, which the log does not hold, is carried
+    /// over from the tables in use (when they have this version's layout;
+    /// otherwise it starts over). A rebuild stopped part way (a close,
     /// a crash) is finished by the next writable open; one that fails is
     /// dropped, and the tables in use stay.
     /// - Throws: `LogStoreError.closed` when the store closes part way;
@@ -263,12 +265,33 @@ extension Store {
         } else {
             try txn.delete(meta, key: MetaKey.cursor)
         }
+        let old = try projector(txn)
+        if try txn.get(meta, key: MetaKey.projectionVersion) == version {
+            try carryOutboxState(from: old, to: projector(set: set), txn)
+        }
         try txn.put(meta, key: MetaKey.projectionVersion, value: version)
         try txn.put(meta, key: MetaKey.watermark, value: watermark)
-        let old = try projector(txn)
         try txn.put(meta, key: MetaKey.projectionSet, value: [UInt8(set)])
         for key in [MetaKey.rebuildVersion, MetaKey.rebuildWatermark, MetaKey.rebuildCursor] { try txn.delete(meta, key: key) }
         for database in old.databases { try txn.removeAll(database) }
+    }
+}
+
+extension Store {
+    /// Gives the intents pending in both sets the attempt state (attempts,
+    /// retry time, `failed`, last error) they have in the set in use: the
+    /// one derived state the log does not hold, so a replay starts it over.
+    /// Only for sets of the same version (the same outbox layout); most
+    /// rows are in their first state, and are left as the replay made them.
+    private func carryOutboxState(from old: Projector, to new: Projector, _ txn: borrowing Transaction) throws {
+        // A cursor on one database is not moved by writes to another; the
+        // row is copied out first, as a put may spill the page it is on.
+        try txn.forEach(old.outbox) { key, value in
+            guard !value.elementsEqual(Projector.newOutboxState) else { return true }
+            let (key, value) = ([UInt8](key), [UInt8](value))
+            if try txn.contains(new.outbox, key: key) { try txn.put(new.outbox, key: key, value: value) }
+            return true
+        }
     }
 }
 

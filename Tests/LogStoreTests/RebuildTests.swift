@@ -423,3 +423,42 @@ extension RebuildTests {
         fixture.store.close()
     }
 }
+
+extension RebuildTests {
+    /// The outbox's attempt state is the one derived state the log does not
+    /// hold. A rebuild of the same version keeps it for every intent still
+    /// pending, also when set while the rebuild ran: a `failed` intent
+    /// stays failed (a sync running meanwhile must not push it again), a
+    /// scheduled retry keeps its time and count. A rebuild to another
+    /// version (another outbox layout) starts it over.
+    @Test func aRebuildKeepsTheOutboxsAttemptState() async throws {
+        var fixture = try StoreFixture("rebuild-outbox-state")
+        try await fill(fixture.store, creates: 1_000, acked: 300)
+        let pending = try fixture.store.outbox()
+        let (failed, retrying, laterRetrying) = (pending[0].offset, pending[1].offset, pending[2].offset)
+        try await fixture.store.markFailed(offsets: [failed], error: "gave up")
+        try await fixture.store.scheduleRetry(offsets: [retrying], error: "503", at: 1_234, attemptsMax: 10)
+        var pauses = 0
+        try await fixture.store.rebuildProjections(entriesPerTransaction: 100) {
+            pauses += 1
+            if pauses == 3 {
+                try await fixture.store.scheduleRetry(offsets: [laterRetrying], error: "timeout", at: 5_678, attemptsMax: 10)
+            }
+        }
+        #expect(pauses > 3)
+        let states = try Dictionary(uniqueKeysWithValues: fixture.store.outbox().map { ($0.offset, $0.state) })
+        #expect(states.count == pending.count)
+        #expect(states[failed]?.status == .failed && states[failed]?.lastError == "gave up", "\(String(describing: states[failed]))")
+        #expect(states[retrying]?.nextAttemptAt == 1_234 && states[retrying]?.attempts == 1)
+        #expect(states[laterRetrying]?.nextAttemptAt == 5_678 && states[laterRetrying]?.lastError == "timeout")
+        #expect(states[pending[3].offset] == OutboxState())
+        #expect(try fixture.store.outboxSummary().failedCount == 1)
+
+        // Tables of another projection version: their outbox rows may have
+        // another layout, so the rebuild on open starts the state over.
+        fixture.store.close()
+        try putRaw(fixture.directory.path, database: "meta", key: Array("projection-version".utf8), value: [0, 0, 0, 1])
+        try fixture.reopen()
+        #expect(try fixture.store.outbox().allSatisfy { $0.state == OutboxState() })
+    }
+}
