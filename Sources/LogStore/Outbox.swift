@@ -26,6 +26,15 @@ public struct OutboxState: Sendable, Equatable {
 
     public init() {}
 
+    /// When a retry time `retryAt` lets its intent go, read at `now`: the
+    /// time itself, or `now` when it lies more than `retryWaitMax` ahead.
+    /// The caller sets no retry that far off, so such a time was set by a
+    /// clock since set back, or under a longer limit than today's; kept, it
+    /// would hold the intent as long again.
+    public static func dueAt(_ retryAt: UInt64, now: UInt64, retryWaitMax: UInt64) -> UInt64 {
+        retryAt > now && retryAt - now > retryWaitMax ? now : retryAt
+    }
+
     func encoded() -> [UInt8] {
         var writer = ByteWriter(capacity: 24)
         writer.write(status.rawValue)

@@ -31,9 +31,7 @@ extension Store {
     ///   - now: Unix milliseconds, on the clock the retry times were set by
     ///     (the sync engine's monotonic reading).
     ///   - retryWaitMax: an intent whose retry time is more than this after
-    ///     `now` is due too. The caller sets no retry that far off, so the
-    ///     time was set by a clock since set back, or under a longer limit
-    ///     than today's; kept, it would hold the intent as long again.
+    ///     `now` is due too (`OutboxState.dueAt`).
     /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
     public func pushBatch(limit: Int, now: UInt64, retryWaitMax: UInt64 = .max) throws -> [PendingIntent] {
         try checkLimit(limit)
@@ -48,8 +46,8 @@ extension Store {
                 let intent = item.intent
                 let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
                 guard !held.contains(entity) else { return true }
-                let retryAt = item.state.nextAttemptAt
-                guard item.state.status == .pending, retryAt <= now || retryAt - now > retryWaitMax else {
+                let dueAt = OutboxState.dueAt(item.state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax)
+                guard item.state.status == .pending, dueAt <= now else {
                     held.insert(entity)
                     return true
                 }

@@ -99,7 +99,7 @@ public actor SyncEngine {
         // further off than any wait the policy sets is due now.
         let now = monotonicNow
         summary.nextAttemptAt = summary.nextAttemptAt.map { time in
-            wallClock(time > now && time - now > configuration.retry.delayLongestMilliseconds ? now : time)
+            wallClock(OutboxState.dueAt(time, now: now, retryWaitMax: configuration.retry.delayLongestMilliseconds))
         }
         return SyncHealth(
             summary: summary, now: clock.nowMilliseconds, onlineSince: onlineSince,
