@@ -372,6 +372,8 @@ package enum MetaKey {
     static let rebuildWatermark = Array("rebuild-watermark".utf8)
     /// The pull cursor of the set a rebuild fills.
     static let rebuildCursor = Array("rebuild-cursor".utf8)
+    /// The three keys of a rebuild under way, deleted together when it ends.
+    static let rebuildKeys = [rebuildVersion, rebuildWatermark, rebuildCursor]
 }
 
 extension EntityKey {

@@ -55,6 +55,11 @@ extension Store {
         return projector
     }
 
+    /// The set a rebuild fills: the one not in use.
+    private func rebuildSet(_ txn: borrowing Transaction) throws -> Int {
+        Store.projectionSetCount - 1 - (try activeSet(txn))
+    }
+
     /// The set in use, with the watermark its rows reflect.
     private func liveTarget(_ txn: borrowing Transaction) throws -> ReplayTarget {
         ReplayTarget(projector: try projector(txn), watermarkKey: MetaKey.watermark)
@@ -189,7 +194,7 @@ extension Store {
     /// Empties the set not in use and records a rebuild into it, from the
     /// first entry.
     private func startRebuild(_ txn: borrowing Transaction) throws {
-        let target = try projector(set: Store.projectionSetCount - 1 - activeSet(txn))
+        let target = try projector(set: rebuildSet(txn))
         for database in target.databases { try txn.removeAll(database) }
         let meta = log.metaDatabase
         try txn.delete(meta, key: MetaKey.rebuildCursor)
@@ -203,7 +208,7 @@ extension Store {
             for database in projector?.databases ?? [] { try txn.removeAll(database) }
         }
         let meta = log.metaDatabase
-        for key in [MetaKey.cursor, MetaKey.projectionSet, MetaKey.rebuildVersion, MetaKey.rebuildWatermark, MetaKey.rebuildCursor] {
+        for key in [MetaKey.cursor, MetaKey.projectionSet] + MetaKey.rebuildKeys {
             try txn.delete(meta, key: key)
         }
         try txn.put(meta, key: MetaKey.projectionVersion, value: Store.projectionVersion.bigEndianBytes)
@@ -215,9 +220,9 @@ extension Store {
     private func dropRebuild(_ txn: borrowing Transaction) throws {
         let meta = log.metaDatabase
         guard try txn.contains(meta, key: MetaKey.rebuildVersion) else { return }
-        let target = try projector(set: Store.projectionSetCount - 1 - activeSet(txn))
+        let target = try projector(set: rebuildSet(txn))
         for database in target.databases { try txn.removeAll(database) }
-        for key in [MetaKey.rebuildVersion, MetaKey.rebuildWatermark, MetaKey.rebuildCursor] { try txn.delete(meta, key: key) }
+        for key in MetaKey.rebuildKeys { try txn.delete(meta, key: key) }
     }
 
     /// Starts a rebuild under way from the first entry again, in `txn`
@@ -240,7 +245,7 @@ extension Store {
     ///   under way (a concurrent call finished or dropped it).
     private func rebuildChunk(_ txn: borrowing Transaction, countMax: Int, wholePast: UInt64) throws -> Bool {
         guard try txn.contains(log.metaDatabase, key: MetaKey.rebuildVersion) else { return false }
-        let set = Store.projectionSetCount - 1 - (try activeSet(txn))
+        let set = try rebuildSet(txn)
         var projector = try projector(set: set)
         projector.cursorKey = MetaKey.rebuildCursor
         let target = ReplayTarget(projector: projector, watermarkKey: MetaKey.rebuildWatermark)
@@ -272,7 +277,7 @@ extension Store {
         try txn.put(meta, key: MetaKey.projectionVersion, value: version)
         try txn.put(meta, key: MetaKey.watermark, value: watermark)
         try txn.put(meta, key: MetaKey.projectionSet, value: [UInt8(set)])
-        for key in [MetaKey.rebuildVersion, MetaKey.rebuildWatermark, MetaKey.rebuildCursor] { try txn.delete(meta, key: key) }
+        for key in MetaKey.rebuildKeys { try txn.delete(meta, key: key) }
         for database in old.databases { try txn.removeAll(database) }
     }
 }
