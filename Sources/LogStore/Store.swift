@@ -182,7 +182,9 @@ extension Store {
         guard !batch.operations.isEmpty else { return }
         let operations = batch.operations
         try await write { txn, context, store in
-            for operation in operations { try store.stage(operation, txn, &context) }
+            // Looked up once: nothing in the batch switches the set in use.
+            let projector = try store.projector(txn)
+            for operation in operations { try store.stage(operation, projector, txn, &context) }
         }
     }
 
@@ -203,12 +205,22 @@ extension Store {
 
     /// Appends an entry and applies it to the projections.
     func append(_ body: EntryBody, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
-        let entry = try context.appendEntry(body, in: txn)
-        try projector(txn).apply(entry, txn, &context.effects, live: true)
+        try append(body, projector(txn), txn, &context)
     }
 
-    private func stage(_ operation: WriteBatch.Operation, _ txn: borrowing Transaction, _ context: inout WriteContext) throws {
-        let record = try projector(txn).load(operation.type, operation.id, txn)
+    /// `append` into the derived databases of `projector`, the set in use.
+    private func append(
+        _ body: EntryBody, _ projector: Projector, _ txn: borrowing Transaction, _ context: inout WriteContext
+    ) throws {
+        let entry = try context.appendEntry(body, in: txn)
+        try projector.apply(entry, txn, &context.effects, live: true)
+    }
+
+    private func stage(
+        _ operation: WriteBatch.Operation, _ projector: Projector, _ txn: borrowing Transaction,
+        _ context: inout WriteContext
+    ) throws {
+        let record = try projector.load(operation.type, operation.id, txn)
         let exists = record?.visible != nil
         let intent: Intent
         switch operation.kind {
@@ -222,7 +234,7 @@ extension Store {
             guard exists else { throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to delete") }
             intent = Intent(.delete, idempotencyKey: operation.key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0)
         }
-        try append(.intent(intent), txn, &context)
+        try append(.intent(intent), projector, txn, &context)
     }
 
     func markWatermark(_ offset: UInt64, _ txn: borrowing Transaction) throws {
