@@ -101,13 +101,17 @@ extension Store {
             return context.position.lastOffset
         }
         do {
-            // Each chunk replays entries or ends the rebuild: at most
-            // start / entriesPerTransaction + 2 of them, as the one past
-            // `start` takes every entry left (a compaction meanwhile starts
-            // them over).
-            while try await log.perform({ txn, _ in
-                try self.rebuildChunk(txn, countMax: entriesPerTransaction, wholePast: start)
+            // Each chunk replays entries or ends the rebuild: up to `start`,
+            // start / entriesPerTransaction of them; past it, each one that
+            // is not the last leaves half a chunk fewer entries to replay
+            // (`rebuildChunk`). A compaction meanwhile starts them over.
+            var left = UInt64.max
+            while let leftBefore = try await log.perform({ [left] txn, context in
+                try self.rebuildChunk(
+                    txn, countMax: entriesPerTransaction, wholePast: start, lastOffset: context.position.lastOffset,
+                    leftBeforePrevious: left)
             }) {
+                left = leftBefore
                 try await betweenChunks()
             }
         } catch let error as LogStoreError where error.code == .closed {
@@ -157,9 +161,11 @@ extension Store {
             }
             if !resumable { try log.performBlocking { txn, _ in try self.startRebuild(txn) } }
             // Each chunk makes progress, so this runs at most last / chunk + 1 times.
-            while try log.performBlocking({ txn, _ in
-                try self.rebuildChunk(txn, countMax: Store.replayChunkCountMax, wholePast: .max)
-            }) {}
+            while try log.performBlocking({ txn, context in
+                try self.rebuildChunk(
+                    txn, countMax: Store.replayChunkCountMax, wholePast: .max, lastOffset: context.position.lastOffset,
+                    leftBeforePrevious: .max)
+            }) != nil {}
             return
         }
         if watermark == last { return }
@@ -233,28 +239,39 @@ extension Store {
     }
 
     /// Replays up to `countMax` entries into the set a rebuild fills, or
-    /// every entry left once its watermark has reached `wholePast`; the
-    /// chunk that reaches the end of the log puts that set in use.
+    /// every entry left when writes keep up with the rebuild; the chunk
+    /// that reaches the end of the log puts that set in use.
     ///
     /// `wholePast` is the last offset when the rebuild started: what comes
-    /// after it was written while the rebuild ran. Chunks of `countMax`
-    /// alone might never catch up with writes that keep coming; that last
-    /// chunk holds as much as was written meanwhile, usually far less than
-    /// `countMax`.
-    /// - Returns: whether entries remain; false as well when no rebuild is
-    ///   under way (a concurrent call finished or dropped it).
-    private func rebuildChunk(_ txn: borrowing Transaction, countMax: Int, wholePast: UInt64) throws -> Bool {
-        guard try txn.contains(log.metaDatabase, key: MetaKey.rebuildVersion) else { return false }
+    /// after it was written while the rebuild ran. Past it, chunks of
+    /// `countMax` would never catch up with writes as fast as the replay,
+    /// so a chunk that finds fewer than half a chunk's entries gone since
+    /// the one before it (`leftBeforePrevious` entries were left then)
+    /// takes every entry left. Otherwise chunks stay bounded, also when
+    /// much was written while the rebuild ran (a bulk import) and nothing
+    /// since.
+    /// - Parameter lastOffset: the log's last offset, in `txn`.
+    /// - Returns: how many entries were left before this chunk, when some
+    ///   remain after it; nil when the rebuild ended, or none is under way
+    ///   (a concurrent call finished or dropped it).
+    private func rebuildChunk(
+        _ txn: borrowing Transaction, countMax: Int, wholePast: UInt64, lastOffset: UInt64, leftBeforePrevious: UInt64
+    ) throws -> UInt64? {
+        guard try txn.contains(log.metaDatabase, key: MetaKey.rebuildVersion) else { return nil }
         let set = try rebuildSet(txn)
         var projector = try projector(set: set)
         projector.cursorKey = MetaKey.rebuildCursor
         let target = ReplayTarget(projector: projector, watermarkKey: MetaKey.rebuildWatermark)
-        let whole = try watermark(txn, key: target.watermarkKey) >= wholePast
+        let watermark = try watermark(txn, key: target.watermarkKey)
+        // A watermark past the log's end (a copy cut short) is caught on open.
+        let left = lastOffset - min(watermark, lastOffset)
+        let gone = leftBeforePrevious >= left ? leftBeforePrevious - left : 0
+        let whole = watermark >= wholePast && gone < (UInt64(countMax) + 1) / 2
         var effects = CommitEffects()
         // Not live: the entries' events were delivered when they were written.
         let more = try replayChunk(txn, into: target, &effects, live: false, countMax: whole ? .max : countMax)
         if !more { try finishRebuild(txn, set: set) }
-        return more
+        return more ? left : nil
     }
 
     /// Puts the set a rebuild filled in use, with its cursor, version and

@@ -147,6 +147,35 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
         store.close()
     }
 
+    /// Much written while a rebuild runs (here 350 entries at its second
+    /// pause, with chunks of 100), and nothing after: the rebuild goes on in
+    /// chunks of 100, rather than taking all of it in its last transaction
+    /// (whose dirty pages a bulk import would make as big as the import).
+    @Test func writesDuringARebuildAreReplayedInBoundedChunks() async throws {
+        let fixture = try StoreFixture("rebuild-bounded")
+        let store = fixture.store
+        try await fill(store, creates: 1_000, acked: 300)
+        var pauses = 0
+        var watermarks: [UInt64] = []
+        try await store.rebuildProjections(entriesPerTransaction: 100) {
+            pauses += 1
+            watermarks.append(try #require(try store.rebuildWatermark()))
+            guard pauses == 2 else { return }
+            for batch in 0..<7 {
+                var writes = WriteBatch()
+                for n in 0..<50 { try writes.create(type: "tw", id: "w\(batch)-\(n)", fields: [:]) }
+                try await store.write(writes)
+            }
+        }
+        let last = try store.log.lastOffset()
+        let steps = zip(watermarks, watermarks.dropFirst() + [last]).map { $1 - $0 }
+        #expect(steps.allSatisfy { $0 <= 100 }, "entries per chunk after the first: \(steps)")
+        #expect(try store.count(type: "tw") == 350)
+        let scratch = try TemporaryDirectory("rebuild-bounded-verify")
+        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        store.close()
+    }
+
     /// A store closed part way through a rebuild keeps the tables it had:
     /// a read-only open (a tool's) reads them all, and the next writable
     /// open finishes the rebuild, to the same tables.
