@@ -17,10 +17,16 @@ public enum JSONValue: Equatable, Sendable {
     /// number, so the int 0 as a value, but negative zero inside
     /// `{"$double": ...}` (section 4), which is why it is kept apart.
     case negativeZero
+    /// A whole number from 2^63 to 2^64 - 1, exactly: past Int64, so a
+    /// double as a `Value` (section 4: `Value(json:)` reads it as the
+    /// binary64 nearest to it, as `double` would hold it), but the full
+    /// range of a `u64` field (`Format/README.md`: an export's offsets,
+    /// versions and timestamps), which a double would round.
+    case unsigned(UInt64)
     /// Any other number, as the binary64 nearest to its exact value: a
     /// number that is not whole (`1.5`; also `1.00000000000000001`, whose
     /// double is 1, and `1e-400`, whose double is zero), or a whole number
-    /// outside Int64.
+    /// below -2^63 or from 2^64 on.
     case double(Double)
     case string(String)
     case array([JSONValue])
@@ -39,6 +45,7 @@ public enum JSONValue: Equatable, Sendable {
         case (.bool(let a), .bool(let b)): a == b
         case (.int(let a), .int(let b)): a == b
         case (.negativeZero, .negativeZero): true
+        case (.unsigned(let a), .unsigned(let b)): a == b
         case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
         case (.string(let a), .string(let b)): a == b
         case (.array(let a), .array(let b)): a == b
@@ -399,22 +406,27 @@ public struct JSONReader {
         // By value: a whole number within Int64 is an int (2.0, 1e2), read
         // from the digits, since the nearest double can be another integer
         // (9007199254740993.0) or whole when the number is not
-        // (1.00000000000000001, and 1e-400, whose nearest double is zero). A
-        // whole number within Int64 always has a whole nearest double within
-        // ±2^63, so only those need the digits.
-        if double.rounded() == double, double.magnitude <= 9.223_372_036_854_775_808e18,
-            let integer = JSONReader.exactInteger(UnsafeBufferPointer(rebasing: bytes[start..<index]))
+        // (1.00000000000000001, and 1e-400, whose nearest double is zero).
+        // So is one up to 2^64 - 1, kept as `unsigned`. A whole number
+        // within -2^63 to 2^64 - 1 always has a whole nearest double within
+        // ±2^64, so only those need the digits.
+        if double.rounded() == double, double.magnitude <= 1.844_674_407_370_955_161_6e19,
+            let whole = JSONReader.exactWhole(UnsafeBufferPointer(rebasing: bytes[start..<index]))
         {
             // Zero whose digits are all zero: the sign says whether it is "-0.0".
-            if integer == 0, double.sign == .minus { return .negativeZero }
-            return .int(integer)
+            if whole.magnitude == 0 { return double.sign == .minus ? .negativeZero : .int(0) }
+            if !whole.negative, whole.magnitude > UInt64(Int64.max) { return .unsigned(whole.magnitude) }
+            if whole.magnitude <= UInt64(Int64.max) + (whole.negative ? 1 : 0) {
+                return .int(whole.negative ? Int64(truncatingIfNeeded: 0 &- whole.magnitude) : Int64(whole.magnitude))
+            }
         }
         return .double(double)
     }
 
-    /// The value of a number in RFC 8259's grammar when it is a whole number
-    /// within Int64, computed from its decimal digits; otherwise nil.
-    static func exactInteger(_ text: UnsafeBufferPointer<UInt8>) -> Int64? {
+    /// The sign and magnitude of a number in RFC 8259's grammar when it is a
+    /// whole number whose magnitude fits a UInt64, computed from its decimal
+    /// digits; otherwise nil.
+    static func exactWhole(_ text: UnsafeBufferPointer<UInt8>) -> (negative: Bool, magnitude: UInt64)? {
         var position = 0
         let negative = text[0] == UInt8(ascii: "-")
         if negative { position += 1 }
@@ -452,17 +464,17 @@ public struct JSONReader {
             digits.removeLast()
             scale += 1
         }
-        guard !digits.isEmpty else { return 0 }
-        // At most 19 digits: below 10^19, within UInt64.
-        guard scale >= 0, digits.count + scale <= 19 else { return nil }
+        guard !digits.isEmpty else { return (negative, 0) }
+        // At most 20 digits (UInt64.max has 20), checked for overflow below.
+        guard scale >= 0, digits.count + scale <= 20 else { return nil }
         var magnitude: UInt64 = 0
-        for digit in digits { magnitude = magnitude * 10 + UInt64(digit) }
-        for _ in 0..<scale { magnitude *= 10 }
-        if negative {
-            guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
-            return Int64(truncatingIfNeeded: 0 &- magnitude)
+        // The digits, then `scale` zeros.
+        for index in 0..<digits.count + scale {
+            let (tens, overflow) = magnitude.multipliedReportingOverflow(by: 10)
+            let (sum, carry) = tens.addingReportingOverflow(index < digits.count ? UInt64(digits[index]) : 0)
+            guard !overflow, !carry else { return nil }
+            magnitude = sum
         }
-        guard magnitude <= UInt64(Int64.max) else { return nil }
-        return Int64(magnitude)
+        return (negative, magnitude)
     }
 }

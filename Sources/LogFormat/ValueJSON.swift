@@ -5,6 +5,14 @@ import Foundation
 /// objects for what JSON lacks: `{"$double": 2}` for an integral double (so
 /// it stays a double), `{"$bytes": "<base64>"}`, `{"$timestamp": <µs>}`.
 /// Field names starting with `$` are reserved for these forms.
+///
+/// Decoding goes by a number's value, as `JSONReader` does, as far as the
+/// decoder tells it: `Decoder` gives a number only as the types it converts
+/// it to. A number `JSONDecoder` reads as an `Int64` but not as a `Double`
+/// is not zero but nearer to zero than any binary64 (`1e-400`): by value a
+/// double zero with the number's sign (`Format/sync-protocol.md`, section
+/// 4), which neither conversion gives, so it is refused rather than read as
+/// the int 0. `JSONReader`, which reads the digits, is exact for every text.
 extension Value: Codable {
     public init(from decoder: any Decoder) throws {
         // Codable cannot ask a JSON value its kind, only try one and catch the
@@ -16,6 +24,7 @@ extension Value: Codable {
         } else if let text = try? container.decode(String.self) {
             self = .string(text)
         } else if let number = try? container.decode(Int64.self) {
+            try Value.checkInteger(number, asDouble: try? container.decode(Double.self), at: container.codingPath)
             self = .int(number)
         } else if let flag = try? container.decode(Bool.self) {
             self = .bool(flag)
@@ -43,12 +52,26 @@ extension Value: Codable {
                     throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "$bytes \(error)")
                 }
             case "$timestamp":
-                return .timestamp(try container.decode(Int64.self, forKey: key))
+                let micros = try container.decode(Int64.self, forKey: key)
+                try checkInteger(micros, asDouble: try? container.decode(Double.self, forKey: key), at: container.codingPath + [key])
+                return .timestamp(micros)
             default:
                 break
             }
         }
         return .object(try Fields(from: decoder))
+    }
+
+    /// Refuses a number that the decoder read as the Int64 `integer` but
+    /// could not read as a Double: one too small for any binary64, which
+    /// `JSONDecoder` reads as the int 0 (see the type's comment).
+    private static func checkInteger(_ integer: Int64, asDouble double: Double?, at codingPath: [any CodingKey]) throws {
+        guard double == nil else { return }
+        throw DecodingError.dataCorrupted(
+            .init(
+                codingPath: codingPath,
+                debugDescription: "a number read as the int \(integer) is not representable as a double: "
+                    + "not zero, but nearer to zero than any binary64, so a double zero whose sign Codable cannot read"))
     }
 
     public func encode(to encoder: any Encoder) throws {

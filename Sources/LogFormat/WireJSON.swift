@@ -25,6 +25,8 @@ extension Value {
         // `-0` and `-0.0` are whole numbers, so the int 0 (section 4).
         case .negativeZero: self = .int(0)
         case .double(let number): self = .double(number)
+        // Whole, but past Int64: the binary64 nearest to it (section 4).
+        case .unsigned(let number): self = .double(Double(number))
         case .string(let text): self = .string(text)
         case .unreadable(let detail): throw WireDecodingError(path, detail)
         case .array(let elements):
@@ -50,10 +52,11 @@ extension Value {
         case ("$double", .int(let number)): return .double(Double(number))
         case ("$double", .negativeZero): return .double(-0.0)
         case ("$double", .double(let number)): return .double(number)
+        case ("$double", .unsigned(let number)): return .double(Double(number))
         case ("$timestamp", .int(let micros)): return .timestamp(micros)
         // `-0` and `-0.0`: whole numbers, read by value (section 4).
         case ("$timestamp", .negativeZero): return .timestamp(0)
-        case ("$timestamp", .double):
+        case ("$timestamp", .double), ("$timestamp", .unsigned):
             throw WireDecodingError("\(path).$timestamp", "is not a whole number within the i64 range")
         case ("$bytes", .string(let text)):
             do throws(Base64.Problem) {

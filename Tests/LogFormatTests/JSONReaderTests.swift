@@ -17,7 +17,8 @@ import Testing
         #expect(try read("2.5") == .double(2.5))
         #expect(try read("9223372036854775807") == .int(.max))
         #expect(try read("-9223372036854775808") == .int(.min))
-        #expect(try read("9223372036854775808") == .double(9_223_372_036_854_775_808))
+        #expect(try read("9223372036854775808") == .unsigned(9_223_372_036_854_775_808))
+        #expect(try Value(json: read("9223372036854775808")) == .double(9_223_372_036_854_775_808))
         for bad in ["01", "1.", ".5", "1e", "-", "+1", "1e400", "NaN", "0x10"] {
             #expect(throws: JSONReadError.self, "\(bad)") { try read(bad) }
         }
@@ -113,9 +114,27 @@ import Testing
         #expect(try read("1.00000000000000001") == .double(1))
         #expect(try read("9223372036854775807.5") == .double(9_223_372_036_854_775_808))
         #expect(try Value(json: read("1.00000000000000001")) == .double(1))
-        // Whole but outside Int64: a double.
-        #expect(try read("9223372036854775808.0") == .double(9_223_372_036_854_775_808))
+        // Whole but outside Int64: a double as a value, kept exact up to
+        // 2^64 - 1 for u64 fields.
+        #expect(try read("9223372036854775808.0") == .unsigned(9_223_372_036_854_775_808))
+        #expect(try Value(json: read("9223372036854775808.0")) == .double(9_223_372_036_854_775_808))
         #expect(try read("-9223372036854775809.0") == .double(-9_223_372_036_854_775_808))
+    }
+
+    /// Whole numbers from 2^63 to 2^64 - 1 are read exactly, in any form,
+    /// as `unsigned` (the `u64` fields of `Format/README.md`); as values
+    /// they are the nearest double, as before. From 2^64 on, a double.
+    @Test func wholeNumbersUpTo2To64Minus1AreExactUnsigned() throws {
+        #expect(try read("18446744073709551615") == .unsigned(.max))
+        #expect(try read("18446744073709551615.0") == .unsigned(.max))
+        #expect(try read("1.8446744073709551615e19") == .unsigned(.max))
+        #expect(try read("18446744073709551614") == .unsigned(.max - 1))
+        #expect(try Value(json: read("18446744073709551615")) == .double(18_446_744_073_709_551_616))
+        #expect(try Value(json: read(#"{"$double": 18446744073709551615}"#)) == .double(18_446_744_073_709_551_616))
+        #expect(throws: WireDecodingError.self) { try Value(json: read(#"{"$timestamp": 18446744073709551615}"#)) }
+        #expect(try read("18446744073709551616") == .double(18_446_744_073_709_551_616))
+        #expect(try read("18446744073709551615.5") == .double(18_446_744_073_709_551_616))
+        #expect(try read("-18446744073709551615") == .double(-18_446_744_073_709_551_616))
     }
 
     /// A number that is not zero but lies nearer to zero than to the least
@@ -158,6 +177,30 @@ import Testing
                 #"{"idempotency_key": "k", "entity_type": "te", "entity_id": "e", "intent": "create", "data": {}, "client_timestamp": "t", "base_version": \#(text)}"#
             )
             #expect(try PushOperation(json: operation).baseVersion == 0, "\(text)")
+        }
+    }
+
+    /// `Value`'s `Codable` path (here through `JSONDecoder`) reads a number
+    /// as `JSONReader` does, or refuses it; it never reads another value.
+    /// Foundation reads a number that is not zero but too small for any
+    /// binary64 (`1e-400`) as the `Int64` 0 and refuses it as a `Double`,
+    /// so it cannot tell the double zero it is, nor its sign: before, such
+    /// a number became the int 0 (and a `$timestamp` of 0).
+    @Test func codableReadsNumbersAsTheReaderDoesOrRefusesThem() throws {
+        let tiny = "0." + String(repeating: "0", count: 400) + "1"
+        let agreed = [
+            "2", "2.0", "1e2", "-0", "-0.0", "0e-400", "-0e-400", "2.5", "1e-320", "9007199254740993.0",
+            "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+            #"{"$double": 2}"#, #"{"$double": -0}"#, #"{"$double": 0e-400}"#,
+            #"{"$timestamp": 5}"#, #"{"$timestamp": 5.0}"#, #"{"$timestamp": 0e-400}"#,
+        ]
+        for text in agreed {
+            let decoded = try JSONDecoder().decode(Value.self, from: Data(text.utf8))
+            #expect(decoded == (try Value(json: read(text))), "\(text)")
+        }
+        let underflowing = ["1e-400", "-1e-400", "1.5e-400", tiny, "-" + tiny, "1e-99999999999"]
+        for text in underflowing + underflowing.map({ #"{"$timestamp": \#($0)}"# }) + [#"{"$double": 1e-400}"#] {
+            #expect(throws: DecodingError.self, "\(text)") { try JSONDecoder().decode(Value.self, from: Data(text.utf8)) }
         }
     }
 

@@ -577,3 +577,48 @@ extension LogToolExportTests {
         #expect(try !Tool.run(["dump", bundle]).output.contains("secret"))
     }
 }
+
+extension LogToolExportTests {
+    /// `u64` fields run to 2^64 - 1 (`Format/README.md`): a log at the last
+    /// offsets, with versions and timestamps past 2^63 - 1, imports exactly,
+    /// and 2^64 is refused, naming the line and the field. Before,
+    /// `JSONReader` read every whole number past Int64 as a double, and
+    /// import refused such a field as "not a count".
+    @Test func anImportReadsU64FieldsUpTo2To64Minus1() async throws {
+        let directory = try TemporaryDirectory("logtool-import-u64")
+        let source = directory.appending("source")
+        let top = UInt64.max
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            let intent = Intent(.update, idempotencyKey: "k", entityType: "te", entityID: "e", baseVersion: top - 1, fields: ["n": 2])
+            let bodies: [EntryBody] = [
+                .remote(Remote(cursor: "c", .upsert, entityType: "te", entityID: "e", serverVersion: top - 1, fields: ["n": 1])),
+                .intent(intent),
+                .ack(Ack(intentOffset: top - 1, outcome: .applied, serverVersion: top)),
+            ]
+            let entries = bodies.enumerated().map { index, body in
+                Entry(offset: top - 2 + UInt64(index), timestamp: HybridTimestamp(rawValue: top - 2 + UInt64(index)), body: body)
+            }
+            try await store.restore(entries, compactedBelow: top - 2)
+            store.close()
+        }
+        let lines = try Tool.run(["export", source]).lines
+        #expect(lines.count == 4 && lines[3].contains(#""server_version":18446744073709551615"#), "\(lines)")
+        let copy = directory.appending("copy")
+        let imported = try Tool.importLines(lines, file: directory.appending("top.jsonl"), into: copy)
+        #expect(imported.status == 0, "\(imported.errors)")
+        let dumped = try Tool.run(["dump", source, "--json"]).output
+        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
+        #expect(!dumped.isEmpty && dumped == dumpedCopy)
+        #expect(try Tool.run(["verify", copy]).status == 0)
+        for field in ["server_version", "offset", "timestamp"] {
+            let over = lines.enumerated().map { index, line in
+                index == 3 ? line.replacingOccurrences(of: #""\#(field)":18446744073709551615"#, with: #""\#(field)":18446744073709551616"#) : line
+            }
+            #expect(over[3] != lines[3], "\(field)")
+            let refused = try Tool.importLines(over, file: directory.appending("over.jsonl"), into: directory.appending("over"))
+            #expect(refused.status == 2 && refused.errors.contains("over.jsonl:4: \(field)"), "\(refused.errors)")
+            #expect(!FileManager.default.fileExists(atPath: directory.appending("over")))
+        }
+    }
+}

@@ -214,8 +214,16 @@ extension JSONValue {
         }
     }
 
+    /// A `u64` field: a whole number from 0 to 2^64 - 1, exactly
+    /// (`Format/README.md`), in any of its forms (`JSONValue.int` up to
+    /// 2^63 - 1, `.unsigned` past it, `.negativeZero` for `-0`).
     func unsigned(_ name: String) throws -> UInt64 {
-        guard case .int(let number)? = self[name], number >= 0 else { throw WireDecodingError(name, "is missing or not a count") }
-        return UInt64(number)
+        switch self[name] {
+        case .int(let number)? where number >= 0: return UInt64(number)
+        case .unsigned(let number)?: return number
+        case .negativeZero?: return 0
+        case nil: throw WireDecodingError(name, "is missing")
+        default: throw WireDecodingError(name, "is not a whole number from 0 to 2^64 - 1")
+        }
     }
 }
