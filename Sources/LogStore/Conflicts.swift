@@ -112,16 +112,20 @@ extension Store {
                 throw LogStoreError(.notFound, path: store.path, offset: intentOffset, "no conflict of intent \(intentOffset) waits for the app")
             }
             let server = ServerState(serverVersion: pending.serverVersion, deleted: pending.serverDeleted, data: pending.serverFields)
-            var conflictCase = try store.conflictCase(intentOffset, server, txn)
-            conflictCase.local = try store.localState(waiting: pending, conflictCase, txn)
-            let settlement = try store.settlement(conflictCase, decision, txn)
+            var (conflictCase, record) = try store.conflictCase(intentOffset, server, txn)
+            conflictCase.local = try store.localState(waiting: pending, conflictCase, record, txn)
+            let settlement = try store.settlement(conflictCase, decision, record, txn)
             if let problem = settlement.problem { throw Validation.invalid(problem) }
             try store.settle(settlement, txn, &context)
         }
     }
 
-    /// What the conflict looks like from this store, read inside a write.
-    func conflictCase(_ offset: UInt64, _ server: ServerState, _ txn: borrowing Transaction) throws -> ConflictCase {
+    /// What the conflict looks like from this store, read inside a write,
+    /// and the entity's record it was read from, which `localState` and
+    /// `settlement` read too.
+    func conflictCase(_ offset: UInt64, _ server: ServerState, _ txn: borrowing Transaction) throws
+        -> (conflictCase: ConflictCase, record: EntityRecord?)
+    {
         let entry = try entryInside(txn, at: offset)
         guard case .intent(let intent) = entry.body else {
             throw LogStoreError(.corruptEntry, path: path, offset: offset, "a conflict names an entry that is not an intent")
@@ -129,9 +133,10 @@ extension Store {
         let record = try projector(txn).load(intent.entityType, intent.entityID, txn)
         // The base version it was pushed with (`pushBatch`).
         let sent = max(intent.baseVersion, record?.ackedVersion ?? 0)
-        return ConflictCase(
+        let conflictCase = ConflictCase(
             intentOffset: offset, intent: intent, writtenAt: entry.timestamp, base: record?.base,
             baseIsCommonAncestor: (record?.baseVersion ?? 0) == sent, local: record?.visible, server: server)
+        return (conflictCase, record)
     }
 
     /// What the app saw when the conflict was recorded, for a decision made
@@ -146,10 +151,12 @@ extension Store {
     /// (written by an older store, or a state too large for an entry, which
     /// no create could carry either) gets the refused intent applied again
     /// in its place among the pending ones, over the base as it is now.
-    func localState(waiting: Conflict, _ conflictCase: ConflictCase, _ txn: borrowing Transaction) throws -> Fields? {
+    /// A later delete leaves no state: the app sees no entity.
+    func localState(
+        waiting: Conflict, _ conflictCase: ConflictCase, _ record: EntityRecord?, _ txn: borrowing Transaction
+    ) throws -> Fields? {
         let refused = conflictCase.intentOffset
         let projector = try self.projector(txn)
-        let record = try projector.load(conflictCase.intent.entityType, conflictCase.intent.entityID, txn)
         let pending = record?.pending ?? []
         let later = pending.filter { $0 > refused }
         if waiting.serverDeleted, !waiting.resolvedFields.isEmpty {
@@ -174,10 +181,28 @@ extension Store {
     /// A conflict left for the app whose entity the server deleted keeps
     /// what the app saw in its `resolved_fields` instead (when it fits), so
     /// that a `keepLocal` decided later recreates that state, as one decided
-    /// now does (`localState(waiting:_:_:)`): once the server's delete is
+    /// now does (`localState(waiting:_:_:_:)`): once the server's delete is
     /// pulled, the log holds it nowhere else.
-    func settlement(_ conflictCase: ConflictCase, _ decision: ConflictDecision, _ txn: borrowing Transaction) throws -> Settlement {
-        let outcome = ConflictOutcome(decision, conflictCase)
+    ///
+    /// The resolution intent goes at the end of the log, so it is pushed
+    /// after the entity's intents that came after the refused one, and must
+    /// not undo them. When one of them is a create or a delete, the app has
+    /// replaced the whole state since: what it sees now stands, and the
+    /// resolution pushes nothing (a create after the app's delete would
+    /// bring the entity back). Later updates only take their fields out of
+    /// an update (`laterIntentsApplied`); a create already has them
+    /// (`ConflictCase.local`).
+    /// - Parameter record: the entity's record, as `conflictCase` read it.
+    func settlement(
+        _ conflictCase: ConflictCase, _ decision: ConflictDecision, _ record: EntityRecord?, _ txn: borrowing Transaction
+    ) throws -> Settlement {
+        var outcome = ConflictOutcome(decision, conflictCase)
+        let projector = try self.projector(txn)
+        let later = try (record?.pending ?? []).filter { $0 > conflictCase.intentOffset }.map { try projector.readIntent(at: $0, txn) }
+        if outcome.intent != nil, later.contains(where: { $0.operation != .update }) {
+            outcome.intent = nil
+            outcome.resolvedFields = conflictCase.local ?? [:]
+        }
         let intent = conflictCase.intent
         let server = conflictCase.server
         var conflict = Conflict(
@@ -186,7 +211,7 @@ extension Store {
             resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)
         if outcome.resolution == .pending, server.deleted { conflict.resolvedFields = conflictCase.local ?? [:] }
         if Settlement.bodyBytes(.conflict(conflict)) > Limits.entryBodyBytesMax { conflict.resolvedFields = [:] }
-        let resolution = try laterIntentsApplied(to: outcome.intent, conflictCase, txn).map { operation, fields in
+        let resolution = laterIntentsApplied(to: outcome.intent, later).map { operation, fields in
             Intent(
                 operation, idempotencyKey: WriteBatch.newKey(), entityType: intent.entityType, entityID: intent.entityID,
                 baseVersion: server.serverVersion, fields: fields)
@@ -201,25 +226,16 @@ extension Store {
         if let intent = settlement.intent { try append(.intent(intent), txn, &context) }
     }
 
-    /// The resolution's intent without what the app changed after the
-    /// refused intent. The resolution intent goes at the end of the log, so
-    /// it is pushed after the entity's later pending intents: an update
-    /// naming a field one of them sets would undo the app's later change
-    /// (pushed on the version that change's ack gives, the server would
-    /// apply it). A later create or delete replaces the whole state, so an
-    /// update before it has nothing left to say.
-    private func laterIntentsApplied(
-        to intent: (Intent.Operation, Fields)?, _ conflictCase: ConflictCase, _ txn: borrowing Transaction
-    ) throws -> (Intent.Operation, Fields)? {
+    /// The resolution's intent without the fields the app's later updates
+    /// (`later`, the entity's pending intents after the refused one) set:
+    /// an update naming one, pushed after them, would undo the app's later
+    /// change (pushed on the version that change's ack gives, the server
+    /// would apply it).
+    private func laterIntentsApplied(to intent: (Intent.Operation, Fields)?, _ later: [Intent]) -> (Intent.Operation, Fields)? {
         guard let (operation, fields) = intent, operation == .update else { return intent }
-        let refused = conflictCase.intent
-        let projector = try self.projector(txn)
-        let pending = try projector.load(refused.entityType, refused.entityID, txn)?.pending ?? []
         var remaining = fields
-        for offset in pending where offset > conflictCase.intentOffset {
-            let later = try projector.readIntent(at: offset, txn)
-            guard later.operation == .update else { return nil }
-            for (name, _) in later.fields { remaining[name] = nil }
+        for change in later {
+            for (name, _) in change.fields { remaining[name] = nil }
         }
         return remaining.isEmpty ? nil : (operation, remaining)
     }

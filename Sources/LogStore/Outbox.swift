@@ -152,16 +152,16 @@ extension Store {
                 case .rejected(let code, let message):
                     try store.append(.reject(Reject(intentOffset: item.offset, code: code, message: message)), txn, &context)
                 case .conflict(let server, let message):
-                    let conflictCase = try store.conflictCase(item.offset, server, txn)
+                    let (conflictCase, record) = try store.conflictCase(item.offset, server, txn)
                     let decision = resolve(conflictCase)
-                    var settlement = try store.settlement(conflictCase, decision, txn)
+                    var settlement = try store.settlement(conflictCase, decision, record, txn)
                     if let problem = Store.problem(with: decision) ?? settlement.problem {
                         let intent = conflictCase.intent
                         recorded.refused.append(
                             RefusedDecision(
                                 intentOffset: item.offset, entityType: intent.entityType, entityID: intent.entityID,
                                 reason: problem))
-                        settlement = try store.settlement(conflictCase, .askApp, txn)
+                        settlement = try store.settlement(conflictCase, .askApp, record, txn)
                     }
                     try store.append(.reject(Reject(intentOffset: item.offset, code: "CONFLICT", message: message)), txn, &context)
                     try store.settle(settlement, txn, &context)

@@ -79,16 +79,54 @@ import Testing
         #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
     }
 
+    /// The app deletes the entity after the refused update; a `keepLocal`
+    /// decided then (or by the strategy, with the delete still pending)
+    /// keeps what the app sees: no entity. Before, the later delete left
+    /// no state to recreate, and the resolution fell back to a create of
+    /// the update's fields alone, pushed after the delete: the entity came
+    /// back with one field.
+    @Test(arguments: [Decided.whenRecorded, .byTheApp])
+    func keepLocalAfterTheAppDeletedTheEntityLeavesItDeleted(_ decided: Decided) async throws {
+        var fixture = try StoreFixture("conflicts-keep-local-app-deleted")
+        let update: UInt64
+        if decided == .whenRecorded {
+            update = try await Self.updateOfATaskTheServerDeleted(fixture.store, .keepLocal) {
+                try await fixture.store.delete(type: "task", id: "t1")
+            }
+        } else {
+            update = try await Self.updateOfATaskTheServerDeleted(fixture.store, .askApp)
+            try await fixture.store.delete(type: "task", id: "t1")
+            try await fixture.store.resolveConflict(intentOffset: update, .keepLocal)
+        }
+        #expect(try fixture.store.conflicts().isEmpty)
+        let delete = try #require(try fixture.store.outbox().last)
+        #expect(delete.offset > update)
+        for pass in ["settled", "reopened and rebuilt"] {
+            let pending = try fixture.store.outbox().map(\.intent.operation)
+            let fields = try fixture.store.get(type: "task", id: "t1")?.fields
+            #expect(pending == [.delete], "\(pass)")
+            #expect(fields == nil, "\(pass)")
+            if pass == "settled" {
+                try fixture.reopen()
+                try await fixture.store.rebuildProjections()
+            }
+        }
+    }
+
     /// Task t1 is pulled at version 1 with three fields, and the app changes
     /// its title; the server, which deleted it at version 2, answers the
-    /// push `CONFLICT`, and `decision` is recorded for it.
+    /// push `CONFLICT` (after `beforeTheAnswer`, the app's writes while the
+    /// push was on its way), and `decision` is recorded for it.
     /// - Returns: the offset of the refused update.
-    static func updateOfATaskTheServerDeleted(_ store: Store, _ decision: ConflictDecision) async throws -> UInt64 {
+    static func updateOfATaskTheServerDeleted(
+        _ store: Store, _ decision: ConflictDecision, beforeTheAnswer: () async throws -> Void = {}
+    ) async throws -> UInt64 {
         try await store.applyPulledPage(
             [PulledChange(.upsert, entityType: "task", entityID: "t1", serverVersion: 1, fields: ["title": "v1", "notes": "n", "done": false])],
             cursor: "c1")
         try await store.update(type: "task", id: "t1", changes: ["title": "from a"])
         let update = try #require(try store.outbox().first)
+        try await beforeTheAnswer()
         let deleted = ServerState(serverVersion: 2, deleted: true, data: [:])
         try await store.record([(update.offset, .conflict(deleted, message: "deleted"))]) { _ in decision }
         return update.offset
