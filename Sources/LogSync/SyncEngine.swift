@@ -48,8 +48,11 @@ public actor SyncEngine {
     public private(set) var state = SyncState.idle
     /// Whether the last health check reached the server.
     public var isOnline: Bool { onlineSince != nil }
-    /// When the health checks started reaching the server (nil while they fail).
-    private var onlineSince: UInt64?
+    /// When the health checks started reaching the server (nil while they
+    /// fail): on the monotonic reading, which `isStuck`'s wait is measured
+    /// on, and on the wall clock as it read then, which is comparable with
+    /// the times the log's entries were written.
+    private var onlineSince: (monotonic: UInt64, wall: UInt64)?
     public private(set) var lastSuccessAt: UInt64?
     public private(set) var lastError: String?
 
@@ -86,6 +89,27 @@ public actor SyncEngine {
         return report
     }
 
+    /// A sync for a background task (`SyncScheduler.runBackground`), which
+    /// ends at `deadline` on the monotonic reading. Unlike a user's "sync
+    /// now", it keeps to the backoff after failed runs, as the scheduler
+    /// does: that run's server failed, and may have asked for the wait
+    /// (`Retry-After`). It waits the backoff out when that ends within the
+    /// budget, and otherwise makes no request and reports `.deferred`. A
+    /// running sync is joined, and an open circuit breaker ends it as
+    /// `.rateLimited`, as `sync()` does.
+    func backgroundSync(cancellation: SyncCancellation, deadline: UInt64) async -> SyncReport {
+        // Again after each wait: a run may have failed meanwhile.
+        while running == nil, !breaker.isOpen(at: monotonicNow), runBackoffUntil > monotonicNow {
+            guard runBackoffUntil < deadline else { return SyncReport(outcome: .deferred(nextRunAt: wallClock(runBackoffUntil))) }
+            do {
+                try await clock.sleep(untilMilliseconds: runBackoffUntil)
+            } catch {
+                return SyncReport(outcome: .cancelled)
+            }
+        }
+        return await sync(cancellation: cancellation)
+    }
+
     /// The cancellations of the callers of the running sync.
     private var cancellations: [SyncCancellation] = []
     private var isCancelled: Bool { cancellations.contains { $0.isCancelled } }
@@ -102,7 +126,8 @@ public actor SyncEngine {
             wallClock(OutboxState.dueAt(time, now: now, retryWaitMax: configuration.retry.delayLongestMilliseconds))
         }
         return SyncHealth(
-            summary: summary, now: clock.nowMilliseconds, onlineSince: onlineSince,
+            summary: summary, now: clock.nowMilliseconds,
+            online: onlineSince.map { (duration: now - min(now, $0.monotonic), since: $0.wall) },
             stuckAfter: configuration.stuckAfterMilliseconds, lastSuccessAt: lastSuccessAt, lastError: lastError,
             breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state)
     }
@@ -161,7 +186,7 @@ public actor SyncEngine {
         if let stop = rateLimitedStop() { return finish(&report, stop) }
         do {
             _ = try await transport.health()
-            if onlineSince == nil { onlineSince = clock.nowMilliseconds }
+            if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
         } catch {
             onlineSince = nil
             return finish(&report, .offline)
@@ -183,7 +208,7 @@ public actor SyncEngine {
             failedRuns = 0
             runBackoffUntil = 0
             set(.idle)
-        case .offline, .cancelled:
+        case .offline, .cancelled, .deferred:
             set(.idle)
         case .rateLimited:
             let now = monotonicNow

@@ -33,15 +33,24 @@ public struct SyncHealth: Sendable, Equatable {
     /// `SyncConfiguration.stuckAfterMilliseconds` while the server was
     /// reachable: something other than connectivity keeps it from the
     /// server (a retry loop, an open breaker, a server that never answers).
+    /// The wait is measured on the clock's monotonic reading: a step of the
+    /// wall clock neither raises the flag nor clears it.
     public var isStuck: Bool
 }
 
 extension SyncHealth {
+    /// `isStuck` measures the wait while online on the clock's monotonic
+    /// reading, as every wait of the engine is, so that a step of the wall
+    /// clock neither raises it at once nor clears it. The intent's write
+    /// time is known only on the wall clock (its entry's timestamp), so it
+    /// counts only as how long after the server became reachable it was
+    /// written, two wall-clock readings both taken before any later step.
     /// - Parameters:
-    ///   - onlineSince: when the engine last went from unreachable to
-    ///     reachable (nil while offline); waiting before it is not counted.
+    ///   - online: while the server is reachable (nil while offline): how
+    ///     long it has been, on the monotonic reading, and since when, on
+    ///     the wall clock as it read then. Waiting before it is not counted.
     init(
-        summary: OutboxSummary, now: UInt64, onlineSince: UInt64?, stuckAfter: UInt64, lastSuccessAt: UInt64?,
+        summary: OutboxSummary, now: UInt64, online: (duration: UInt64, since: UInt64)?, stuckAfter: UInt64, lastSuccessAt: UInt64?,
         lastError: String?, breakerOpenUntil: UInt64?, nextRunAt: UInt64?, state: SyncState
     ) {
         pendingCount = summary.pendingCount
@@ -50,13 +59,13 @@ extension SyncHealth {
         nextAttemptAt = summary.nextAttemptAt
         self.lastSuccessAt = lastSuccessAt
         self.lastError = lastError
-        isOnline = onlineSince != nil
+        isOnline = online != nil
         self.breakerOpenUntil = breakerOpenUntil
         self.nextRunAt = nextRunAt
         self.state = state
-        if let onlineSince, let written = summary.oldestPendingWrittenAt {
-            let waitingSince = max(onlineSince, written)
-            isStuck = now > waitingSince && now - waitingSince > stuckAfter
+        if let online, let written = summary.oldestPendingWrittenAt {
+            let writtenAfter = written - min(written, online.since)
+            isStuck = online.duration > writtenAfter && online.duration - writtenAfter > stuckAfter
         } else {
             isStuck = false
         }

@@ -90,12 +90,15 @@ public actor SyncScheduler {
     /// window): once the budget has passed on the scheduler's clock it
     /// stops at the next page boundary, keeping what it applied. A sync
     /// already running is joined, and stopped by the budget all the same.
-    /// Like the app's own `engine.sync()`, it runs during a failed run's
-    /// backoff (`SyncEngine.nextRunAt`): the OS chose the moment, and may not
-    /// offer another soon. An open circuit breaker still stops it.
+    /// Unlike the app's own `engine.sync()`, it keeps to a failed run's
+    /// backoff (`SyncEngine.nextRunAt`), as the scheduler's own runs do: it
+    /// waits for the backoff's end within the budget, and when the backoff
+    /// lasts longer it makes no request and ends as `.deferred`, with the
+    /// time the backoff ends. An open circuit breaker ends it at once as
+    /// `.rateLimited`.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
         let deadline = clock.monotonicMilliseconds.addingSaturating(budgetMilliseconds)
-        return await engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock))
+        return await engine.backgroundSync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock), deadline: deadline)
     }
 
     /// How many started syncs the scheduler still holds (tests).

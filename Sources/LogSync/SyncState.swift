@@ -44,6 +44,11 @@ public enum SyncOutcome: Sendable, Equatable {
     case cancelled
     /// The circuit breaker is open.
     case rateLimited
+    /// A background run (`SyncScheduler.runBackground`) made no request:
+    /// the backoff after failed runs lasts past its budget. `nextRunAt` is
+    /// when it ends (`SyncEngine.nextRunAt`, Unix ms as the wall clock read
+    /// then). Nothing counts as a failure.
+    case deferred(nextRunAt: UInt64)
     /// A failure ended the run; the state says which.
     case failed(String)
 }

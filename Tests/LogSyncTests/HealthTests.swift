@@ -82,6 +82,30 @@ import Testing
         await server.stop()
     }
 
+    /// The wait while online is time that passes, not a wall-clock
+    /// difference: a wall clock set forward an hour (NTP after a boot with
+    /// a wrong clock) does not make a store stuck at once, and one set back
+    /// does not make a stuck store well again. Before, both ends of the
+    /// wait were wall-clock readings, so either step moved it.
+    @Test func aWallClockStepDoesNotMoveTheStuckWait() async throws {
+        let server = try await TestServer("health-clock-step")
+        let a = try Self.replica("a", server)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        try await server.faults(FaultSettings(failNext: 1_000, status: 500))
+        guard case .failed = await a.sync().outcome else { Issue.record("the push should fail"); return }
+        a.clock.stepWallClock(by: 3_600_000)
+        var health = try await a.engine.health()
+        #expect(health.isOnline && !health.isStuck, "set forward an hour, 0 s online")
+        a.clock.advance(by: 599_000)
+        #expect(try await a.engine.health().isStuck == false, "599 s online")
+        a.clock.advance(by: 2_000)
+        #expect(try await a.engine.health().isStuck, "601 s online")
+        a.clock.stepWallClock(by: -7_200_000)
+        health = try await a.engine.health()
+        #expect(health.isOnline && health.isStuck, "set back two hours, 601 s online")
+        await server.stop()
+    }
+
     /// Losing the server resets the online time: a later stretch online
     /// must be long enough on its own.
     @Test func goingOfflineRestartsTheOnlineWait() async throws {

@@ -63,6 +63,33 @@ import Testing
         await server.stop()
     }
 
+    /// A background task (`runBackground`) keeps to a failed run's backoff,
+    /// as the scheduler does (the server asked for 100 s): with a budget of
+    /// 30 s it makes no request and says why, and with 150 s it waits the
+    /// backoff out, then runs. Before, it pulled at once either way.
+    @Test func aBackgroundRunKeepsToTheBackoffWithinItsBudget() async throws {
+        let server = try await TestServer("run-backoff-background")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let replica = try Replica("background", server: server, transport: pulls)
+        guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
+        let nextRunAt = try #require(await replica.engine.nextRunAt)
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: false))
+        pulls.recover()
+        let skipped = await scheduler.runBackground(budgetMilliseconds: 30_000)
+        #expect(skipped.outcome == .deferred(nextRunAt: nextRunAt))
+        #expect(pulls.count == 1, "a background run 0 s after a pull told to wait 100 s")
+        #expect(await replica.engine.nextRunAt == nextRunAt)
+
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 150_000) }
+        try await replica.clock.waitForSleepers(1)
+        #expect(pulls.count == 1)
+        replica.clock.advance(by: 100_000)
+        #expect(await background.value.outcome == .completed)
+        #expect(pulls.count == 2)
+        #expect(await replica.engine.nextRunAt == nil)
+        await server.stop()
+    }
+
     /// Failed runs in a row wait about 1 s, 2 s, 4 s, ... 300 s (the retry
     /// policy's delays, with jitter); an explicit `sync()` runs all the
     /// same, and a completed run starts the count again.
