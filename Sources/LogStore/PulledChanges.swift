@@ -25,7 +25,9 @@ extension Store {
     /// entries) commit together, or nothing does. An empty page changes
     /// nothing, so the cursor stays where it was.
     /// - Throws: `LogStoreError.invalidArgument` for a change whose type, id
-    ///   or fields break the rules; nothing of the page is applied then.
+    ///   or fields break the rules, or too big for one entry (a server that
+    ///   breaks the protocol's `entityFieldsBytesMax`); nothing of the page
+    ///   is applied then.
     public func applyPulledPage(_ changes: [PulledChange], cursor: String) async throws {
         guard !cursor.isEmpty else { throw Validation.invalid("a pulled page's cursor is empty") }
         for change in changes {

@@ -177,7 +177,8 @@ extension Store {
     }
 
     /// Commits every operation of `batch` in one transaction, or none.
-    /// - Throws: the first operation's error (`.notFound`, `.alreadyExists`).
+    /// - Throws: the first operation's error (`.notFound`, `.alreadyExists`,
+    ///   `.invalidArgument` for one too big for a log entry).
     public func write(_ batch: WriteBatch) async throws {
         guard !batch.operations.isEmpty else { return }
         let operations = batch.operations
@@ -209,10 +210,22 @@ extension Store {
     }
 
     /// `append` into the derived databases of `projector`, the set in use.
+    /// - Throws: `LogStoreError.invalidArgument`, naming the entity, for an
+    ///   entry the format cannot hold (over `Limits.entryBodyBytesMax`):
+    ///   its values came from the caller, the app or a server that breaks
+    ///   the protocol's `entityFieldsBytesMax`.
     private func append(
         _ body: EntryBody, _ projector: Projector, _ txn: borrowing Transaction, _ context: inout WriteContext
     ) throws {
-        let entry = try context.appendEntry(body, in: txn)
+        let entry: Entry
+        do {
+            entry = try context.appendEntry(body, in: txn)
+        } catch let error as FormatError {
+            let subject = body.entityName.map { "\(body.kind) entry of \($0)" } ?? "\(body.kind) entry"
+            throw LogStoreError(
+                .invalidArgument, path: path, "the \(subject) cannot be written: \(error.code): \(error.detail)",
+                formatError: error)
+        }
         try projector.apply(entry, txn, &context.effects, live: true)
     }
 
@@ -401,5 +414,19 @@ extension Store {
             throw LogStoreError(.gap, path: path, offset: offset, "no entry at offset \(offset)")
         }
         return entry
+    }
+}
+
+extension EntryBody {
+    /// `type/id` of the entity the entry is about; nil for the kinds about
+    /// none (acks and rejects name an intent, a resync all).
+    fileprivate var entityName: String? {
+        switch self {
+        case .intent(let intent): "\(intent.entityType)/\(intent.entityID)"
+        case .remote(let remote): "\(remote.entityType)/\(remote.entityID)"
+        case .conflict(let conflict): "\(conflict.entityType)/\(conflict.entityID)"
+        case .snapshot(let snapshot): "\(snapshot.entityType)/\(snapshot.entityID)"
+        case .ack, .reject, .resync: nil
+        }
     }
 }

@@ -27,6 +27,48 @@ import Testing
         #expect(rest.map { Array($0.id.utf8) } == [Array("f".utf8), Array(precomposed.utf8)])
     }
 
+    /// An entity too big for one log entry, written by the app or pulled
+    /// from a server that breaks the protocol's `entityFieldsBytesMax`, is
+    /// refused as an invalid argument naming the entity and the sizes, and
+    /// nothing of its batch or page is written. Before, the encoder's
+    /// `FormatError` came out, naming the offset the entry would have had
+    /// and not the entity.
+    @Test func anEntityTooBigForAnEntryIsRefusedByName() async throws {
+        let fixture = try StoreFixture("store-entity-too-big")
+        let store = fixture.store
+        let blob: Fields = ["blob": .bytes([UInt8](repeating: 1, count: Limits.entryBodyBytesMax))]
+        try await store.create(type: "te", id: "small", fields: ["n": 1])
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "tr", entityID: "r0", serverVersion: 1)], cursor: "c1")
+        let last = try store.log.lastOffset()
+        func expectRefused(_ name: String, _ write: () async throws -> Void) async {
+            do {
+                try await write()
+                Issue.record("\(name): written")
+            } catch {
+                let refused = error as? LogStoreError
+                #expect(refused?.code == .invalidArgument, "\(name): \(error)")
+                #expect("\(error)".contains(name) && "\(error)".contains("\(Limits.entryBodyBytesMax)"), "\(error)")
+            }
+        }
+        var batch = WriteBatch()
+        try batch.create(type: "te", id: "fine", fields: ["n": 2])
+        try batch.create(type: "te", id: "big", fields: blob)
+        await expectRefused("te/big") { try await store.write(batch) }
+        await expectRefused("te/small") { try await store.update(type: "te", id: "small", changes: blob) }
+        await expectRefused("tr/r1") {
+            try await store.applyPulledPage(
+                [PulledChange(.upsert, entityType: "tr", entityID: "r0", serverVersion: 2, fields: ["v": 2]),
+                 PulledChange(.upsert, entityType: "tr", entityID: "r1", serverVersion: 1, fields: blob)],
+                cursor: "c2")
+        }
+        #expect(try store.log.lastOffset() == last)
+        #expect(try store.get(type: "te", id: "fine") == nil)
+        #expect(try store.get(type: "tr", id: "r0")?.serverVersion == 1)
+        #expect(try store.pullCursor() == "c1")
+        try await store.create(type: "te", id: "after", fields: ["n": 3])
+        #expect(try store.log.lastOffset() == last + 1)
+    }
+
     /// A damaged `counts` value is reported as damage, not a trap: a u64
     /// with its top bit set does not fit an `Int`.
     @Test func aCountTooLargeForAnIntIsDamageNotATrap() async throws {

@@ -522,6 +522,41 @@ import Testing
     }
 }
 
+extension EngineTests {
+    /// A pulled change too big for one log entry (a server that breaks
+    /// `entityFieldsBytesMax`) fails the run with an error naming the
+    /// entity, and applies nothing of its page: the cursor stays, so the
+    /// page is pulled again once the server sends what fits.
+    @Test func aPulledChangeTooBigForAnEntryFailsTheRunByName() async throws {
+        let server = try await TestServer("pull-too-big")
+        let writer = try Replica("writer", server: server)
+        let id = try await writer.store.create(type: "task", fields: ["title": "big"])
+        try await writer.syncUntilQuiet()
+        let inflating = Atomic<Bool>(true)
+        let oversized = RewritingTransport(server, pulls: { page in
+            guard inflating.load(ordering: .relaxed) else { return }
+            for index in page.changes.indices {
+                page.changes[index].data?["blob"] = .bytes([UInt8](repeating: 7, count: Limits.entryBodyBytesMax))
+            }
+        })
+        let reader = try Replica("reader", server: server, transport: oversized)
+        let report = await reader.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("the pull should fail: \(report)")
+            return
+        }
+        #expect(message.contains("task/\(id)") && message.contains("\(Limits.entryBodyBytesMax)"), "\(message)")
+        #expect(await reader.engine.lastError == message)
+        #expect(try reader.store.pullCursor() == nil)
+        #expect(try reader.store.get(type: "task", id: id) == nil)
+        inflating.store(false, ordering: .relaxed)
+        reader.clock.advance(by: 600_000)
+        try await reader.syncUntilQuiet()
+        #expect(try reader.store.get(type: "task", id: id)?.fields == ["title": "big"])
+        await server.stop()
+    }
+}
+
 /// The real server's answers, changed on their way back: a server or
 /// proxy that breaks the protocol in one way.
 struct RewritingTransport: SyncTransport {
