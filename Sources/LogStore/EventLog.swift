@@ -90,8 +90,12 @@ public final class EventLog: Sendable {
         if options.readOnly || !options.createIfMissing {
             // A directory with no data file is not a store; say so rather
             // than let LMDB create one or fail with a bare ENOENT.
+            // (A path that is not a directory is the environment's to refuse.)
             let dataFile = (path as NSString).appendingPathComponent("data.mdb")
-            if FileManager.default.fileExists(atPath: path), !FileManager.default.fileExists(atPath: dataFile) {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue,
+                !FileManager.default.fileExists(atPath: dataFile)
+            {
                 throw LogStoreError(.notAStore, path: path, "no data.mdb in the directory")
             }
         }

@@ -193,6 +193,9 @@ extension ToolRun {
         let notAStore = try Tool.run(["stat", directory.path])
         #expect(notAStore.status == 2 && notAStore.errors.contains("not a sync store"))
         #expect(try Tool.run(["stat", directory.appending("missing")]).status == 2)
+        // A file is named as what it is, not as a directory without a store.
+        let file = try Tool.run(["stat", directory.appending("notes.txt")])
+        #expect(file.status == 2 && file.errors.contains("Not a directory") && !file.errors.contains("no data.mdb"))
         #expect(try Tool.run(["dump", directory.path, "--kind", "nope"]).status == 2)
         #expect(try Tool.run(["frobnicate"]).status == 2)
         // Nothing was created in a directory that is not a store.
