@@ -278,19 +278,30 @@ struct Projector: Sendable {
         }
     }
 
-    func decodeVisible(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws
-        -> (visible: Fields?, baseVersion: UInt64, pendingCount: Int)
+    /// The visible state of the record `value` stored under `key` (see
+    /// `EntityRecord.visibleState(decoding:)`).
+    /// - Throws: `LogStoreError.corruptEntry` naming the entity, with the
+    ///   store at `path`, for a record that does not decode.
+    static func decodeVisible(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer, path: @autoclosure () -> String)
+        throws -> (visible: Fields?, baseVersion: UInt64, pendingCount: Int)
     {
-        try reportingDamage(key) { () throws(FormatError) in try EntityRecord.visibleState(decoding: value) }
+        try reportingDamage(key, path: path()) { () throws(FormatError) in try EntityRecord.visibleState(decoding: value) }
     }
 
-    /// A record that does not decode is damage, named by its entity.
     private func reportingDamage<R>(_ key: some Collection<UInt8>, _ decode: () throws(FormatError) -> R) throws -> R {
+        try Projector.reportingDamage(key, path: path, decode)
+    }
+
+    /// A record that does not decode is damage, named by its entity. The
+    /// path is read only then (a `get` that copied it would retain it).
+    private static func reportingDamage<R>(
+        _ key: some Collection<UInt8>, path: @autoclosure () -> String, _ decode: () throws(FormatError) -> R
+    ) throws -> R {
         do {
             return try decode()
         } catch {
             let (type, id) = EntityKey.split([UInt8](key))
-            throw LogStoreError(.corruptEntry, path: path, "entity \(type)/\(id): \(error)", formatError: error)
+            throw LogStoreError(.corruptEntry, path: path(), "entity \(type)/\(id): \(error)", formatError: error)
         }
     }
 

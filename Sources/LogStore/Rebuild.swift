@@ -48,11 +48,22 @@ extension Store {
     }
 
     private func projector(set: Int) throws -> Projector {
-        guard let projector = projectors[set] else {
-            throw LogStoreError(
-                .projectionsStale, path: path, "the derived databases in use were made after this store was opened; open it again")
-        }
+        guard let projector = projectors[set] else { throw staleProjections() }
         return projector
+    }
+
+    /// The `entities` database in use, as `txn` sees it: what a read of
+    /// entities needs, without the copy of a whole `Projector` (a retain and
+    /// a release of its path and cursor key on every `get`).
+    /// - Throws: as `projector(_:)`.
+    func entitiesDatabase(_ txn: borrowing Transaction) throws -> Database {
+        guard let entities = projectors[try activeSet(txn)]?.entities else { throw staleProjections() }
+        return entities
+    }
+
+    private func staleProjections() -> LogStoreError {
+        LogStoreError(
+            .projectionsStale, path: path, "the derived databases in use were made after this store was opened; open it again")
     }
 
     /// The set a rebuild fills: the one not in use.

@@ -330,9 +330,8 @@ extension Store {
     public func get(type: String, id: String) throws -> Entity? {
         try EntityKey.withKey(type: type, id: id) { key in
             try log.environment.read { txn in
-                let projector = try self.projector(txn)
-                return try txn.withValue(projector.entities, key: key) { value in
-                    let state = try projector.decodeVisible(value, key: key)
+                try txn.withValue(self.entitiesDatabase(txn), key: key) { value in
+                    let state = try Projector.decodeVisible(value, key: key, path: self.path)
                     return state.visible.map {
                         Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
                     }
@@ -356,16 +355,15 @@ extension Store {
         return try log.environment.read { txn in
             var page: [Entity] = []
             guard limit > 0 else { return page }
-            let projector = try self.projector(txn)
             let start = prefix + Array((after ?? "").utf8)
-            try txn.forEach(projector.entities, from: start) { key, value in
+            try txn.forEach(self.entitiesDatabase(txn), from: start) { key, value in
                 guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
                 // By bytes, as the keys are ordered: `String` equality would
                 // also skip an id that is another spelling of the same text
                 // (canonically equivalent Unicode), a different entity.
                 if after != nil, key.elementsEqual(start) { return true }
                 let id = EntityKey.id(from: key, prefixCount: prefix.count)
-                let state = try projector.decodeVisible(value, key: key)
+                let state = try Projector.decodeVisible(value, key: key, path: self.path)
                 if let fields = state.visible {
                     page.append(Entity(type: type, id: id, fields: fields, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount))
                 }

@@ -172,6 +172,29 @@ import Testing
         #expect(report.problems.contains { $0.table == "outbox" && $0.offset == 1 }, "\(report.problems)")
     }
 
+    /// A damaged entity record is an error naming the entity and the store
+    /// when the app reads it, one at a time or by pages; not a trap, and
+    /// not an entity that is silently missing.
+    @Test func aDamagedEntityRecordIsNamedByGetAndAll() async throws {
+        let directory = try TemporaryDirectory("integrity-entity")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["title": "kept"])
+            try await store.create(type: "te", id: "b", fields: ["title": "damaged"])
+            store.close()
+        }
+        // Record version 9 is no layout (storage.md, section 15, "entities").
+        try putRaw(directory.path, database: "entities", key: Array("te".utf8) + [0] + Array("b".utf8), value: [9, 0])
+        let store = try Store(path: directory.path, options: .inspecting)
+        defer { store.close() }
+        #expect(try store.get(type: "te", id: "a")?.fields["title"] == "kept")
+        for read in [{ _ = try store.get(type: "te", id: "b") }, { _ = try store.all(type: "te") }] {
+            let error = #expect(throws: LogStoreError.self) { try read() }
+            #expect(error?.code == .corruptEntry)
+            #expect(error?.path == store.path && error?.detail.contains("entity te/b") == true, "\(String(describing: error))")
+        }
+    }
+
     /// An attempt count at its maximum in a pending outbox row (damaged or
     /// forged data: the API marks an intent failed long before) is counted
     /// once more without a trap, and the intent is marked failed.
