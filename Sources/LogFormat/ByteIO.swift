@@ -79,7 +79,7 @@ public struct ByteReader {
     // of `Store.get` measurably needs.
 
     /// Moves past `count` bytes and returns where they start.
-    @inlinable
+    @inlinable @inline(__always)
     mutating func advance(_ count: Int, for what: StaticString) throws(FormatError) -> Int {
         guard count <= buffer.count - cursor else { throw truncated(count, what) }
         defer { cursor += count }
@@ -91,25 +91,25 @@ public struct ByteReader {
         error(.truncated, "\(what) needs \(count) bytes, \(remaining) remain")
     }
 
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func readByte(_ what: StaticString) throws(FormatError) -> UInt8 {
         buffer[try advance(1, for: what)]
     }
 
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func read<T: FixedWidthInteger>(_: T.Type, _ what: StaticString) throws(FormatError) -> T {
         T(bigEndian: buffer.loadUnaligned(fromByteOffset: try advance(MemoryLayout<T>.size, for: what), as: T.self))
     }
 
     /// Moves past `count` bytes.
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func skip(_ count: Int, _ what: StaticString) throws(FormatError) {
         _ = try advance(count, for: what)
     }
 
     /// Reads a u32 count and checks that at least `count * minimumElementBytes`
     /// bytes remain, so a corrupt count cannot drive a huge allocation.
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func readCount(_ what: StaticString, minimumElementBytes: Int) throws(FormatError) -> Int {
         let start = cursor
         let count = Int(try read(UInt32.self, what))
@@ -127,7 +127,7 @@ public struct ByteReader {
     }
 
     /// Reads a u32 length and then that many bytes, as a borrowed slice.
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func readLengthPrefixed(_ what: StaticString) throws(FormatError) -> UnsafeRawBufferPointer {
         let count = try readCount(what, minimumElementBytes: 1)
         let start = try advance(count, for: what)
