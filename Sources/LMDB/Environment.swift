@@ -96,9 +96,16 @@ public final class Environment: @unchecked Sendable {
             try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs", path: resolved)
             try check(mdb_env_set_maxreaders(env, UInt32(options.maxReaders)), "mdb_env_set_maxreaders", path: resolved)
             try Environment.register(resolved)
+            let lockFile = resolved + "/lock.mdb"
+            let hadLockFile = access(lockFile, F_OK) == 0
             do {
                 try check(mdb_env_open(env, resolved, Environment.flags(options), 0o644), "mdb_env_open", path: resolved)
             } catch {
+                // LMDB makes the lock file before it reads the data file. A
+                // data file that is not LMDB's is no environment that anyone
+                // can be using, so the lock file made for it is ours to take
+                // back: a refused directory is left as it was found.
+                if error.code == .invalid, !hadLockFile { unlink(lockFile) }
                 Environment.unregister(resolved)
                 throw error
             }

@@ -65,7 +65,8 @@ public final class EventLog: Sendable {
 
     /// Opens the store in the directory at `path`, creating it if allowed.
     /// - Throws: `LogStoreError` `.notAStore` (an LMDB environment or a
-    ///   directory that is not a store, when not creating),
+    ///   directory that is not a store, when not creating; a `data.mdb`
+    ///   that is not LMDB's),
     ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged);
     ///   `LMDBError` for `Environment.init`'s reasons.
     public convenience init(path: String, options: Options = Options()) throws {
@@ -99,7 +100,12 @@ public final class EventLog: Sendable {
                 throw LogStoreError(.notAStore, path: path, "no data.mdb in the directory")
             }
         }
-        let environment = try Environment(path: path, options: environmentOptions)
+        let environment: Environment
+        do {
+            environment = try Environment(path: path, options: environmentOptions)
+        } catch let error as LMDBError where error.code == .invalid {
+            throw LogStoreError(.notAStore, path: error.path ?? path, "data.mdb is not an LMDB file")
+        }
         let databases: (log: Database, meta: Database)
         let writerLock: WriterLock?
         var derived: [String: Database?] = [:]

@@ -352,14 +352,29 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: directory.appending("absent")))
     }
 
-    @Test func garbageInTheDataFileIsNotAnEnvironment() throws {
+    @Test(arguments: [false, true])
+    func garbageInTheDataFileIsNotAnEnvironment(readOnly: Bool) throws {
         let directory = try TemporaryDirectory("lmdb-garbage")
         let garbage = Data((0..<16_384).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         _ = FileManager.default.createFile(atPath: directory.appending("data.mdb"), contents: garbage)
-        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
+        var options = Environment.Options()
+        options.readOnly = readOnly
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path, options: options) }
         #expect(error?.code == .invalid)
-        // Nothing was written over the file we could not read.
+        // Nothing was written over the file we could not read, and nothing
+        // was left beside it (LMDB makes its lock file first).
         #expect(FileManager.default.contents(atPath: directory.appending("data.mdb")) == garbage)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["data.mdb"])
+    }
+
+    @Test func aRefusedOpenKeepsALockFileThatWasThere() throws {
+        let directory = try TemporaryDirectory("lmdb-garbage-lock")
+        _ = FileManager.default.createFile(atPath: directory.appending("data.mdb"), contents: Data(repeating: 7, count: 8192))
+        let lock = Data("someone's lock file".utf8)
+        _ = FileManager.default.createFile(atPath: directory.appending("lock.mdb"), contents: lock)
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
+        #expect(error != nil)
+        #expect(FileManager.default.fileExists(atPath: directory.appending("lock.mdb")))
     }
 
     @Test func anUnwritableDirectoryGivesAClearError() throws {

@@ -103,6 +103,22 @@ import Testing
         #expect(error?.description.contains(directory.path) == true)
     }
 
+    @Test(arguments: [false, true])
+    func aDataFileThatIsNotLMDBsIsNotAStore(readOnly: Bool) throws {
+        let directory = try TemporaryDirectory("integrity-not-lmdb")
+        let text = Data(String(repeating: "not a database\n", count: 600).utf8)
+        _ = FileManager.default.createFile(atPath: directory.appending("data.mdb"), contents: text)
+        let error = #expect(throws: LogStoreError.self) {
+            try EventLog(path: directory.path, options: EventLog.Options(readOnly: readOnly))
+        }
+        #expect(error?.code == .notAStore)
+        #expect(error?.description.contains(directory.path) == true)
+        #expect(error?.description.contains("data.mdb is not an LMDB file") == true)
+        // The file is as it was, and nothing was left beside it.
+        #expect(FileManager.default.contents(atPath: directory.appending("data.mdb")) == text)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["data.mdb"])
+    }
+
     @Test func aDirectoryWithoutAStoreIsRefusedWhenNotCreating() throws {
         let directory = try TemporaryDirectory("integrity-empty")
         _ = FileManager.default.createFile(atPath: directory.appending("notes.txt"), contents: Data("hi".utf8))
