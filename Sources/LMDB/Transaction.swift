@@ -36,6 +36,13 @@ public struct Transaction: ~Copyable {
         self.path = path
     }
 
+    /// A second handle on `other`, for a wrapper that is used only while
+    /// `other` is borrowed (a store's read snapshot holds one). Ending the
+    /// transaction stays with whoever began it.
+    package init(borrowing other: borrowing Transaction) {
+        self.init(handle: other.handle, isReadOnly: other.isReadOnly, path: other.path)
+    }
+
     /// For a read transaction, the id of the commit whose state it sees
     /// (`mdb_txn_id`): two read transactions with the same id see the same
     /// data, in any process. Nil for a write transaction, whose id names a

@@ -14,6 +14,8 @@ import Synchronization
 /// - Open a store at most once per process, and never use it after `fork()`.
 /// - A write returns after its commit; with `.full` durability it is on disk.
 /// - `changes(type:)` and `events()` buffer without bound for slow readers.
+/// - Each read call sees the store as of its own commit; `read(_:)` gives
+///   several reads one commit's state, and pins its pages until it returns.
 public final class Store: Sendable {
     /// The layout of the derived databases. A store whose derived databases
     /// have another version is rebuilt from the log when opened writable.
@@ -327,67 +329,32 @@ public struct Entity: Sendable, Equatable {
 
 extension Store {
     /// The entity, or nil if it does not exist (or is deleted) for the app.
+    /// Each call reads the store as of its own commit: reads that must
+    /// agree with each other go through one `read(_:)`.
     public func get(type: String, id: String) throws -> Entity? {
-        try EntityKey.withKey(type: type, id: id) { key in
-            try log.environment.read { txn in
-                try txn.withValue(self.entitiesDatabase(txn), key: key) { value in
-                    let state = try Projector.decodeVisible(value, key: key, path: self.path)
-                    return state.visible.map {
-                        Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
-                    }
-                } ?? nil
-            }
-        }
-    }
-
-    /// The check every call that takes a `limit` makes first.
-    func checkLimit(_ limit: Int) throws {
-        guard limit >= 0 else { throw LogStoreError(.invalidArgument, path: path, "a limit of \(limit) is negative") }
+        try read { try $0.get(type: type, id: id) }
     }
 
     /// Entities of `type` ordered by id, starting after `after` (exclusive),
     /// at most `limit` (up to `pageCountMax`).
     /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
     public func all(type: String, after: String? = nil, limit: Int = 100) throws -> [Entity] {
-        try checkLimit(limit)
-        let limit = min(limit, Store.pageCountMax)
-        let prefix = EntityKey.prefix(type: type)
-        return try log.environment.read { txn in
-            var page: [Entity] = []
-            guard limit > 0 else { return page }
-            let start = prefix + Array((after ?? "").utf8)
-            try txn.forEach(self.entitiesDatabase(txn), from: start) { key, value in
-                guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
-                // By bytes, as the keys are ordered: `String` equality would
-                // also skip an id that is another spelling of the same text
-                // (canonically equivalent Unicode), a different entity.
-                if after != nil, key.elementsEqual(start) { return true }
-                let id = EntityKey.id(from: key, prefixCount: prefix.count)
-                let state = try Projector.decodeVisible(value, key: key, path: self.path)
-                if let fields = state.visible {
-                    page.append(Entity(type: type, id: id, fields: fields, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount))
-                }
-                return page.count < limit
-            }
-            return page
-        }
+        try read { try $0.all(type: type, after: after, limit: limit) }
     }
 
     /// The entity types that have entities the app sees, in byte order.
     public func entityTypes() throws -> [String] {
-        try log.environment.read { txn in
-            var types: [String] = []
-            try txn.forEach(self.projector(txn).counts) { key, _ in
-                types.append(String(decoding: key, as: UTF8.self))
-                return true
-            }
-            return types
-        }
+        try read { try $0.entityTypes() }
     }
 
     /// How many entities of `type` exist for the app.
     public func count(type: String) throws -> Int {
-        try log.environment.read { txn in try self.projector(txn).visibleCount(type, txn) }
+        try read { try $0.count(type: type) }
+    }
+
+    /// The check every call that takes a `limit` makes first.
+    func checkLimit(_ limit: Int) throws {
+        guard limit >= 0 else { throw LogStoreError(.invalidArgument, path: path, "a limit of \(limit) is negative") }
     }
 
     /// The pull cursor of the last applied server change, or nil.

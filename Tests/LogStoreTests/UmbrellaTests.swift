@@ -14,4 +14,22 @@ import Testing
         defer { store.close() }
         #expect { try Store(path: directory) } throws: { ($0 as? LMDBError)?.code == .alreadyOpen }
     }
+
+    /// The README's example of reads through one snapshot compiles and
+    /// answers with `import SyncStore` alone.
+    @Test func theReadmesSnapshotExampleReads() async throws {
+        let directory = NSTemporaryDirectory() + "umbrella-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try Store(path: directory)
+        defer { store.close() }
+        let id = try await store.create(type: "te", fields: ["description": "Write the spec", "minutes": 30])
+        var batch = WriteBatch()
+        let projectID = try batch.create(type: "prj", fields: ["name": "Sync"])
+        try await store.write(batch)
+        let (project, entries) = try store.read { snapshot in
+            (try snapshot.get(type: "prj", id: projectID), try snapshot.all(type: "te", limit: 50))
+        }
+        #expect(project?.fields == ["name": "Sync"])
+        #expect(entries.map(\.id) == [id])
+    }
 }

@@ -1075,6 +1075,8 @@ enum ReadBenchmark {
     /// The hot set: this many ids, each read `hotRounds` times.
     static let hotCount = 1000
     static let hotRounds = 100
+    /// Gets per `Store.read` snapshot in the snapshot row: a screen's worth.
+    static let snapshotGetCount = 100
 
     static func title(_ settings: Settings) -> String {
         "7. Read: Store.get and Store.all over \(Report.grouped(settings.store.readEntities)) entities"
@@ -1094,6 +1096,8 @@ enum ReadBenchmark {
         /// the CPU caches, so what remains is the code's own cost.
         var hotGet: Duration = .seconds(Int64.max)
         var rawHotCopyGet: Duration = .seconds(Int64.max)
+        /// The shuffled ids, `snapshotGetCount` gets per `Store.read`.
+        var snapshotGet: Duration = .seconds(Int64.max)
     }
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
@@ -1143,6 +1147,13 @@ enum ReadBenchmark {
                         + "the memory latency of the shuffled row",
                     Double(best.hotGet.nanoseconds) / Double(hotSize * hotRounds),
                     Double(best.rawHotCopyGet.nanoseconds) / Double(hotSize * hotRounds))),
+            ResultRow(
+                "StoreSnapshot.get, shuffled ids, \(snapshotGetCount) per Store.read", Double(count) / best.snapshotGet.seconds,
+                "gets/s",
+                detail: String(
+                    format: "%.0f ns per get: the shuffled row's gets, one read transaction for each %d of them "
+                        + "(reads that must see one commit, such as a screen's entities)",
+                    Double(best.snapshotGet.nanoseconds) / Double(count), snapshotGetCount)),
             ResultRow(
                 "Store.all(type:after:limit: \(pageLimit)), every page", Double(count) / best.page.seconds, "entities/s",
                 detail: String(format: "%.0f ns per entity", Double(best.page.nanoseconds) / Double(count))),
@@ -1230,6 +1241,20 @@ enum ReadBenchmark {
                 }
             }
             best.hotGet = min(best.hotGet, hotGet)
+            var snapshotFieldCount = 0
+            let snapshotGet = try timed {
+                for start in stride(from: 0, to: ids.count, by: snapshotGetCount) {
+                    try store.read { snapshot in
+                        for id in ids[start..<min(start + snapshotGetCount, ids.count)] {
+                            guard let entity = try snapshot.get(type: TimeEntryWorkload.entityType, id: id) else {
+                                throw BenchError("StoreSnapshot.get found no te/\(id)")
+                            }
+                            snapshotFieldCount &+= entity.fields.count
+                        }
+                    }
+                }
+            }
+            best.snapshotGet = min(best.snapshotGet, snapshotGet)
             var seen = 0
             let page = try timed {
                 var after: String?
@@ -1242,7 +1267,9 @@ enum ReadBenchmark {
             }
             best.page = min(best.page, page)
             // Using the results keeps the optimizer from dropping the reads.
-            guard fieldCount == ids.count * 4, hotFieldCount == hot.count * hotRounds * 4, seen == ids.count else {
+            guard fieldCount == ids.count * 4, hotFieldCount == hot.count * hotRounds * 4, snapshotFieldCount == ids.count * 4,
+                seen == ids.count
+            else {
                 throw BenchError("reads saw \(fieldCount) fields and \(seen) paged entities for \(ids.count) entities")
             }
         }

@@ -1,0 +1,92 @@
+import LMDB
+import LogFormat
+
+/// The store as of one commit, for reads that must agree with each other: a
+/// project and its time entries, a page and the count beside it. Writes that
+/// commit meanwhile (from this process or another) are not seen, and every
+/// read through it skips beginning a read transaction of its own.
+///
+/// It exists only inside `Store.read(_:)`, which ends it when its closure
+/// returns: it cannot be copied, kept or carried across an `await`.
+public struct StoreSnapshot: ~Copyable {
+    private let store: Store
+    private let txn: Transaction
+
+    fileprivate init(_ store: Store, _ txn: borrowing Transaction) {
+        self.store = store
+        self.txn = Transaction(borrowing: txn)
+    }
+
+    /// The entity, or nil if it does not exist (or is deleted) for the app.
+    /// - Throws: `LogStoreError.corruptEntry` naming the entity when its
+    ///   record does not decode.
+    public func get(type: String, id: String) throws -> Entity? {
+        let entities = try store.entitiesDatabase(txn)
+        return try EntityKey.withKey(type: type, id: id) { key in
+            try txn.withValue(entities, key: key) { value in
+                let state = try Projector.decodeVisible(value, key: key, path: store.path)
+                return state.visible.map {
+                    Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
+                }
+            } ?? nil
+        }
+    }
+
+    /// Entities of `type` ordered by id, starting after `after` (exclusive),
+    /// at most `limit` (up to `Store.pageCountMax`).
+    /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`;
+    ///   `.corruptEntry` as `get` does.
+    public func all(type: String, after: String? = nil, limit: Int = 100) throws -> [Entity] {
+        try store.checkLimit(limit)
+        let limit = min(limit, Store.pageCountMax)
+        var page: [Entity] = []
+        guard limit > 0 else { return page }
+        let prefix = EntityKey.prefix(type: type)
+        let start = prefix + Array((after ?? "").utf8)
+        try txn.forEach(store.entitiesDatabase(txn), from: start) { key, value in
+            guard key.count >= prefix.count, key.starts(with: prefix) else { return false }
+            // By bytes, as the keys are ordered: `String` equality would
+            // also skip an id that is another spelling of the same text
+            // (canonically equivalent Unicode), a different entity.
+            if after != nil, key.elementsEqual(start) { return true }
+            let id = EntityKey.id(from: key, prefixCount: prefix.count)
+            let state = try Projector.decodeVisible(value, key: key, path: store.path)
+            if let fields = state.visible {
+                page.append(
+                    Entity(type: type, id: id, fields: fields, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount))
+            }
+            return page.count < limit
+        }
+        return page
+    }
+
+    /// The entity types that have entities the app sees, in byte order.
+    public func entityTypes() throws -> [String] {
+        var types: [String] = []
+        try txn.forEach(store.projector(txn).counts) { key, _ in
+            types.append(String(decoding: key, as: UTF8.self))
+            return true
+        }
+        return types
+    }
+
+    /// How many entities of `type` exist for the app.
+    /// - Throws: `LogStoreError.corruptEntry` when the stored count is damaged.
+    public func count(type: String) throws -> Int {
+        try store.projector(txn).visibleCount(type, txn)
+    }
+}
+
+extension Store {
+    /// Runs `body` with the store as of the last commit, and returns what it
+    /// returns. Every read through the snapshot sees that commit.
+    ///
+    /// Caveat: the snapshot pins the pages it sees until `body` returns, so
+    /// the file grows while writes go on; keep `body` short (it cannot
+    /// `await`).
+    /// - Throws: what `body` throws; `LMDBError` `.closed` once the store
+    ///   is closed, or LMDB's error when it cannot begin the read.
+    public func read<R>(_ body: (borrowing StoreSnapshot) throws -> R) throws -> R {
+        try log.environment.read { txn in try body(StoreSnapshot(self, txn)) }
+    }
+}
