@@ -166,18 +166,28 @@ struct Entities: ParsableCommand {
             guard let entity = try opened.get(type: type, id: id) else { throw LogToolError("no \(type)/\(id)") }
             entities = [entity]
         } else {
-            var after: String?
-            // Page through; bounded by the entity count.
-            while true {
-                let page = try opened.all(type: type, after: after, limit: Store.pageCountMax)
-                entities += page
-                guard page.count == Store.pageCountMax, let last = page.last else { break }
-                after = last.id
-            }
+            // Every page from one snapshot: an app writing meanwhile cannot
+            // make the listing mix two commits.
+            entities = try opened.read { snapshot in try Entities.all(type, in: snapshot) }
         }
         for entity in entities {
             let row = Row(type: entity.type, id: entity.id, fields: entity.fields, serverVersion: entity.serverVersion, pendingIntents: entity.pendingIntentCount)
             if store.json { try Output.line(row) } else { print("\(row.id)  v\(row.serverVersion)\(row.pendingIntents > 0 ? " +\(row.pendingIntents) pending" : "")  \(row.fields)") }
+        }
+    }
+}
+
+extension Entities {
+    /// Every entity of `type` the app sees, page by page (bounded by the
+    /// entity count).
+    static func all(_ type: String, in snapshot: borrowing StoreSnapshot) throws -> [Entity] {
+        var entities: [Entity] = []
+        var after: String?
+        while true {
+            let page = try snapshot.all(type: type, after: after, limit: Store.pageCountMax)
+            entities += page
+            guard page.count == Store.pageCountMax, let last = page.last else { return entities }
+            after = last.id
         }
     }
 }

@@ -238,18 +238,15 @@ struct Diff: ParsableCommand {
         if differences > 0 { throw ExitCode(1) }
     }
 
-    /// type/id -> the fields the app sees.
+    /// type/id -> the fields the app sees, all from one snapshot (an app
+    /// writing meanwhile cannot make the comparison mix two commits).
     static func visible(_ store: Store) throws -> [String: Fields] {
-        var result: [String: Fields] = [:]
-        for type in try store.entityTypes() {
-            var after: String?
-            while true {
-                let page = try store.all(type: type, after: after, limit: Store.pageCountMax)
-                for entity in page { result["\(type)/\(entity.id)"] = entity.fields }
-                guard page.count == Store.pageCountMax, let last = page.last else { break }
-                after = last.id
+        try store.read { snapshot in
+            var result: [String: Fields] = [:]
+            for type in try snapshot.entityTypes() {
+                for entity in try Entities.all(type, in: snapshot) { result["\(type)/\(entity.id)"] = entity.fields }
             }
+            return result
         }
-        return result
     }
 }
