@@ -7,7 +7,9 @@ import LogFormat
 /// read through it skips beginning a read transaction of its own.
 ///
 /// It exists only inside `Store.read(_:)`, which ends it when its closure
-/// returns: it cannot be copied, kept or carried across an `await`.
+/// returns: it cannot be copied, kept or carried across an `await`. Use it
+/// from one thread at a time (an LMDB read transaction is not safe to use
+/// from two at once), so it is not `Sendable`.
 public struct StoreSnapshot: ~Copyable {
     private let store: Store
     private let txn: Transaction
@@ -76,6 +78,9 @@ public struct StoreSnapshot: ~Copyable {
         try store.projector(txn).visibleCount(type, txn)
     }
 }
+
+@available(*, unavailable)
+extension StoreSnapshot: Sendable {}
 
 extension Store {
     /// Runs `body` with the store as of the last commit, and returns what it
