@@ -86,9 +86,10 @@ extension Store {
     /// Runs `body` with the store as of the last commit, and returns what it
     /// returns. Every read through the snapshot sees that commit.
     ///
-    /// Caveat: the snapshot pins the pages it sees until `body` returns, so
-    /// the file grows while writes go on; keep `body` short (it cannot
-    /// `await`).
+    /// Caveats: keep `body` short (it cannot `await`). The snapshot pins the
+    /// pages it sees until `body` returns, so the file grows while writes go
+    /// on, and a write that has to grow the map waits for it to end: never
+    /// wait in `body` for a write to commit.
     /// - Throws: what `body` throws; `LMDBError` `.closed` once the store
     ///   is closed, or LMDB's error when it cannot begin the read.
     public func read<R>(_ body: (borrowing StoreSnapshot) throws -> R) throws -> R {
