@@ -1,0 +1,57 @@
+import LogFormat
+@testable import LogStore
+import LogSync
+import Testing
+
+/// `ConflictStrategy.decide` on its own, without a server: the orderings
+/// `newerWins` knows and the cases it leaves to the app.
+@Suite struct ConflictStrategyTests {
+    /// A conflict on `te/x`: the intent sets `stamp` to `local` (nil: an
+    /// update without it, the app's state then has `appStamp`), the server
+    /// has `server` (nil: a state without it), or deleted the entity.
+    static func conflict(
+        local: Value?, appStamp: Value? = nil, server: Value?, serverDeleted: Bool = false
+    ) -> ConflictCase {
+        let changes: Fields = local.map { ["stamp": $0, "title": "mine"] } ?? ["title": "mine"]
+        let app: Fields = appStamp.map { ["stamp": $0, "title": "mine"] } ?? ["title": "mine"]
+        return ConflictCase(
+            intentOffset: 7,
+            intent: Intent(.update, idempotencyKey: "k", entityType: "te", entityID: "x", baseVersion: 1, fields: changes),
+            writtenAt: HybridTimestamp(rawValue: 1), base: ["title": "first"], baseIsCommonAncestor: true, local: app,
+            server: ServerState(
+                serverVersion: 2, deleted: serverDeleted,
+                data: serverDeleted ? [:] : server.map { ["stamp": $0, "title": "theirs"] } ?? ["title": "theirs"]))
+    }
+
+    static let newer = ConflictStrategy.newerWins(field: "stamp")
+
+    @Test(arguments: [
+        // Timestamps, integers and doubles order as numbers; ties keep the server's.
+        (Value.timestamp(2_000), Value.timestamp(1_000), ConflictDecision.keepLocal),
+        (.timestamp(1_000), .timestamp(2_000), .keepRemote),
+        (.timestamp(1_000), .timestamp(1_000), .keepRemote),
+        (.int(5), .int(-3), .keepLocal),
+        (.double(1.5), .double(2.25), .keepRemote),
+        (.int(2), .double(1.5), .keepLocal),
+        (.double(-0.5), .int(0), .keepRemote),
+        // What has no order is the app's to decide.
+        (.double(.nan), .double(1), .askApp),
+        (.int(1), .double(.nan), .askApp),
+        (.string("b"), .string("a"), .askApp),
+        (.timestamp(5), .int(1), .askApp),
+        (.null, .int(1), .askApp),
+    ])
+    func newerWinsOrdersNumbersAndTimestamps(local: Value, server: Value, expected: ConflictDecision) {
+        #expect(Self.newer.decide(Self.conflict(local: local, server: server)) == expected)
+    }
+
+    /// An update without the field is judged by the app's state; a state
+    /// without it anywhere, or a deletion on the server, is for the app.
+    @Test func newerWinsFallsBackToTheAppsStateThenToTheApp() {
+        #expect(Self.newer.decide(Self.conflict(local: nil, appStamp: .int(9), server: .int(3))) == .keepLocal)
+        #expect(Self.newer.decide(Self.conflict(local: nil, appStamp: .int(1), server: .int(3))) == .keepRemote)
+        #expect(Self.newer.decide(Self.conflict(local: nil, server: .int(3))) == .askApp)
+        #expect(Self.newer.decide(Self.conflict(local: .int(9), server: nil)) == .askApp)
+        #expect(Self.newer.decide(Self.conflict(local: .int(9), server: nil, serverDeleted: true)) == .askApp)
+    }
+}
