@@ -382,6 +382,21 @@ import Testing
 }
 
 @Suite struct ProtocolErrorTests {
+    /// A body sent in chunks, with no length up front, is refused with 413
+    /// once it passes the limit: the server stops reading it then, rather
+    /// than holding all of it.
+    @Test func aChunkedBodyOverTheLimitIsRefused() async throws {
+        let server = try await TestServer("errors-chunked")
+        defer { Task { await server.stop() } }
+        let chunk = Data(repeating: 32, count: 64 * 1024)
+        let chunks = Wire.requestBodyBytesMax / chunk.count + 2
+        let reply = try await onAThreadOfItsOwn { try rawChunkedPost(port: server.port, path: "/v1/push", chunk: chunk, count: chunks) }
+        #expect(reply.hasPrefix("HTTP/1.1 413"), "\(reply.prefix(200))")
+        #expect(reply.contains("PAYLOAD_TOO_LARGE"), "\(reply.prefix(400))")
+        // The server is still there for the next request.
+        #expect(try await server.pull().status == 200)
+    }
+
     @Test func everyRequestLevelErrorHasTheEnvelope() async throws {
         let server = try await TestServer("errors")
         defer { Task { await server.stop() } }
@@ -567,4 +582,71 @@ import Testing
         #expect(changes.first?.entityID == "kept" && changes.count == 1 + applied)
         #expect(try await server.send("GET", "/v1/health", token: nil).status == 200)
     }
+}
+
+/// Runs `body` on a new thread (it blocks in socket calls).
+private func onAThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+/// POSTs `count` copies of `chunk` with `Transfer-Encoding: chunked` (no
+/// `Content-Length`) over a plain socket, and returns what the server
+/// answered (status line, headers, body), read until it closes or a
+/// timeout. A write the server refuses once it has answered ends the
+/// sending early.
+private func rawChunkedPost(port: Int, path: String, chunk: Data, count: Int) throws -> String {
+    #if canImport(Glibc)
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    #else
+        let descriptor = socket(AF_INET, SOCK_STREAM, 0)
+    #endif
+    guard descriptor >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard connected == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+    var timeout = timeval(tv_sec: 10, tv_usec: 0)
+    setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    // A write after the server closed must fail, not raise SIGPIPE.
+    #if canImport(Glibc)
+        let noSignal = Int32(MSG_NOSIGNAL)
+    #else
+        let noSignal: Int32 = 0
+        var on: Int32 = 1
+        setsockopt(descriptor, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
+    #endif
+    func sendAll(_ data: Data) -> Bool {
+        data.withUnsafeBytes { raw in
+            var sent = 0
+            while sent < raw.count {
+                let n = send(descriptor, raw.baseAddress! + sent, raw.count - sent, noSignal)
+                if n <= 0 { return false }
+                sent += n
+            }
+            return true
+        }
+    }
+    let head = "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer alice-token\r\n"
+        + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    var open = sendAll(Data(head.utf8))
+    let framed = Data(String(chunk.count, radix: 16).utf8) + Data("\r\n".utf8) + chunk + Data("\r\n".utf8)
+    for _ in 0..<count where open { open = sendAll(framed) }
+    if open { _ = sendAll(Data("0\r\n\r\n".utf8)) }
+    var reply = Data()
+    var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+    while true {
+        let n = recv(descriptor, &buffer, buffer.count, 0)
+        if n <= 0 { break }
+        reply.append(contentsOf: buffer[0..<n])
+        if let text = String(data: reply, encoding: .utf8), text.contains("\r\n\r\n"), text.contains("}") { break }
+    }
+    return String(decoding: reply, as: UTF8.self)
 }
