@@ -313,6 +313,37 @@ extension ToolRun {
         #expect(offsets == [4, 5, 6, 7, 8])
     }
 
+    /// The writer grows the map past the size `tail` mapped when it opened
+    /// (64 MiB): `tail` takes the new size (LMDB's `MDB_MAP_RESIZED`, once
+    /// per growth) and goes on printing every entry, none lost or repeated.
+    @Test func tailFollowsAWriterThatGrowsTheMap() async throws {
+        let directory = try TemporaryDirectory("logtool-tail-grow")
+        let log = try EventLog(path: directory.path, options: .init(durability: .process))
+        defer { log.close() }
+        _ = try await log.append(.resync(reason: "start"))
+        let mapBefore = log.mapUsage().mapSize
+        let tail = try ChildProcess(
+            executable: Tool.path("logtool"), arguments: ["tail", directory.path, "-n", "1", "--follow", "--seconds", "60"])
+        defer { tail.kill() }
+        #expect(await tail.waitForLines(timeout: .seconds(20)) { $0.count >= 1 })
+        // 48 entries of 2 MiB: about 100 MiB of log.
+        let blob = Value.bytes([UInt8](repeating: 0x5A, count: 2 << 20))
+        for n in 0..<48 {
+            _ = try await log.append(
+                .intent(
+                    Intent(
+                        .create, idempotencyKey: "k\(n)", entityType: "blob", entityID: "b\(n)", baseVersion: 0,
+                        fields: ["data": blob])))
+        }
+        #expect(log.mapUsage().mapSize > mapBefore)
+        #expect(await tail.waitForLines(timeout: .seconds(30)) { $0.count >= 49 })
+        tail.kill(SIGTERM)
+        let offsets = tail.outputLines.compactMap { line in
+            line.split(separator: " ").first { $0.hasPrefix("#") }.flatMap { Int($0.dropFirst()) }
+        }
+        #expect(offsets == Array(1...49), "\(tail.outputLines.suffix(3)) \(tail.errorText)")
+    }
+
     @Test func compactInPlaceAndAsACompactedCopy() async throws {
         let directory = try TemporaryDirectory("logtool-compact")
         do {
