@@ -372,6 +372,34 @@ extension ToolRun {
     }
 }
 
+@Suite struct LogToolPagingTests {
+    /// `entities` and `diff` read past one page (`Store.pageCountMax`):
+    /// every entity once, in id order, the other type's not mixed in.
+    @Test func entitiesAndDiffReadEveryPage() async throws {
+        let directory = try TemporaryDirectory("logtool-pages")
+        let count = Store.pageCountMax * 2 + 7
+        let ids = (0..<count).map { String(format: "e%06d", $0) }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            for start in stride(from: 0, to: count, by: 5_000) {
+                var batch = WriteBatch()
+                for id in ids[start..<min(start + 5_000, count)] { try batch.create(type: "te", id: id, fields: [:]) }
+                try batch.create(type: "tf", id: "other-\(start)", fields: [:])
+                try await store.write(batch)
+            }
+            store.close()
+        }
+        let listed = try Tool.run(["entities", directory.path, "te", "--json"])
+        #expect(listed.status == 0, "\(listed.errors)")
+        #expect(try listed.objects().map { $0["id"] as? String } == ids)
+        let copy = directory.appending("copy")
+        try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: false)
+        try FileManager.default.copyItem(atPath: directory.appending("data.mdb"), toPath: copy + "/data.mdb")
+        let same = try Tool.run(["diff", directory.path, copy, "--json"])
+        #expect(same.status == 0 && same.errors.contains("\(count + 5) and \(count + 5) entities, 0 differ"), "\(same.errors)")
+    }
+}
+
 @Suite struct LogToolReplayTests {
     @Test func replayRepairsProjectionsAndTravelsInTime() async throws {
         let directory = try TemporaryDirectory("logtool-replay")
