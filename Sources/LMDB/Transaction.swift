@@ -20,6 +20,18 @@ public struct PutFlags: OptionSet, Sendable {
     public static let noOverwrite = PutFlags(rawValue: UInt32(MDB_NOOVERWRITE))
 }
 
+/// A database's size (`mdb_stat`): its keys, and the pages of its B-tree
+/// (branch, leaf and overflow pages; free pages belong to no database).
+public struct DatabaseStatistics: Sendable, Equatable {
+    public var entries: Int
+    /// Levels of the B-tree (0 when empty).
+    public var depth: Int
+    public var pages: Int
+    public var pageSize: Int
+    /// The bytes of file its pages take.
+    public var bytes: Int { pages * pageSize }
+}
+
 /// A read or write transaction, valid only inside the closure that received
 /// it (`Environment.read` or `Environment.write`). It cannot be copied or
 /// kept. Buffers it hands out point into the memory map and are valid until
@@ -128,9 +140,16 @@ public struct Transaction: ~Copyable {
 
     /// The number of keys in `database`.
     public func count(_ database: Database) throws(LMDBError) -> Int {
+        try statistics(database).entries
+    }
+
+    /// What `database` holds: its keys, and the pages its B-tree takes.
+    public func statistics(_ database: Database) throws(LMDBError) -> DatabaseStatistics {
         var stat = MDB_stat()
         try check(mdb_stat(handle, database.dbi, &stat), "mdb_stat", path: path)
-        return stat.ms_entries
+        return DatabaseStatistics(
+            entries: stat.ms_entries, depth: Int(stat.ms_depth),
+            pages: stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages, pageSize: Int(stat.ms_psize))
     }
 
     /// Runs `body` with a cursor over `database`; the cursor closes on return.

@@ -92,6 +92,21 @@ extension EventLog {
     }
 }
 
+extension Store {
+    /// Each table's keys and the pages it takes, as one commit has them:
+    /// `log`, `meta`, then the derived databases in use, named without the
+    /// suffix of their set (`entities`, not `entities.1`).
+    /// - Throws: `LogStoreError.projectionsStale` in a store opened
+    ///   read-only before the derived databases in use were made.
+    public func tableStatistics() throws -> [(name: String, statistics: DatabaseStatistics)] {
+        try log.environment.read { txn in
+            let derived = try projector(txn).databases
+            return try zip(["log", "meta"] + Store.derivedDatabaseNames, [log.logDatabase, log.metaDatabase] + derived)
+                .map { name, database in (name, try txn.statistics(database)) }
+        }
+    }
+}
+
 /// What `Store.verify(path:scratchDirectory:)` found.
 public struct VerificationReport: Sendable, Equatable {
     /// Log entries read.

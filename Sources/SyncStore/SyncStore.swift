@@ -3,6 +3,7 @@
 // store's calls throw (a second open, a failed environment, a full map),
 // without the rest of the LMDB wrapper. Tools and tests import the modules
 // they need.
+@_exported import struct LMDB.DatabaseStatistics
 @_exported import struct LMDB.LMDBError
 @_exported import LogFormat
 @_exported import LogStore

@@ -117,6 +117,31 @@ import Testing
         #expect(try store.read { try $0.count(type: "prj") } == 1)
     }
 
+    /// `tableStatistics` counts each table's keys, the derived ones of the
+    /// set in use under their plain names, before and after a rebuild
+    /// switches sets.
+    @Test func tableStatisticsCountTheTablesInUse() async throws {
+        let fixture = try StoreFixture("snapshot-tables")
+        let store = fixture.store
+        var batch = WriteBatch()
+        for n in 0..<30 { try batch.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
+        try await store.write(batch)
+        try await store.record(try store.outbox(limit: 10).map { ($0.offset, .acknowledged(.applied, serverVersion: 1)) })
+        let expected = [
+            "log": 40, "meta": -1, "entities": 30, "outbox": 20, "idempotency": 30, "counts": 1, "conflicts": 0,
+        ]
+        for pass in ["written", "rebuilt"] {
+            let tables = try store.tableStatistics()
+            #expect(tables.map(\.name) == ["log", "meta", "entities", "outbox", "idempotency", "counts", "conflicts"], "\(pass)")
+            for (name, statistics) in tables where expected[name] != -1 {
+                #expect(statistics.entries == expected[name], "\(pass): \(name)")
+                #expect(statistics.bytes > 0 || statistics.entries == 0, "\(pass): \(name)")
+            }
+            if pass == "written" { try await store.rebuildProjections() }
+        }
+        #expect(try store.derivedDatabaseNamesInUse().first == "entities.1")
+    }
+
     /// A closed store refuses the read before `body` runs.
     @Test func aClosedStoreRefusesARead() throws {
         let fixture = try StoreFixture("snapshot-closed")

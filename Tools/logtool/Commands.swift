@@ -5,7 +5,7 @@ import LogStore
 
 struct Stat: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Counts by kind, offset range, outbox, cursor, projections, format and file size.")
+        abstract: "Counts by kind, offset range, outbox, cursor, projections, format, file size and the size of each table.")
 
     @OptionGroup var store: StoreOptions
 
@@ -27,9 +27,19 @@ struct Stat: ParsableCommand {
         var outbox: Int?
         var oldestPendingSeconds: Double?
         var cursor: String?
+        /// Each table's keys and the bytes of its pages; empty when the
+        /// projections are stale (the store cannot be read then).
+        var tables: [Table] = []
+
+        struct Table: Encodable {
+            var name: String
+            var entries: Int
+            var bytes: Int
+            var depth: Int
+        }
 
         enum CodingKeys: String, CodingKey {
-            case path, entries, kinds, cursor, outbox, projections
+            case path, entries, kinds, cursor, outbox, projections, tables
             case firstOffset = "first_offset", lastOffset = "last_offset", compactedBelow = "compacted_below"
             case entryFormatVersion = "entry_format_version", storeFormatVersion = "store_format_version"
             case fileBytes = "file_bytes", mapBytes = "map_bytes", mapUsedBytes = "map_used_bytes"
@@ -68,6 +78,9 @@ struct Stat: ParsableCommand {
                 report.oldestPendingSeconds = max(0, Date().timeIntervalSince1970 - Double(oldest.timestamp.milliseconds) / 1000)
             }
             report.cursor = try opened.pullCursor()
+            report.tables = try opened.tableStatistics().map {
+                Report.Table(name: $0.name, entries: $0.statistics.entries, bytes: $0.statistics.bytes, depth: $0.statistics.depth)
+            }
         } catch let error as LogStoreError where error.code == .projectionsStale {
             report.projections = "stale: \(error.detail)"
         }
@@ -80,6 +93,11 @@ struct Stat: ParsableCommand {
         print("outbox      \(report.outbox.map(String.init) ?? "-") pending" + (report.oldestPendingSeconds.map { String(format: ", oldest %.0f s old", $0) } ?? ""))
         print("cursor      \(report.cursor ?? "none")")
         print("file        \(report.fileBytes) bytes; map \(report.mapUsedBytes) of \(report.mapBytes) bytes used")
+        let nameWidth = report.tables.map(\.name.count).max() ?? 0
+        for table in report.tables {
+            let name = table.name.padding(toLength: nameWidth, withPad: " ", startingAt: 0)
+            print("table       \(name)  \(table.entries) key\(table.entries == 1 ? "" : "s"), \(table.bytes) bytes in pages")
+        }
     }
 }
 
