@@ -25,12 +25,7 @@ public struct StoreSnapshot: ~Copyable {
     public func get(type: String, id: String) throws -> Entity? {
         let entities = try store.entitiesDatabase(txn)
         return try EntityKey.withKey(type: type, id: id) { key in
-            try txn.withValue(entities, key: key) { value in
-                let state = try Projector.decodeVisible(value, key: key, path: store.path)
-                return state.visible.map {
-                    Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
-                }
-            } ?? nil
+            try txn.withValue(entities, key: key) { value in try entity(type: type, id: id, key: key, record: value) } ?? nil
         }
     }
 
@@ -52,14 +47,21 @@ public struct StoreSnapshot: ~Copyable {
             // (canonically equivalent Unicode), a different entity.
             if after != nil, key.elementsEqual(start) { return true }
             let id = EntityKey.id(from: key, prefixCount: prefix.count)
-            let state = try Projector.decodeVisible(value, key: key, path: store.path)
-            if let fields = state.visible {
-                page.append(
-                    Entity(type: type, id: id, fields: fields, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount))
-            }
+            if let entity = try entity(type: type, id: id, key: key, record: value) { page.append(entity) }
             return page.count < limit
         }
         return page
+    }
+
+    /// The entity the app sees in `record`, stored under `key`; nil when
+    /// the record shows none (deleted, or only a tombstone).
+    private func entity(type: String, id: String, key: UnsafeRawBufferPointer, record: UnsafeRawBufferPointer) throws
+        -> Entity?
+    {
+        let state = try Projector.decodeVisible(record, key: key, path: store.path)
+        return state.visible.map {
+            Entity(type: type, id: id, fields: $0, serverVersion: state.baseVersion, pendingIntentCount: state.pendingCount)
+        }
     }
 
     /// The entity types that have entities the app sees, in byte order.
