@@ -97,8 +97,10 @@ struct Projector: Sendable {
     private func putIdempotencyKey(_ key: String, offset: UInt64, _ txn: borrowing Transaction) throws {
         var key = key
         try key.withUTF8 { key in
+            let key = UnsafeRawBufferPointer(key)
+            let appending = cache?.appendsIdempotencyKey(key) ?? false
             try withUnsafeBytes(of: offset.bigEndian) { value in
-                try txn.put(idempotency, key: UnsafeRawBufferPointer(key), value: value)
+                try txn.put(idempotency, key: key, value: value, flags: appending ? .append : [])
             }
         }
     }
@@ -329,9 +331,15 @@ struct Projector: Sendable {
         return true
     }
 
-    func storeRecord(_ record: EntityRecord?, key: UnsafeRawBufferPointer, _ txn: borrowing Transaction) throws {
+    /// Saves `record` under `key`, or removes the key when the record is
+    /// nil or empty. `appending`: the key is past every stored one.
+    func storeRecord(
+        _ record: EntityRecord?, key: UnsafeRawBufferPointer, appending: Bool = false, _ txn: borrowing Transaction
+    ) throws {
         if let record, !record.isEmpty {
-            try record.encoded().withUnsafeBytes { value in try txn.put(entities, key: key, value: value) }
+            try record.encoded().withUnsafeBytes { value in
+                try txn.put(entities, key: key, value: value, flags: appending ? .append : [])
+            }
         } else {
             try txn.delete(entities, key: key)
         }
@@ -419,6 +427,17 @@ final class ProjectionCache: @unchecked Sendable {
     /// rest are appended to it in one ascending run.
     private var outboxBase: UInt64 = 0
     private var outboxPending: [Bool] = []
+    /// No key stored in the `entities` database is greater than this (nil:
+    /// it holds none). The database changes only when the chunk flushes,
+    /// which keeps this up to date. A record past it is not stored, so
+    /// loading it would search the tree for nothing, and writing it is an
+    /// append, which also fills pages where inserts would split them in
+    /// half. New entities' ids grow with time: most records a replay makes
+    /// are past it.
+    private var entitiesEnd: ByteKey?
+    /// The same for the `idempotency` database, where intents' keys (made
+    /// time-ordered, by `WriteBatch.newKey`) mostly go at the end.
+    private var idempotencyEnd: [UInt8]?
 
     /// Where a flush hands the records it wrote, to be freed on another
     /// thread. Freeing a chunk's records (their fields, strings and keys,
@@ -431,11 +450,29 @@ final class ProjectionCache: @unchecked Sendable {
     private static let releasing = DispatchGroup()
 
     /// Sized for a chunk of `entryCount` entries, so the sets never grow
-    /// (and rehash) as it runs.
-    init(entryCount: Int) {
+    /// (and rehash) as it runs, for the tables of `projector` as `txn`
+    /// holds them.
+    init(entryCount: Int, _ projector: Projector, _ txn: borrowing Transaction) throws {
         records.reserveCapacity(entryCount)
         positions.reserveCapacity(entryCount)
         outboxPending.reserveCapacity(entryCount)
+        entitiesEnd = try ProjectionCache.lastKey(projector.entities, txn).map(ByteKey.init)
+        idempotencyEnd = try ProjectionCache.lastKey(projector.idempotency, txn)
+    }
+
+    private static func lastKey(_ database: Database, _ txn: borrowing Transaction) throws -> [UInt8]? {
+        try txn.withCursor(database) { cursor in try cursor.last().map { [UInt8]($0.key) } }
+    }
+
+    /// Whether `key` goes past every key in the `idempotency` database; it
+    /// is the last one from here on, so the put that follows must store it.
+    func appendsIdempotencyKey(_ key: UnsafeRawBufferPointer) -> Bool {
+        if let end = idempotencyEnd, end.withUnsafeBytes({ ByteKey.compare(key, $0) <= 0 }) { return false }
+        // Overwritten in place: its storage is reused for every key.
+        var end = idempotencyEnd.take() ?? []
+        end.replaceSubrange(end.indices, with: key)
+        idempotencyEnd = end
+        return true
     }
 
     /// The intent at `offset` (past every one staged so far) is pending.
@@ -479,7 +516,8 @@ final class ProjectionCache: @unchecked Sendable {
             defer { records[position].record = record.isEmpty ? nil : record }
             return try record.change(body)
         }
-        var record = try load() ?? EntityRecord()
+        let stored = entitiesEnd.map { !($0 < key) } ?? false
+        var record = try (stored ? load() : nil) ?? EntityRecord()
         guard let visibility = try record.change(body) else { return nil }
         positions[key] = records.count
         records.append((key, record.isEmpty ? nil : record))
@@ -497,13 +535,20 @@ final class ProjectionCache: @unchecked Sendable {
         records.sort { $0.key < $1.key }
         // In place: a copy of each (cold) record would retain and release
         // its key, fields and pending offsets.
+        var end = entitiesEnd
         try records.withUnsafeBufferPointer { records in
             for index in records.indices {
-                try records[index].key.withUnsafeBytes { key in
-                    try projector.storeRecord(records[index].record, key: key, txn)
+                let key = records[index].key
+                let past = end.map { $0 < key } ?? true
+                // Never stored: nothing to remove.
+                if past, records[index].record?.isEmpty ?? true { continue }
+                try key.withUnsafeBytes { key in
+                    try projector.storeRecord(records[index].record, key: key, appending: past, txn)
                 }
+                if past { end = key }
             }
         }
+        entitiesEnd = end
         for (type, count) in counts { try projector.storeCount(count, type, txn) }
         // Every staged offset is past the outbox's last key (they are past
         // the watermark), so each is an append at the end of its B-tree.

@@ -371,7 +371,7 @@ extension Store {
         var more = false
         var projector = target.projector
         // Room for a usual chunk; a whole last chunk of a rebuild grows it.
-        let cache = ProjectionCache(entryCount: min(countMax, Store.replayChunkCountMax))
+        let cache = try ProjectionCache(entryCount: min(countMax, Store.replayChunkCountMax), projector, txn)
         projector.cache = cache
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
