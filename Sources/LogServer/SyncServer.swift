@@ -52,7 +52,8 @@ public final class SyncServer: Sendable {
         ("/v1/health", "GET"), ("/v1/push", "POST"), ("/v1/pull", "GET"), ("/v1/admin/resync", "POST"),
         ("/v1/admin/faults", "POST"),
     ]
-    static let paths = Set(endpoints.map(\.0))
+    /// The method each path takes.
+    static let methods = Dictionary(uniqueKeysWithValues: endpoints)
 
     /// Waits for queued writes and closes the store.
     public func close() { service.storage.close() }
@@ -74,14 +75,6 @@ public final class SyncServer: Sendable {
         router.get("/v1/pull") { request, context in try await routes.pull(request, context) }
         router.post("/v1/admin/resync") { request, context in try await routes.resync(request, context) }
         router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
-        // A known path with another method is 405 with the methods it takes.
-        for (path, allowed) in SyncServer.endpoints {
-            for method in [HTTPRequest.Method.get, .post, .put, .delete, .patch, .head, .options] where method.rawValue != allowed {
-                router.on(RouterPath(path), method: method) { _, _ -> Response in
-                    throw ServiceError(.methodNotAllowed, "\(path) takes \(allowed)", allow: allowed)
-                }
-            }
-        }
         return Application(
             router: router,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
@@ -110,7 +103,14 @@ struct ProtocolMiddleware: RouterMiddleware {
             }
             // Exactly: the router would also take `/v1/push/` or `/v1//push`
             // for `/v1/push` (it skips empty path segments).
-            guard SyncServer.paths.contains(path) else { throw ServiceError(.notFound, "no such endpoint: \(path.prefix(100))") }
+            guard let allowed = SyncServer.methods[path] else {
+                throw ServiceError(.notFound, "no such endpoint: \(path.prefix(100))")
+            }
+            // Any other method (HEAD, OPTIONS, TRACE, ...) is 405 with the
+            // one it takes; the router would answer 404.
+            guard request.method.rawValue == allowed else {
+                throw ServiceError(.methodNotAllowed, "\(path) takes \(allowed)", allow: allowed)
+            }
             response = try await next(request, context)
         } catch let error as ServiceError {
             response = Reply.error(error)

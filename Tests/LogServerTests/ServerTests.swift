@@ -441,7 +441,11 @@ import Testing
             #expect(reply.status == 404 && reply.error?.error.code == .notFound, "\(method) \(path): \(reply.status)")
         }
         #expect(try await server.pullAll().isEmpty)
-        for (method, path, allowed) in [("OPTIONS", "/v1/push", "POST"), ("HEAD", "/v1/push", "POST"), ("OPTIONS", "/v1/pull", "GET")] {
+        let others = [
+            ("OPTIONS", "/v1/push", "POST"), ("HEAD", "/v1/push", "POST"), ("OPTIONS", "/v1/pull", "GET"),
+            ("TRACE", "/v1/push", "POST"), ("PROPFIND", "/v1/pull", "GET"), ("PUT", "/v1/health", "GET"),
+        ]
+        for (method, path, allowed) in others {
             let reply = try await server.send(method, path)
             #expect(reply.status == 405 && reply.headers["allow"] == allowed, "\(method) \(path): \(reply.status)")
         }
