@@ -38,7 +38,7 @@ public struct RetryPolicy: Sendable, Equatable {
     /// The wait a `Retry-After` of `seconds` asks for, as the client honours
     /// it: 0 for none (or a negative one), at most `retryAfterMaxMilliseconds`.
     public func retryAfterMilliseconds(_ seconds: Int?) -> UInt64 {
-        min(.milliseconds(retryAfterSeconds: seconds), retryAfterMaxMilliseconds)
+        .milliseconds(retryAfterSeconds: seconds, atMost: retryAfterMaxMilliseconds)
     }
 
     /// The longest delay `delay(beforeRetry:retryAfterSeconds:random:)`
@@ -85,7 +85,7 @@ public struct CircuitBreaker: Sendable, Equatable {
     public mutating func recordRateLimited(retryAfterSeconds: Int?, at now: UInt64) -> Bool {
         consecutiveRateLimits += 1
         guard consecutiveRateLimits >= CircuitBreaker.thresholdCount else { return false }
-        let retryAfter = min(UInt64.milliseconds(retryAfterSeconds: retryAfterSeconds), retryAfterMaxMilliseconds)
+        let retryAfter = UInt64.milliseconds(retryAfterSeconds: retryAfterSeconds, atMost: retryAfterMaxMilliseconds)
         openUntil = now.addingSaturating(max(nextDelayMilliseconds, retryAfter))
         nextDelayMilliseconds = min(nextDelayMilliseconds * 2, CircuitBreaker.delayMaxMilliseconds)
         consecutiveRateLimits = 0
@@ -107,10 +107,11 @@ extension UInt64 {
         return overflow ? .max : sum
     }
 
-    /// A `Retry-After` in milliseconds: 0 for none (or a negative one), and
-    /// `.max` for one too large to count (the header holds any integer).
-    static func milliseconds(retryAfterSeconds seconds: Int?) -> UInt64 {
+    /// A `Retry-After` in milliseconds, as the client honours it: 0 for
+    /// none (or a negative one), and at most `limit` (the header holds any
+    /// integer).
+    static func milliseconds(retryAfterSeconds seconds: Int?, atMost limit: UInt64) -> UInt64 {
         let (product, overflow) = UInt64(Swift.max(0, seconds ?? 0)).multipliedReportingOverflow(by: 1_000)
-        return overflow ? .max : product
+        return overflow ? limit : Swift.min(product, limit)
     }
 }
