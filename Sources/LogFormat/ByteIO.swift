@@ -1,26 +1,80 @@
-/// Appends big-endian integers, lengths and strings to a byte array. The
-/// writer never fails: limits are checked by the encoders that use it.
-public struct ByteWriter: Sendable {
-    public var bytes: [UInt8] { storage }
-    /// Internal rather than private so that the small writes can be
-    /// inlinable: other modules (records, outbox states) then get them
-    /// specialized instead of calling the generic code.
-    @usableFromInline var storage: [UInt8]
+/// Appends big-endian integers, lengths and strings to a byte buffer it
+/// owns. The writer never fails: limits are checked by the encoders that
+/// use it.
+///
+/// Each write stores into capacity the writer already holds (growing it
+/// by doubling when short), with none of an array's per-append checks:
+/// encoding an entry's fields through an array spent more time in
+/// `append` than in the encoders. It cannot be copied, as a copy would
+/// share the buffer; `bytes` copies the result out once.
+public struct ByteWriter: ~Copyable {
+    // Internal rather than private so that the small writes can be
+    // inlinable: other modules (records, outbox states) then get them
+    // specialized instead of calling the generic code.
+    @usableFromInline var base: UnsafeMutableRawPointer
+    @usableFromInline var used = 0
+    @usableFromInline var capacity: Int
 
+    /// - Parameter capacity: the bytes to hold before growing; an encoder
+    ///   that knows its size asks for exactly that.
     public init(capacity: Int = 0) {
-        storage = []
-        storage.reserveCapacity(capacity)
+        self.capacity = Swift.max(capacity, 16)
+        base = .allocate(byteCount: self.capacity, alignment: 1)
+    }
+
+    deinit { base.deallocate() }
+
+    /// What was written, as a new array.
+    public var bytes: [UInt8] { withUnsafeBytes { [UInt8]($0) } }
+
+    /// How many bytes were written.
+    public var count: Int { used }
+
+    /// Calls `body` with what was written, without a copy. The buffer is
+    /// valid only inside `body`.
+    public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        try body(UnsafeRawBufferPointer(start: base, count: used))
+    }
+
+    /// Room for `byteCount` more bytes, counted as written: the caller
+    /// fills all of it.
+    @inlinable
+    mutating func claim(_ byteCount: Int) -> UnsafeMutableRawPointer {
+        if byteCount > capacity - used { grow(toFit: byteCount) }
+        let start = base + used
+        used += byteCount
+        return start
+    }
+
+    @usableFromInline
+    mutating func grow(toFit byteCount: Int) {
+        let (needed, overflow) = used.addingReportingOverflow(byteCount)
+        precondition(!overflow, "a byte writer past Int.max bytes")
+        let newCapacity = Swift.max(needed, capacity <= Int.max / 2 ? capacity * 2 : Int.max)
+        let newBase = UnsafeMutableRawPointer.allocate(byteCount: newCapacity, alignment: 1)
+        newBase.copyMemory(from: base, byteCount: used)
+        base.deallocate()
+        base = newBase
+        capacity = newCapacity
     }
 
     @inlinable
-    public mutating func write(_ value: UInt8) { storage.append(value) }
+    public mutating func write(_ value: UInt8) { claim(1).storeBytes(of: value, as: UInt8.self) }
 
     @inlinable
     public mutating func write<T: FixedWidthInteger>(bigEndian value: T) {
-        withUnsafeBytes(of: value.bigEndian) { storage.append(contentsOf: $0) }
+        // Raw stores need no alignment (SE-0349).
+        claim(MemoryLayout<T>.size).storeBytes(of: value.bigEndian, as: T.self)
     }
 
-    public mutating func write(bytes other: some Collection<UInt8>) { storage.append(contentsOf: other) }
+    /// The bytes of `raw`, as they are.
+    @inlinable
+    public mutating func write(raw: UnsafeRawBufferPointer) {
+        guard let source = raw.baseAddress, !raw.isEmpty else { return }
+        claim(raw.count).copyMemory(from: source, byteCount: raw.count)
+    }
+
+    public mutating func write(bytes other: [UInt8]) { other.withUnsafeBytes { write(raw: $0) } }
 
     /// A u32 length followed by the UTF-8 bytes of `string`. A length past
     /// u32 is clamped: such a body is far over `Limits.entryBodyBytesMax`, and
@@ -29,23 +83,21 @@ public struct ByteWriter: Sendable {
         var string = string
         string.withUTF8 { utf8 in
             write(bigEndian: UInt32(clamping: utf8.count))
-            storage.append(contentsOf: utf8)
+            write(raw: UnsafeRawBufferPointer(utf8))
         }
     }
 
     /// A u32 length followed by `data`.
     public mutating func write(lengthPrefixed data: [UInt8]) {
         write(bigEndian: UInt32(clamping: data.count))
-        storage.append(contentsOf: data)
+        write(bytes: data)
     }
 
     /// Overwrites four bytes at `index` with a big-endian u32 (used to patch
     /// a checksum or a length once it is known).
     public mutating func patch(bigEndian value: UInt32, at index: Int) {
-        precondition(index >= 0 && index + 4 <= storage.count, "patch past the end")
-        withUnsafeBytes(of: value.bigEndian) { raw in
-            for i in 0..<4 { storage[index + i] = raw[i] }
-        }
+        precondition(index >= 0 && index <= used - 4, "patch past the end")
+        (base + index).storeBytes(of: value.bigEndian, as: UInt32.self)
     }
 }
 

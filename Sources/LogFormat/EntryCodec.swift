@@ -46,10 +46,10 @@ public enum EntryCodec {
         writer.write(bigEndian: timestamp.rawValue)
         writer.write(bigEndian: UInt32(0))  // checksum, patched below
         encodeBody(body, into: &writer)
-        let bodyCount = writer.bytes.count - headerBytes
+        let bodyCount = writer.count - headerBytes
         guard bodyCount <= Limits.entryBodyBytesMax else { throw bodyTooLarge(bodyCount, offset: offset) }
         writer.patch(bigEndian: UInt32(bodyCount), at: 4)
-        writer.patch(bigEndian: checksum(of: writer.bytes), at: checksumPosition)
+        writer.patch(bigEndian: writer.withUnsafeBytes { checksum(of: $0) }, at: checksumPosition)
         return writer.bytes
     }
 

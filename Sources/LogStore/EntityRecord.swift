@@ -41,7 +41,11 @@ struct EntityRecord: Equatable {
     /// version, the acked version (when not 0), the pending offsets, then the visible fields and the base
     /// fields (one copy when they are equal), so a read of the visible state
     /// decodes one set of fields and stops.
-    func encoded() -> [UInt8] {
+    func encoded() -> [UInt8] { withEncoded { [UInt8]($0) } }
+
+    /// Calls `body` with the encoded record, valid only inside it: a write
+    /// puts it straight into LMDB, with no array in between.
+    func withEncoded<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         let shared = base != nil && base == visible
         let fieldsSize = (visible?.encodedSize ?? 0) + (shared ? 0 : base?.encodedSize ?? 0)
         var writer = ByteWriter(capacity: 2 + 8 + (ackedVersion != 0 ? 8 : 0) + 4 + 8 * pending.count + fieldsSize)
@@ -55,7 +59,7 @@ struct EntityRecord: Equatable {
         for offset in pending { writer.write(bigEndian: offset) }
         visible?.encode(into: &writer)
         if !shared { base?.encode(into: &writer) }
-        return writer.bytes
+        return try writer.withUnsafeBytes(body)
     }
 
     init() {}

@@ -337,7 +337,7 @@ struct Projector: Sendable {
         _ record: EntityRecord?, key: UnsafeRawBufferPointer, appending: Bool = false, _ txn: borrowing Transaction
     ) throws {
         if let record, !record.isEmpty {
-            try record.encoded().withUnsafeBytes { value in
+            try record.withEncoded { value in
                 try txn.put(entities, key: key, value: value, flags: appending ? .append : [])
             }
         } else {
