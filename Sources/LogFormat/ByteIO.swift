@@ -38,7 +38,7 @@ public struct ByteWriter: ~Copyable {
 
     /// Room for `byteCount` more bytes, counted as written: the caller
     /// fills all of it.
-    @inlinable
+    @inlinable @inline(__always)
     mutating func claim(_ byteCount: Int) -> UnsafeMutableRawPointer {
         if byteCount > capacity - used { grow(toFit: byteCount) }
         let start = base + used
@@ -61,7 +61,7 @@ public struct ByteWriter: ~Copyable {
     @inlinable
     public mutating func write(_ value: UInt8) { claim(1).storeBytes(of: value, as: UInt8.self) }
 
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func write<T: FixedWidthInteger>(bigEndian value: T) {
         // Raw stores need no alignment (SE-0349).
         claim(MemoryLayout<T>.size).storeBytes(of: value.bigEndian, as: T.self)
@@ -80,11 +80,16 @@ public struct ByteWriter: ~Copyable {
     /// u32 is clamped: such a body is far over `Limits.entryBodyBytesMax`, and
     /// the encoder refuses it before anything is written.
     public mutating func write(lengthPrefixed string: String) {
+        // Borrowed where the string is contiguous (native strings are): a
+        // copy to call `withUTF8` on cost a retain and a release per string.
+        if string.utf8.withContiguousStorageIfAvailable({ write(lengthPrefixedUTF8: $0) }) != nil { return }
         var string = string
-        string.withUTF8 { utf8 in
-            write(bigEndian: UInt32(clamping: utf8.count))
-            write(raw: UnsafeRawBufferPointer(utf8))
-        }
+        string.withUTF8 { write(lengthPrefixedUTF8: $0) }
+    }
+
+    private mutating func write(lengthPrefixedUTF8 utf8: UnsafeBufferPointer<UInt8>) {
+        write(bigEndian: UInt32(clamping: utf8.count))
+        write(raw: UnsafeRawBufferPointer(utf8))
     }
 
     /// A u32 length followed by `data`.
