@@ -511,16 +511,20 @@ final class ProjectionCache: @unchecked Sendable {
         _ key: ByteKey, load: () throws -> EntityRecord?, _ body: (inout EntityRecord) throws -> Bool
     ) throws -> EntityRecord.Visibility? {
         if let position = positions[key] {
-            // Taken out, so the one reference is the local one.
+            // Taken out, so the one reference is the local one, and moved
+            // back (a copy retained its fields and offsets, and released
+            // them again). A throw leaves it out: the chunk's transaction
+            // fails, and this cache goes with it.
             var record = records[position].record.take() ?? EntityRecord()
-            defer { records[position].record = record.isEmpty ? nil : record }
-            return try record.change(body)
+            let visibility = try record.change(body)
+            if !record.isEmpty { records[position].record = consume record }
+            return visibility
         }
         let stored = entitiesEnd.map { !($0 < key) } ?? false
         var record = try (stored ? load() : nil) ?? EntityRecord()
         guard let visibility = try record.change(body) else { return nil }
         positions[key] = records.count
-        records.append((key, record.isEmpty ? nil : record))
+        records.append((key, record.isEmpty ? nil : consume record))
         return visibility
     }
 
