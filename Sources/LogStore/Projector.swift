@@ -538,7 +538,9 @@ final class ProjectionCache: @unchecked Sendable {
         // `positions` is stale from here on, and emptied below.
         records.sort { $0.key < $1.key }
         // In place: a copy of each (cold) record would retain and release
-        // its key, fields and pending offsets.
+        // its key, fields and pending offsets. (Handing a record on to
+        // `storeRecord` still copies it; moving it out and back instead
+        // measured no faster: the encoder touches the same memory next.)
         var end = entitiesEnd
         try records.withUnsafeBufferPointer { records in
             for index in records.indices {
