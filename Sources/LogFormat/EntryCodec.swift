@@ -146,10 +146,6 @@ public enum EntryCodec {
         return CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[headerBytes...]), continuing: head)
     }
 
-    static func checksum(of bytes: [UInt8]) -> UInt32 {
-        bytes.withUnsafeBytes { checksum(of: $0) }
-    }
-
     private static func checkDepth(_ body: EntryBody, offset: UInt64) throws(FormatError) {
         // Every append runs this: no array of the field sets, no closures
         // (with them it took 8% of a batched append).
