@@ -3,8 +3,9 @@ import LMDB
 import LogFormat
 
 /// An opaque pull cursor: the server's ID, the resync generation it was
-/// made in and the feed offset it points after, in base64url. Clients never
-/// look inside; the server refuses one it did not make.
+/// made in and the offset in the user's own feed it points after, in
+/// base64url. Clients never look inside; the server refuses one it did not
+/// make.
 struct Cursor: Equatable {
     var serverID: UUIDv7
     var generation: UInt64
@@ -62,8 +63,7 @@ extension SyncService {
             // feed, was never issued by this store (one restored from a backup,
             // say): an empty page that kept it would skip the changes made
             // next. A cursor this server issued points at one of the user's
-            // own changes, or at 0; the end of the offsets all users share
-            // can be past it because of other users' changes.
+            // own changes, or at 0.
             let user = try storage.userNumber(identity.user, txn)
             let end = try user.map { try storage.lastOffset(user: $0, txn) } ?? 0
             if let cursor, cursor.generation > generation || cursor.offset > end {

@@ -25,7 +25,6 @@ final class ServerStorage: Sendable {
     enum MetaKey {
         static let serverID = Array("server-id".utf8)
         static let generation = Array("generation".utf8)
-        static let nextOffset = Array("next-offset".utf8)
         static let nextUser = Array("next-user".utf8)
     }
 
@@ -88,13 +87,7 @@ final class ServerStorage: Sendable {
         return number
     }
 
-    /// The offset of the feed's last change (shared by all users); 0 before the first.
-    func lastOffset(_ txn: borrowing Transaction) throws -> UInt64 {
-        try txn.get(meta, key: MetaKey.nextOffset).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
-    }
-
-    /// The offset of the user's last change; 0 before their first. Offsets
-    /// are shared by all users, so this is at most `lastOffset`.
+    /// The offset of the user's last change; 0 before their first.
     func lastOffset(user: UInt32, _ txn: borrowing Transaction) throws -> UInt64 {
         try txn.withCursor(changes) { cursor in
             let end = ServerStorage.changeKey(user, .max)
@@ -106,11 +99,17 @@ final class ServerStorage: Sendable {
         }
     }
 
-    /// The next offset of the change feed (shared by all users), consumed.
-    func takeOffset(_ txn: borrowing Transaction) throws -> UInt64 {
-        let offset = try lastOffset(txn) + 1
-        try txn.put(meta, key: MetaKey.nextOffset, value: offset.bigEndianBytes)
-        return offset
+    /// The offset of the user's next change. Each user's feed counts its
+    /// own changes (1, 2, 3, ...), so the offsets in a user's cursors say
+    /// nothing of how much other users write. (Stores made before counted
+    /// one sequence for all users; each user's feed goes on from its last
+    /// offset, so their cursors stay valid.)
+    /// - Throws: `ServiceError.internalError` when the user's feed ends at
+    ///   the last offset there is, which only damage could make.
+    func nextOffset(user: UInt32, _ txn: borrowing Transaction) throws -> UInt64 {
+        let last = try lastOffset(user: user, txn)
+        guard last < .max else { throw ServiceError(.internalError, "the change feed of user \(user) is full") }
+        return last + 1
     }
 
     func generation(_ txn: borrowing Transaction) throws -> UInt64 {

@@ -211,7 +211,7 @@ final class SyncService: Sendable {
     }
 
     private func appendChange(_ operation: PushOperation, _ state: EntityState, user: UInt32, _ txn: borrowing Transaction) throws {
-        let offset = try storage.takeOffset(txn)
+        let offset = try storage.nextOffset(user: user, txn)
         let change = Remote(
             cursor: "", state.deleted ? .delete : .upsert, entityType: operation.entityType, entityID: operation.entityID,
             serverVersion: state.version, fields: state.fields)

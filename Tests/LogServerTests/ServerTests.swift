@@ -265,6 +265,39 @@ import Testing
         #expect(mixed.changes.allSatisfy { $0.data?["owner"] == "bob" })
     }
 
+    /// Alice's cursors are the same whether bob writes between her changes
+    /// or not: each user's feed counts its own changes, so a cursor is no
+    /// window on how much, or when, other users write.
+    @Test func aCursorTellsNothingOfOtherUsersWrites() async throws {
+        func aliceCursors(_ name: String, bobWrites: Int) async throws -> [[UInt8]] {
+            let server = try await TestServer(name)
+            defer { Task { await server.stop() } }
+            _ = try await server.push([operation(.create, "t1", ["n": 1])])
+            let first = try await server.pull().decode(PullResponse.self)
+            if bobWrites > 0 {
+                _ = try await server.push((0..<bobWrites).map { operation(.create, "b\($0)", ["n": 1]) }, token: "bob-token")
+            }
+            _ = try await server.push([operation(.create, "t2", ["n": 2])])
+            let second = try await server.pull(cursor: first.cursor).decode(PullResponse.self)
+            #expect(second.changes.map(\.entityID) == ["t2"])
+            return try [first.cursor, second.cursor].map(Self.afterServerID)
+        }
+        let alone = try await aliceCursors("pull-cursor-alone", bobWrites: 0)
+        let beside = try await aliceCursors("pull-cursor-beside", bobWrites: 3)
+        #expect(alone == beside)
+    }
+
+    /// The reference server's cursor (`Pull.swift`) without the server ID
+    /// its first 16 bytes hold (two servers have two IDs): the resync
+    /// generation and the position in the user's feed.
+    static func afterServerID(_ cursor: String) throws -> [UInt8] {
+        let standard = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        let padded = standard + String(repeating: "=", count: (4 - standard.count % 4) % 4)
+        let bytes = try #require(Data(base64Encoded: padded), "cursor \(cursor) is not base64url")
+        try #require(bytes.count == 32, "cursor \(cursor) is \(bytes.count) bytes")
+        return Array(bytes.dropFirst(16))
+    }
+
     @Test func anOperatorResyncForcesClientsToStartOver() async throws {
         let server = try await TestServer("pull-resync")
         defer { Task { await server.stop() } }
@@ -343,17 +376,19 @@ import Testing
     }
 
     /// The same restore, but another user writes to the restored store
-    /// before alice pulls. Offsets are shared by all users, so bob's changes
-    /// move the end of the shared sequence past alice's cursor; her feed
-    /// still ends before it. Her cursor must be refused as before, whatever
-    /// other users wrote: accepting it would keep her client at a place her
-    /// feed never reached, skipping her changes made at lower offsets.
+    /// before alice pulls. Her cursor must be refused as before, whatever
+    /// other users wrote (an end taken over every user's feed would be past
+    /// it): accepting it would keep her client at a place her feed never
+    /// reached, skipping her changes made at lower offsets.
     @Test func aCursorPastTheEndOfTheUsersFeedIsInvalidWhateverOthersWrote() async throws {
         let restored = try await Self.restoredFromBackup("pull-restored-others")
         defer { Task { await restored.server.stop() } }
-        // Alice's other device writes t4 (offset 2), then bob writes (offset 3).
+        // Alice's other device writes t4 (her offset 2), then bob writes
+        // three changes (his 1 to 3).
         _ = try await restored.server.push([operation(.create, "t4", ["n": 4])])
-        _ = try await restored.server.push([operation(.create, "b1", ["n": 1])], token: "bob-token")
+        _ = try await restored.server.push(
+            [operation(.create, "b1", ["n": 1]), operation(.create, "b2", ["n": 2]), operation(.create, "b3", ["n": 3])],
+            token: "bob-token")
         let reply = try await restored.server.pull(cursor: restored.staleCursor)
         #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid, "\(String(decoding: reply.body, as: UTF8.self))")
     }
