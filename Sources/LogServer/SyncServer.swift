@@ -4,6 +4,7 @@ import Hummingbird
 import LMDB
 import LogFormat
 import Logging
+import NIOHTTP1
 
 /// The reference sync server (`Format/sync-protocol.md`): push, pull and
 /// health over HTTP/1.1 with JSON, bearer tokens per user, a token-bucket
@@ -77,6 +78,7 @@ public final class SyncServer: Sendable {
         router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
         return Application(
             router: router,
+            server: .http1(configuration: .init(additionalChannelHandlers: [ParserErrorReply()])),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
@@ -116,6 +118,11 @@ struct ProtocolMiddleware: RouterMiddleware {
             response = Reply.error(error)
         } catch let error as HTTPError {
             response = Reply.error(ProtocolMiddleware.translate(error))
+        } catch let error as HTTPParserError {
+            // Inside the body (a chunk size that is not hex, say): the
+            // connection cannot carry another request.
+            response = Reply.error(ServiceError(.validationError, "HTTP/1.1 cannot parse the request body: \(error)"))
+            response.headers[.connection] = "close"
         } catch let error as DroppedAnswer {
             throw error
         } catch let error as LMDBError where [.environmentFailed, .closed].contains(error.code) {

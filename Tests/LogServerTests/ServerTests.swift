@@ -432,6 +432,65 @@ import Testing
         #expect(try await server.pull().status == 200)
     }
 
+    /// What HTTP's parser refuses (a method HTTP does not know, a header
+    /// line without a colon, a chunk size that is not hex) is answered with
+    /// the error envelope (section 5) and the connection closed, where
+    /// Hummingbird alone sends a bare 400 (and a 500 for a bad chunk).
+    @Test(arguments: [
+        ("FOO /v1/push HTTP/1.1\r\nHost: h\r\n\r\n", "invalid HTTP method"),
+        ("GET /v1/health HTTP/1.1\r\nHost: h\r\nno colon here\r\n\r\n", "invalid character in header"),
+        (
+            "POST /v1/push HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer alice-token\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + "2\r\n{}\r\nZZ\r\n", "chunk size"
+        ),
+    ])
+    func whatHTTPCannotParseHasTheEnvelope(request: String, reason: String) async throws {
+        let server = try await TestServer("errors-unparsable")
+        defer { Task { await server.stop() } }
+        let reply = try await onAThreadOfItsOwn {
+            try rawExchange(port: server.port, untilClosed: true) { sendAll in _ = sendAll(Data(request.utf8)) }
+        }
+        #expect(reply.hasPrefix("HTTP/1.1 400"), "\(reply)")
+        #expect(reply.contains("\"code\":\"VALIDATION_ERROR\"") && reply.contains(reason), "\(reply)")
+        #expect(reply.lowercased().contains("connection: close") && reply.contains("\(Wire.versionHeader): 1"), "\(reply)")
+        #expect(statuses(reply) == [400], "one answer: \(reply)")
+        #expect(try await server.pull().status == 200)
+    }
+
+    /// Garbage in a body that the route answers without reading (a push
+    /// without a token, a pull, which takes no body): that answer is the
+    /// connection's last and only one, where Hummingbird alone adds a bare
+    /// 400 after it.
+    @Test(arguments: [
+        ("POST /v1/push HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nZZ\r\n", 401),
+        (
+            "GET /v1/pull HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer alice-token\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + "2\r\n{}\r\nZZ\r\n", 200
+        ),
+    ])
+    func garbageInABodyLeftUnreadEndsTheConnectionAfterOneAnswer(request: String, status: Int) async throws {
+        let server = try await TestServer("errors-unread-body")
+        defer { Task { await server.stop() } }
+        let reply = try await onAThreadOfItsOwn {
+            try rawExchange(port: server.port, untilClosed: true) { sendAll in _ = sendAll(Data(request.utf8)) }
+        }
+        #expect(statuses(reply) == [status], "\(reply)")
+        #expect(reply.lowercased().contains("connection: close"), "\(reply)")
+    }
+
+    /// Garbage pipelined after a whole request is answered after that
+    /// request's answer, which it must not cut into.
+    @Test func garbageAfterARequestIsAnsweredAfterIt() async throws {
+        let server = try await TestServer("errors-pipelined")
+        defer { Task { await server.stop() } }
+        let request = "GET /v1/health HTTP/1.1\r\nHost: h\r\n\r\nFOO /v1/pull HTTP/1.1\r\nHost: h\r\n\r\n"
+        let reply = try await onAThreadOfItsOwn {
+            try rawExchange(port: server.port, untilClosed: true) { sendAll in _ = sendAll(Data(request.utf8)) }
+        }
+        #expect(statuses(reply) == [200, 400], "\(reply)")
+        #expect(reply.hasSuffix("invalid HTTP method\",\"retryable\":false}}"), "\(reply)")
+    }
+
     @Test func everyRequestLevelErrorHasTheEnvelope() async throws {
         let server = try await TestServer("errors")
         defer { Task { await server.stop() } }
@@ -630,12 +689,35 @@ private func onAThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () throw
     }
 }
 
+/// The status codes of the answers in what `rawExchange` read, in order.
+/// (A status line follows the body before it with no line break between.)
+private func statuses(_ reply: String) -> [Int] {
+    reply.components(separatedBy: "HTTP/1.1 ").dropFirst().compactMap { answer in
+        // "HTTP/1.1 cannot parse" in a message is no status line.
+        answer.count > 3 && answer.dropFirst(3).first == " " ? Int(answer.prefix(3)) : nil
+    }
+}
+
 /// POSTs `count` copies of `chunk` with `Transfer-Encoding: chunked` (no
 /// `Content-Length`) over a plain socket, and returns what the server
-/// answered (status line, headers, body), read until it closes or a
-/// timeout. A write the server refuses once it has answered ends the
-/// sending early.
+/// answered, as `rawExchange` does. A write the server refuses once it has
+/// answered ends the sending early.
 private func rawChunkedPost(port: Int, path: String, chunk: Data, count: Int) throws -> String {
+    try rawExchange(port: port) { sendAll in
+        let head = "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer alice-token\r\n"
+            + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        var open = sendAll(Data(head.utf8))
+        let framed = Data(String(chunk.count, radix: 16).utf8) + Data("\r\n".utf8) + chunk + Data("\r\n".utf8)
+        for _ in 0..<count where open { open = sendAll(framed) }
+        if open { _ = sendAll(Data("0\r\n\r\n".utf8)) }
+    }
+}
+
+/// Connects to the server over a plain socket, lets `write` write to it
+/// (its function returns false once a write fails), and returns what the
+/// server answered (status lines, headers, bodies), read until it closes,
+/// a timeout, or (`untilClosed` false) the first JSON body.
+private func rawExchange(port: Int, untilClosed: Bool = false, _ write: ((Data) -> Bool) -> Void) throws -> String {
     #if canImport(Glibc)
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     #else
@@ -662,7 +744,7 @@ private func rawChunkedPost(port: Int, path: String, chunk: Data, count: Int) th
         var on: Int32 = 1
         setsockopt(descriptor, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
     #endif
-    func sendAll(_ data: Data) -> Bool {
+    write { data in
         data.withUnsafeBytes { raw in
             var sent = 0
             while sent < raw.count {
@@ -673,19 +755,13 @@ private func rawChunkedPost(port: Int, path: String, chunk: Data, count: Int) th
             return true
         }
     }
-    let head = "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer alice-token\r\n"
-        + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-    var open = sendAll(Data(head.utf8))
-    let framed = Data(String(chunk.count, radix: 16).utf8) + Data("\r\n".utf8) + chunk + Data("\r\n".utf8)
-    for _ in 0..<count where open { open = sendAll(framed) }
-    if open { _ = sendAll(Data("0\r\n\r\n".utf8)) }
     var reply = Data()
     var buffer = [UInt8](repeating: 0, count: 16 * 1024)
     while true {
         let n = recv(descriptor, &buffer, buffer.count, 0)
         if n <= 0 { break }
         reply.append(contentsOf: buffer[0..<n])
-        if let text = String(data: reply, encoding: .utf8), text.contains("\r\n\r\n"), text.contains("}") { break }
+        if !untilClosed, let text = String(data: reply, encoding: .utf8), text.contains("\r\n\r\n"), text.contains("}") { break }
     }
     return String(decoding: reply, as: UTF8.self)
 }
