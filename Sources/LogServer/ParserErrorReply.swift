@@ -75,10 +75,12 @@ final class ParserErrorReply: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard let parserError = error as? HTTPParserError, ending == nil else {
+        guard let parserError = error as? HTTPParserError else {
             context.fireErrorCaught(error)
             return
         }
+        // Already dealt with: the connection ends after the answer it waits for.
+        guard ending == nil, !closing else { return }
         let ending: Ending
         if receiving {
             context.fireErrorCaught(error)
