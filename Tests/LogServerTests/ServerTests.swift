@@ -478,6 +478,60 @@ import Testing
         #expect(reply.lowercased().contains("connection: close"), "\(reply)")
     }
 
+    /// Seeded damage to the bytes of whole HTTP requests (bytes flipped,
+    /// cut short, bytes inserted, a second request behind the first): the
+    /// server never answers 5xx, gives every non-2xx answer the envelope,
+    /// answers what it cannot parse last (it closes then), and keeps
+    /// serving. (Bytes past a body's `Content-Length` are the next request
+    /// to HTTP: one damaged request can get two answers.)
+    @Test func damagedHTTPIsAnsweredWithEnvelopesAndParseErrorsLast() async throws {
+        let server = try await TestServer("errors-damaged-http")
+        defer { Task { await server.stop() } }
+        let seed = SeededRandom.seed(default: 1_404)
+        var random = SeededRandom(seed: seed)
+        let body = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "d1", ["n": 1])]))
+        let plain = Data(
+            ("POST /v1/push HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer alice-token\r\n"
+                + "Content-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n").utf8) + body
+        let chunked = Data(
+            ("POST /v1/push HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer alice-token\r\n"
+                + "Transfer-Encoding: chunked\r\n\r\n\(String(body.count, radix: 16))\r\n").utf8) + body + Data("\r\n0\r\n\r\n".utf8)
+        for round in 0..<60 {
+            var request = [UInt8](Bool.random(using: &random) ? plain : chunked)
+            switch Int.random(in: 0...3, using: &random) {
+            case 0:  // flip bytes
+                for _ in 0..<Int.random(in: 1...4, using: &random) {
+                    request[Int.random(in: 0..<request.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
+                }
+            case 1:  // cut short
+                request.removeLast(Int.random(in: 1..<request.count, using: &random))
+            case 2:  // bytes inserted
+                let inserted = (0..<Int.random(in: 1...16, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                request.insert(contentsOf: inserted, at: Int.random(in: 0...request.count, using: &random))
+            default:  // a damaged request behind a whole one
+                var second = request
+                second[Int.random(in: 0..<second.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
+                request += second
+            }
+            let bytes = Data(request)
+            let reply = try await onAThreadOfItsOwn {
+                try rawExchange(port: server.port, untilClosed: true, closeWriting: true) { sendAll in _ = sendAll(bytes) }
+            }
+            let codes = statuses(reply)
+            let context = "seed \(seed) round \(round): \(reply.prefix(600))"
+            #expect(codes.allSatisfy { (200..<300).contains($0) || (400..<500).contains($0) }, "\(context)")
+            let errors = codes.filter { $0 >= 400 }.count
+            #expect(reply.components(separatedBy: "{\"error\":{\"code\":").count - 1 == errors, "\(context)")
+            let unparsable = reply.components(separatedBy: "cannot parse the request").count - 1
+            #expect(unparsable <= 1, "\(context)")
+            if unparsable == 1, let last = reply.range(of: "HTTP/1.1 \(codes.last ?? 0) ", options: .backwards) {
+                #expect(reply[last.lowerBound...].contains("cannot parse the request"), "\(context)")
+            }
+        }
+        #expect(try await server.send("GET", "/v1/health", token: nil).status == 200)
+        #expect(try await server.pull().status == 200)
+    }
+
     /// Garbage pipelined after a whole request is answered after that
     /// request's answer, which it must not cut into.
     @Test func garbageAfterARequestIsAnsweredAfterIt() async throws {
@@ -716,8 +770,12 @@ private func rawChunkedPost(port: Int, path: String, chunk: Data, count: Int) th
 /// Connects to the server over a plain socket, lets `write` write to it
 /// (its function returns false once a write fails), and returns what the
 /// server answered (status lines, headers, bodies), read until it closes,
-/// a timeout, or (`untilClosed` false) the first JSON body.
-private func rawExchange(port: Int, untilClosed: Bool = false, _ write: ((Data) -> Bool) -> Void) throws -> String {
+/// a timeout, or (`untilClosed` false) the first JSON body. With
+/// `closeWriting`, the socket's sending side is shut once `write` returns,
+/// so the server reads the end of the stream after what was sent.
+private func rawExchange(
+    port: Int, untilClosed: Bool = false, closeWriting: Bool = false, _ write: ((Data) -> Bool) -> Void
+) throws -> String {
     #if canImport(Glibc)
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     #else
@@ -755,6 +813,7 @@ private func rawExchange(port: Int, untilClosed: Bool = false, _ write: ((Data) 
             return true
         }
     }
+    if closeWriting { shutdown(descriptor, Int32(SHUT_WR)) }
     var reply = Data()
     var buffer = [UInt8](repeating: 0, count: 16 * 1024)
     while true {
