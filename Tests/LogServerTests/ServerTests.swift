@@ -499,12 +499,8 @@ import Testing
         for round in 0..<60 {
             var request = [UInt8](Bool.random(using: &random) ? plain : chunked)
             switch Int.random(in: 0...3, using: &random) {
-            case 0:  // flip bytes
-                for _ in 0..<Int.random(in: 1...4, using: &random) {
-                    request[Int.random(in: 0..<request.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
-                }
-            case 1:  // cut short
-                request.removeLast(Int.random(in: 1..<request.count, using: &random))
+            case 0: flipBytes(&request, 1...4, &random)
+            case 1: cutShort(&request, &random)
             case 2:  // bytes inserted
                 let inserted = (0..<Int.random(in: 1...16, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
                 request.insert(contentsOf: inserted, at: Int.random(in: 0...request.count, using: &random))
@@ -701,12 +697,8 @@ import Testing
         for round in 0..<300 {
             var body = [UInt8](valid)
             switch Int.random(in: 0...3, using: &random) {
-            case 0:  // flip bytes
-                for _ in 0..<Int.random(in: 1...8, using: &random) {
-                    body[Int.random(in: 0..<body.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
-                }
-            case 1:  // cut short
-                body.removeLast(Int.random(in: 1..<body.count, using: &random))
+            case 0: flipBytes(&body, 1...8, &random)
+            case 1: cutShort(&body, &random)
             case 2:  // random bytes
                 body = (0..<Int.random(in: 0...200, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
             default:  // wrong types in known places
@@ -734,6 +726,18 @@ import Testing
         #expect(changes.first?.entityID == "kept" && changes.count == 1 + applied)
         #expect(try await server.send("GET", "/v1/health", token: nil).status == 200)
     }
+}
+
+/// Sets `count` bytes at seeded places to seeded values.
+private func flipBytes(_ bytes: inout [UInt8], _ count: ClosedRange<Int>, _ random: inout SeededRandom) {
+    for _ in 0..<Int.random(in: count, using: &random) {
+        bytes[Int.random(in: 0..<bytes.count, using: &random)] = UInt8.random(in: 0...255, using: &random)
+    }
+}
+
+/// Drops a seeded number of bytes from the end, keeping at least one.
+private func cutShort(_ bytes: inout [UInt8], _ random: inout SeededRandom) {
+    bytes.removeLast(Int.random(in: 1..<bytes.count, using: &random))
 }
 
 /// Runs `body` on a new thread (it blocks in socket calls).
