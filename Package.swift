@@ -97,7 +97,7 @@ let package = Package(
         .testTarget(name: "LogFormatTests", dependencies: ["LogFormat", "LogTesting"]),
         .testTarget(name: "LMDBTests", dependencies: ["LMDB", "LogTesting"]),
         .testTarget(name: "LogStoreTests", dependencies: ["LogStore", "LMDB", "LogTesting", "SyncStore"]),
-        .testTarget(name: "LogServerTests", dependencies: ["LogServer", "LogFormat", "LogTesting"]),
+        .testTarget(name: "LogServerTests", dependencies: ["LogServer", "LogFormat", "LMDB", "LogTesting"]),
         .testTarget(
             name: "LogSyncTests",
             dependencies: ["LogSync", "LogSyncHTTP", "LogStore", "LogServer", "LogFormat", "LogTesting"]),

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import LogFormat
 import LogServer
 import LogTesting
@@ -280,22 +281,11 @@ import Testing
             _ = try await server.push([operation(.create, "t2", ["n": 2])])
             let second = try await server.pull(cursor: first.cursor).decode(PullResponse.self)
             #expect(second.changes.map(\.entityID) == ["t2"])
-            return try [first.cursor, second.cursor].map(Self.afterServerID)
+            return try [first.cursor, second.cursor].map(afterServerID)
         }
         let alone = try await aliceCursors("pull-cursor-alone", bobWrites: 0)
         let beside = try await aliceCursors("pull-cursor-beside", bobWrites: 3)
         #expect(alone == beside)
-    }
-
-    /// The reference server's cursor (`Pull.swift`) without the server ID
-    /// its first 16 bytes hold (two servers have two IDs): the resync
-    /// generation and the position in the user's feed.
-    static func afterServerID(_ cursor: String) throws -> [UInt8] {
-        let standard = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        let padded = standard + String(repeating: "=", count: (4 - standard.count % 4) % 4)
-        let bytes = try #require(Data(base64Encoded: padded), "cursor \(cursor) is not base64url")
-        try #require(bytes.count == 32, "cursor \(cursor) is \(bytes.count) bytes")
-        return Array(bytes.dropFirst(16))
     }
 
     @Test func anOperatorResyncForcesClientsToStartOver() async throws {
@@ -360,6 +350,49 @@ import Testing
         await server.stop()
         let restored = try await TestServer("\(name)-2", durability: .full, dataDirectory: backup.appending("data"))
         return Restored(server: restored, backup: backup, originalServerID: server.server.serverID, staleCursor: cursor)
+    }
+
+    /// A store from before each user's feed counted its own changes: one
+    /// sequence for all users left gaps in each user's offsets (here alice's
+    /// second change at 5, where bob's took 2 to 4). Her feed reads as it
+    /// did, her cursors stay good, and her next change goes on after her
+    /// last offset.
+    @Test func aFeedWithOffsetsSharedByAllUsersGoesOn() async throws {
+        let server = try await TestServer("pull-shared-offsets", durability: .full)
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1]), operation(.create, "t2", ["n": 2])])
+        let early = try await server.pull(limit: 1).decode(PullResponse.self)
+        #expect(early.changes.map(\.entityID) == ["t1"])
+        await server.stop()
+        try Self.moveChange(of: 1, from: 2, to: 5, in: server.configuration.dataDirectory)
+        try await server.restart()
+        let all = try await server.pull().decode(PullResponse.self)
+        #expect(all.changes.map(\.entityID) == ["t1", "t2"])
+        #expect(try afterServerID(all.cursor).suffix(8) == [0, 0, 0, 0, 0, 0, 0, 5])
+        _ = try await server.push([operation(.create, "t3", ["n": 3])])
+        let next = try await server.pull(cursor: all.cursor).decode(PullResponse.self)
+        #expect(next.changes.map(\.entityID) == ["t3"])
+        #expect(try afterServerID(next.cursor).suffix(8) == [0, 0, 0, 0, 0, 0, 0, 6])
+        let fromEarly = try await server.pull(cursor: early.cursor).decode(PullResponse.self)
+        #expect(fromEarly.changes.map(\.entityID) == ["t2", "t3"])
+    }
+
+    /// Rewrites the change at offset `from` of user number `user` to offset
+    /// `to` in the stopped server's store (`ServerStorage`: `changes` keyed
+    /// by the user's number and the offset, each value an entry carrying
+    /// its offset).
+    static func moveChange(of user: UInt32, from: UInt64, to: UInt64, in directory: String) throws {
+        let environment = try Environment(path: directory)
+        defer { environment.close() }
+        let changes = try #require(try environment.openDatabase("changes", create: false))
+        try environment.write { txn in
+            let old = user.bigEndianBytes + from.bigEndianBytes
+            let value = try #require(try txn.get(changes, key: old))
+            var entry = try EntryCodec.decode(value, expectedOffset: from)
+            entry.offset = to
+            #expect(try txn.delete(changes, key: old))
+            try txn.put(changes, key: user.bigEndianBytes + to.bigEndianBytes, value: try EntryCodec.encode(entry))
+        }
     }
 
     /// The cursor points past the end of the restored feed, which the
@@ -738,6 +771,17 @@ private func flipBytes(_ bytes: inout [UInt8], _ count: ClosedRange<Int>, _ rand
 /// Drops a seeded number of bytes from the end, keeping at least one.
 private func cutShort(_ bytes: inout [UInt8], _ random: inout SeededRandom) {
     bytes.removeLast(Int.random(in: 1..<bytes.count, using: &random))
+}
+
+/// The reference server's cursor (`Pull.swift`) without the server ID
+/// its first 16 bytes hold (two servers have two IDs): the resync
+/// generation and the position in the user's feed.
+private func afterServerID(_ cursor: String) throws -> [UInt8] {
+    let standard = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+    let padded = standard + String(repeating: "=", count: (4 - standard.count % 4) % 4)
+    let bytes = try #require(Data(base64Encoded: padded), "cursor \(cursor) is not base64url")
+    try #require(bytes.count == 32, "cursor \(cursor) is \(bytes.count) bytes")
+    return Array(bytes.dropFirst(16))
 }
 
 /// Runs `body` on a new thread (it blocks in socket calls).
