@@ -364,6 +364,7 @@ import Testing
         let early = try await server.pull(limit: 1).decode(PullResponse.self)
         #expect(early.changes.map(\.entityID) == ["t1"])
         await server.stop()
+        // Alice, the first user to write, is user number 1.
         try Self.moveChange(of: 1, from: 2, to: 5, in: server.configuration.dataDirectory)
         try await server.restart()
         let all = try await server.pull().decode(PullResponse.self)
@@ -467,8 +468,9 @@ import Testing
 
     /// What HTTP's parser refuses (a method HTTP does not know, a header
     /// line without a colon, a chunk size that is not hex) is answered with
-    /// the error envelope (section 5) and the connection closed, where
-    /// Hummingbird alone sends a bare 400 (and a 500 for a bad chunk).
+    /// the error envelope (section 5) and the connection closed, where the
+    /// server used to send Hummingbird's bare 400 (and a 500 for a bad
+    /// chunk in a body it read).
     @Test(arguments: [
         ("FOO /v1/push HTTP/1.1\r\nHost: h\r\n\r\n", "invalid HTTP method"),
         ("GET /v1/health HTTP/1.1\r\nHost: h\r\nno colon here\r\n\r\n", "invalid character in header"),
