@@ -460,6 +460,10 @@ final class ProjectionCache: @unchecked Sendable {
         idempotencyEnd = try ProjectionCache.lastKey(projector.idempotency, txn)
     }
 
+    /// Whether `key` sorts after `end`, the last key of a table (nil: an
+    /// empty table, which every key is past).
+    private static func isPast(_ key: ByteKey, _ end: ByteKey?) -> Bool { end.map { $0 < key } ?? true }
+
     private static func lastKey(_ database: Database, _ txn: borrowing Transaction) throws -> [UInt8]? {
         try txn.withCursor(database) { cursor in try cursor.last().map { [UInt8]($0.key) } }
     }
@@ -520,7 +524,7 @@ final class ProjectionCache: @unchecked Sendable {
             if !record.isEmpty { records[position].record = consume record }
             return visibility
         }
-        let stored = entitiesEnd.map { !($0 < key) } ?? false
+        let stored = !ProjectionCache.isPast(key, entitiesEnd)
         var record = try (stored ? load() : nil) ?? EntityRecord()
         guard let visibility = try record.change(body) else { return nil }
         positions[key] = records.count
@@ -545,7 +549,7 @@ final class ProjectionCache: @unchecked Sendable {
         try records.withUnsafeBufferPointer { records in
             for index in records.indices {
                 let key = records[index].key
-                let past = end.map { $0 < key } ?? true
+                let past = ProjectionCache.isPast(key, end)
                 // Never stored: nothing to remove.
                 if past, records[index].record?.isEmpty ?? true { continue }
                 try key.withUnsafeBytes { key in
