@@ -98,9 +98,9 @@ final class ParserErrorReply: ChannelDuplexHandler, RemovableChannelHandler {
     private func end(_ ending: Ending, _ context: ChannelHandlerContext) {
         closing = true
         if case .answer(let error) = ending {
-            let envelope = ErrorEnvelope(.validationError, "HTTP/1.1 cannot parse the request: \(error)")
-            let body = (try? Wire.makeEncoder().encode(envelope)) ?? Data()
-            var head = HTTPResponse(status: .badRequest)
+            let refusal = ServiceError(.validationError, "HTTP/1.1 cannot parse the request: \(error)")
+            let body = Reply.envelope(refusal) ?? Data()
+            var head = HTTPResponse(status: HTTPResponse.Status(code: refusal.code.httpStatus))
             head.headerFields[.contentType] = "application/json"
             head.headerFields[.contentLength] = String(body.count)
             head.headerFields[.connection] = "close"

@@ -119,10 +119,9 @@ struct ProtocolMiddleware: RouterMiddleware {
         } catch let error as HTTPError {
             response = Reply.error(ProtocolMiddleware.translate(error))
         } catch let error as HTTPParserError {
-            // Inside the body (a chunk size that is not hex, say): the
-            // connection cannot carry another request.
+            // Inside the body (a chunk size that is not hex, say).
+            // `ParserErrorReply` makes this answer the connection's last.
             response = Reply.error(ServiceError(.validationError, "HTTP/1.1 cannot parse the request body: \(error)"))
-            response.headers[.connection] = "close"
         } catch let error as DroppedAnswer {
             throw error
         } catch let error as LMDBError where [.environmentFailed, .closed].contains(error.code) {
@@ -166,13 +165,18 @@ enum Reply {
     }
 
     static func error(_ error: ServiceError) -> Response {
-        let envelope = ErrorEnvelope(error.code, error.message)
         var response =
-            (try? json(envelope, status: HTTPResponse.Status(code: error.code.httpStatus)))
+            envelope(error).map { json(body: $0, status: HTTPResponse.Status(code: error.code.httpStatus)) }
             ?? Response(status: .internalServerError)
         if let retryAfter = error.retryAfter { response.headers[.retryAfter] = String(retryAfter) }
         if let allow = error.allow { response.headers[.allow] = allow }
         if error.code == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
         return response
+    }
+
+    /// The body of an error answer: the envelope of `sync-protocol.md`
+    /// section 5 (nil if it does not encode).
+    static func envelope(_ error: ServiceError) -> Data? {
+        try? Wire.makeEncoder().encode(ErrorEnvelope(error.code, error.message))
     }
 }
