@@ -81,12 +81,11 @@ public actor SyncEngine {
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
         cancellations.append(cancellation)
         if let running { return await running.value }
+        // `finish` clears `running`, as it publishes the run's end: a
+        // caller that asks after seeing that end gets a run of its own.
         let task = Task { await self.run() }
         running = task
-        let report = await task.value
-        running = nil
-        cancellations = []
-        return report
+        return await task.value
     }
 
     /// A sync for a background task (`SyncScheduler.runBackground`), which
@@ -201,6 +200,10 @@ public actor SyncEngine {
 
     private func finish(_ report: inout SyncReport, _ outcome: SyncOutcome) -> SyncReport {
         report.outcome = outcome
+        // Before the state it publishes: the run is over for whoever
+        // sees that state (`sync()` after it starts a new run).
+        running = nil
+        cancellations = []
         switch outcome {
         case .completed:
             lastSuccessAt = clock.nowMilliseconds
