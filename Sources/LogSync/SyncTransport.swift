@@ -16,8 +16,9 @@ public protocol SyncTransport: Sendable {
     func health() async throws(TransportError) -> HealthResponse
 
     /// `POST /v1/push` with one result per operation, in order.
-    /// - Throws: `TransportError`; `.status(413, ...)` when the body was too
-    ///   large for the server.
+    /// - Throws: `TransportError`; `.status(413, ...)` when the body is
+    ///   over the protocol's `requestBodyBytesMax` (then it is not sent) or
+    ///   the server said it was too large.
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse
 
     /// `GET /v1/pull` from `cursor` (nil: the beginning of the feed).

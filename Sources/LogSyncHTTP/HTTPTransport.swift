@@ -53,6 +53,16 @@ public final class HTTPTransport: SyncTransport {
     public func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
         let body: Data
         do { body = try request.encodeJSON() } catch { throw TransportError(.network, "push: cannot encode: \(error)") }
+        // Section 10: a request is at most this many bytes. A larger one is
+        // never sent: the engine splits it as it splits one the server
+        // refused, and a proxy's own 413 (which the engine cannot tell from
+        // any other proxy's answer) never comes into it.
+        guard body.count <= Wire.requestBodyBytesMax else {
+            throw TransportError(
+                .status(413, .payloadTooLarge),
+                "push: \(request.operations.count) operations make a body of \(body.count) bytes, over requestBodyBytesMax "
+                    + "(\(Wire.requestBodyBytesMax)); not sent")
+        }
         let (data, _) = try await exchange("POST", "/v1/push", body: body)
         do { return try PushResponse.decode(json: data) } catch {
             throw TransportError(.network, "push: the answer is not a push response: \(error)")

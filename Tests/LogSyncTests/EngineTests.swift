@@ -271,7 +271,9 @@ import Testing
         try await writer.store.write(batch)
         #expect(await writer.sync().acknowledged == 10_000)
         let cancellation = SyncCancellation()
-        let counting = CancellingTransport(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), cancellation)
+        let counting = AfterPull(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)) {
+            cancellation.cancel()
+        }
         let reader = try Replica("reader", server: server, configuration: configuration, transport: counting)
         let first = await reader.engine.sync(cancellation: cancellation)
         #expect(first.outcome == .cancelled)
@@ -283,6 +285,37 @@ import Testing
         #expect(rest.outcome == .completed)
         #expect(rest.changes == 9_000)
         #expect(try reader.store.count(type: "item") == 10_000)
+        await server.stop()
+    }
+
+    /// "Runs a sync, or joins the one running": once a run has published
+    /// its end, it is not running, and a sync asked for then is a run of
+    /// its own. The app that syncs again on seeing that end, because it
+    /// wrote while the run pulled, gets that write pushed, not the ended
+    /// run's report back.
+    @Test func aSyncAskedForOnceARunHasEndedRunsAgain() async throws {
+        let server = try await TestServer("after-end")
+        let writer = Mutex<Store?>(nil)
+        let transport = AfterPull(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)) {
+            guard let store = writer.withLock({ $0 }) else { return }
+            _ = try? await store.create(type: "task", fields: ["title": "written during the pull"])
+        }
+        let replica = try Replica("after-end", server: server, transport: transport)
+        for round in 0..<20 {
+            writer.withLock { $0 = replica.store }
+            let states = replica.engine.states()
+            let first = Task { await replica.sync() }
+            var pulled = false
+            for await state in states {
+                if state == .pulling { pulled = true } else if pulled, state == .idle { break }
+            }
+            writer.withLock { $0 = nil }
+            let second = await replica.sync()
+            #expect(second.outcome == .completed, "round \(round)")
+            #expect(second.acknowledged == 1, "round \(round): the intent written during the last run's pull")
+            #expect(try replica.store.outboxCount() == 0, "round \(round)")
+            #expect(await first.value.acknowledged == 0, "round \(round)")
+        }
         await server.stop()
     }
 
@@ -382,6 +415,33 @@ import Testing
         #expect(try a.store.outboxCount() == 0)
         #expect(try await server.pullAll().last?.data?["body"] == .string(large + "y"))
         await server.stop()
+    }
+
+    /// Section 10, step 3: a push request is at most `requestBodyBytesMax`
+    /// bytes. The transport does not send a larger body; it fails it as the
+    /// server's 413 would, so the engine splits it all the same. Nothing
+    /// listens on the port here: a request that was sent would fail as a
+    /// network error.
+    @Test func aPushBodyOverTheLimitIsNotSent() async throws {
+        let server = try await TestServer("body-limit")
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        await server.stop()
+        func operation(_ n: Int, bytes: Int) -> PushOperation {
+            PushOperation(
+                idempotencyKey: "key-\(n)", entityType: "doc", entityID: "doc-\(n)", intent: .create,
+                data: ["body": .string(String(repeating: "x", count: bytes))], clientTimestamp: "2026-11-25T12:00:00.000000Z",
+                baseVersion: 0)
+        }
+        func failure(_ operations: [PushOperation]) async -> TransportError? {
+            do {
+                _ = try await transport.push(PushRequest(operations: operations))
+                return nil
+            } catch { return error }
+        }
+        let over = await failure([operation(1, bytes: 2_200_000), operation(2, bytes: 2_200_000)])
+        #expect(over?.kind == .status(413, .payloadTooLarge))
+        #expect(over?.message.contains("not sent") == true, "\(String(describing: over))")
+        #expect(await failure([operation(1, bytes: 1_000)])?.kind == .network)
     }
 
     /// Results that do not answer the operations in order (a misbehaving
@@ -593,21 +653,17 @@ let loopback: HTTPTransport.Options = {
     return options
 }()
 
-/// Cancels the run once the first pull page has arrived.
-struct CancellingTransport: SyncTransport {
+/// Runs `afterPull` each time a pull page has arrived, before the engine
+/// applies it: something the app does while a run pulls.
+struct AfterPull: SyncTransport {
     let inner: HTTPTransport
-    let cancellation: SyncCancellation
-
-    init(inner: HTTPTransport, _ cancellation: SyncCancellation) {
-        self.inner = inner
-        self.cancellation = cancellation
-    }
+    let afterPull: @Sendable () async -> Void
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
     func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
         let page = try await inner.pull(cursor: cursor, limit: limit)
-        cancellation.cancel()
+        await afterPull()
         return page
     }
 }
