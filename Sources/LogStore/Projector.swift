@@ -38,6 +38,7 @@ struct Projector: Sendable {
                 return true
             }
             if let cache {
+                if !cache.canStage(entry.offset) { try cache.flush(self, txn) }
                 cache.stageOutbox(entry.offset)
             } else {
                 try txn.put(outbox, key: OffsetKey.encode(entry.offset), value: Projector.newOutboxState)
@@ -325,7 +326,12 @@ struct Projector: Sendable {
         }
         guard let visibility else { return false }
         if visibility.was != visibility.is {
-            let count = try visibleCount(type, txn) + (visibility.is ? 1 : -1)
+            let stored = try visibleCount(type, txn)
+            // Only a damaged count is this large; one more must not trap.
+            let (count, overflow) = stored.addingReportingOverflow(visibility.is ? 1 : -1)
+            guard !overflow else {
+                throw LogStoreError(.corruptEntry, path: path, "the visible count of \(type) (\(stored)) has no room for one more")
+            }
             if let cache { cache.counts[type] = count } else { try storeCount(count, type, txn) }
         }
         return true
@@ -479,7 +485,19 @@ final class ProjectionCache: @unchecked Sendable {
         return true
     }
 
-    /// The intent at `offset` (past every one staged so far) is pending.
+    /// The widest span of offsets the flags cover. A chunk's entries span
+    /// no more than the chunk unless the log has holes (left by compaction,
+    /// or in an imported log), which may be of any width: a flush steps
+    /// over such a hole rather than flag every offset in it.
+    static let stagedSpanMax: UInt64 = 1 << 20
+
+    /// Whether `offset` can be staged without a flush first.
+    func canStage(_ offset: UInt64) -> Bool {
+        outboxPending.isEmpty || offset - outboxBase < ProjectionCache.stagedSpanMax
+    }
+
+    /// The intent at `offset` (past every one staged so far, and within
+    /// `canStage`) is pending.
     func stageOutbox(_ offset: UInt64) {
         if outboxPending.isEmpty { outboxBase = offset }
         let index = Int(offset - outboxBase)
