@@ -72,6 +72,10 @@ private struct CompactionPlan {
     var removed: [(offset: UInt64, timestamp: HybridTimestamp)] = []
     /// Idempotency keys of removed intents.
     var removedKeys: [(key: String, offset: UInt64)] = []
+    /// The last kept intent below the watermark with each key: what a
+    /// replay leaves in a key's row when a later intent with the same key
+    /// (a log with repeated keys) is removed.
+    var keptKeys: [String: UInt64] = [:]
     var snapshots: [Snapshot] = []
 
     func report(dryRun: Bool) -> CompactionReport {
@@ -89,8 +93,15 @@ extension Store {
         var plan = CompactionPlan(watermark: watermark)
         var entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)] = []
         let path = self.path
+        let compactedBelow = try log.compactedBelow(txn)
+        var expected: UInt64 = 1
         try txn.forEach(log.logDatabase) { key, value in
-            let entry = try EventLog.decode(key: key, value: value, path: path)
+            // Read as a scan reads the log, through the first entry at or
+            // above the watermark: an entry lost below it would otherwise
+            // become a hole once `compacted-below` rises over it, and its
+            // loss could not be seen again.
+            let entry = try EventLog.decode(
+                key: key, value: value, following: &expected, compactedBelow: compactedBelow, path: path)
             guard entry.offset < watermark else { return false }
             entries.append((entry.offset, entry.timestamp, entry.body))
             return true
@@ -106,10 +117,14 @@ extension Store {
         var settled: Set<UInt64> = []
         for entry in entries {
             let keep = kept.contains(entry.offset)
-            if !keep {
-                plan.removed.append((entry.offset, entry.timestamp))
-                if case .intent(let intent) = entry.body { plan.removedKeys.append((intent.idempotencyKey, entry.offset)) }
+            if case .intent(let intent) = entry.body {
+                if keep {
+                    plan.keptKeys[intent.idempotencyKey] = entry.offset
+                } else {
+                    plan.removedKeys.append((intent.idempotencyKey, entry.offset))
+                }
             }
+            if !keep { plan.removed.append((entry.offset, entry.timestamp)) }
             switch entry.body {
             case .intent(let intent):
                 intents[entry.offset] = intent
@@ -234,7 +249,10 @@ extension Store {
         let idempotency = try projector(txn).idempotency
         for (key, offset) in plan.removedKeys {
             let bytes = Array(key.utf8)
-            if try txn.get(idempotency, key: bytes) == OffsetKey.encode(offset) {
+            guard try txn.get(idempotency, key: bytes) == OffsetKey.encode(offset) else { continue }
+            if let kept = plan.keptKeys[key] {
+                try txn.put(idempotency, key: bytes, value: OffsetKey.encode(kept))
+            } else {
                 try txn.delete(idempotency, key: bytes)
             }
         }

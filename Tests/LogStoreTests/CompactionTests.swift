@@ -110,6 +110,26 @@ import Testing
         let error = #expect(throws: LogStoreError.self) { try scanAll(store.log) }
         #expect(error?.code == .gap && error?.offset == 6)
     }
+
+    /// A log that lost an entry below the watermark has a gap, which a scan
+    /// reports. Compaction reports it too, and changes nothing: raising
+    /// `compacted-below` over it made the gap a legal hole, the log read
+    /// clean, and the outbox named a pending intent no longer in it.
+    @Test func compactionOfALogWithAGapIsRefused() async throws {
+        let fixture = try StoreFixture("compact-lost-entry")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        try await store.create(type: "te", id: "b", fields: ["n": 2])  // 2, pending
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 3
+        try await store.create(type: "te", id: "c", fields: ["n": 3])  // 4
+        _ = try store.log.environment.write { txn in try txn.delete(store.log.logDatabase, key: OffsetKey.encode(2)) }
+        for watermark: UInt64 in [2, 3, 4] {
+            let error = await #expect(throws: LogStoreError.self, "below \(watermark)") { try await store.compact(below: watermark) }
+            #expect(error?.code == .gap, "below \(watermark): \(String(describing: error))")
+        }
+        #expect(try store.compactedBelow() == 0)
+        #expect(throws: LogStoreError.self) { try scanAll(store.log) }
+    }
 }
 
 @Suite struct CrashShapedTests {
@@ -195,6 +215,29 @@ import Testing
         #expect(try store.intentOffset(idempotencyKey: "k9") == 7)
         #expect(try store.intentOffset(idempotencyKey: "a1") == 5)
         #expect(try store.intentOffset(idempotencyKey: "k5") == 1)
+    }
+
+    /// Two intents with one idempotency key (a raw append can repeat one):
+    /// compaction removes the later, acknowledged one, whose offset the
+    /// key's row holds, and keeps the earlier, pending one. The row then
+    /// names the kept intent, as a replay of the compacted log writes it;
+    /// deleting it left tables no replay would make.
+    @Test func aRowOfARepeatedKeyNamesTheKeptIntentAfterCompaction() async throws {
+        let fixture = try StoreFixture("compact-repeated-key")
+        let store = fixture.store
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k", entityType: "a", entityID: "x", fields: ["n": 1])))  // 1, pending
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k", entityType: "b", entityID: "y", fields: ["n": 2])))  // 2
+        _ = try await store.log.append(.ack(Ack(intentOffset: 2, outcome: .applied, serverVersion: 1)))  // 3
+        try await store.create(type: "c", id: "z", fields: [:])  // 4: projects 1-3 first
+        #expect(try store.intentOffset(idempotencyKey: "k") == 2)
+        let report = try await store.compact(below: 4)
+        #expect(report.entriesKept == 1)
+        #expect(try store.intentOffset(idempotencyKey: "k") == 1)
+        let compacted = try store.derivedTables()
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == compacted)
+        let scratch = try TemporaryDirectory("compact-repeated-key-scratch")
+        #expect(try await store.verifyProjections(scratchDirectory: scratch.path).isEmpty)
     }
 
     /// Entries appended to the log directly are projected before a
