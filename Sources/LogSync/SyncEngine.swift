@@ -137,8 +137,12 @@ public actor SyncEngine {
     func networkPathLost() { onlineSince = nil }
 
     /// Closes the circuit breaker, for an app whose user asked to retry now.
+    /// A `.rateLimited` state that the last run left becomes `.idle`: a
+    /// banner that shows it stops saying sync is paused, and the scheduler,
+    /// which hears the change, no longer waits for the breaker's end.
     public func resetCircuitBreaker() {
         breaker = CircuitBreaker(retryAfterMaxMilliseconds: configuration.retry.retryAfterMaxMilliseconds)
+        if running == nil, case .rateLimited = state { set(.idle) }
     }
 
     /// When the circuit breaker lets requests through again (Unix ms, as

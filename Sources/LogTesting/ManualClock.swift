@@ -29,6 +29,10 @@ public final class ManualClock: SyncClock, @unchecked Sendable {
     /// How many tasks sleep on this clock now.
     public var sleeperCount: Int { lock.withLock { sleepers.count } }
 
+    /// When each sleeping task wakes, on the monotonic reading, earliest
+    /// first: a test can tell that a timer was set where it should be.
+    public var sleeperDeadlines: [UInt64] { lock.withLock { sleepers.values.map(\.deadline).sorted() } }
+
     public func sleep(untilMilliseconds deadline: UInt64) async throws {
         let id = UUID()
         try await withTaskCancellationHandler {

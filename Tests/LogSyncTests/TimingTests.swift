@@ -60,6 +60,44 @@ import Testing
         await server.stop()
     }
 
+    /// A user's "retry now" after a rate-limit storm (seed 002, pitfall 3:
+    /// the banner must not go on saying sync is paused): resetting the
+    /// breaker takes the engine out of `.rateLimited`, and the scheduler,
+    /// whose retry timer waited for the breaker's end, keeps only to the
+    /// failed runs' backoff (seconds, where the breaker holds 30).
+    @Test func resettingTheBreakerEndsTheRateLimitedState() async throws {
+        let server = try await TestServer("breaker-reset")
+        let transport = Refusing(server, status: 429, retryAfterSeconds: 1)
+        let a = try Replica("breaker-reset", server: server, transport: transport)
+        for _ in 0..<3 { _ = await a.sync() }
+        guard case .rateLimited = await a.engine.state else {
+            Issue.record("three 429s left \(await a.engine.state)")
+            return
+        }
+        let breakerEnd = try #require(await a.engine.nextRunDeadline)
+        var core = SchedulerCore()
+        core.periodMilliseconds = 600_000
+        let scheduler = SyncScheduler(engine: a.engine, clock: a.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        try await a.clock.waitForSleepers(2)  // the periodic timer, and the retry timer at the breaker's end
+        await scheduler.settle()
+        #expect(await scheduler.triggered.isEmpty)
+        transport.recover()
+        await a.engine.resetCircuitBreaker()
+        #expect(await a.engine.state == .idle)
+        #expect(await a.engine.breakerOpenUntil == nil)
+        let nextRun = try #require(await a.engine.nextRunDeadline)
+        #expect(nextRun < breakerEnd)
+        // The retry timer moves from the breaker's end to the backoff's.
+        try await waitUntil { a.clock.sleeperDeadlines.contains(nextRun) && !a.clock.sleeperDeadlines.contains(breakerEnd) }
+        a.clock.advance(by: nextRun - a.clock.monotonicMilliseconds)
+        try await waitUntil { await scheduler.triggered == [.retry] }
+        await scheduler.settle()
+        #expect(await a.engine.state == .idle)
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// A pull refused with `Retry-After: 999999999999` does not stop the
     /// scheduler: it retries an hour later.
     @Test func aHugeRetryAfterDoesNotStopScheduledSyncs() async throws {
