@@ -301,14 +301,20 @@ struct WriteContext {
     ///   of `Validation.entry` (every append is checked here, so the
     ///   projections can apply whatever the log holds), `FormatError` (the
     ///   body is over a limit), `LMDBError`; `LogStoreError.logFull` when
-    ///   the last entry has the last offset, 2^64 - 1 (only an imported log
-    ///   gets there).
+    ///   the last entry has the last offset, 2^64 - 1, or the last
+    ///   timestamp, which no later one follows (only an imported log gets
+    ///   to either).
     mutating func append(_ body: borrowing EntryBody, in txn: borrowing Transaction) throws -> UInt64 {
         try Validation.entry(body)
         guard position.lastOffset < .max else {
             throw LogStoreError(
                 .logFull, path: path, offset: position.lastOffset,
                 "the last entry has offset \(position.lastOffset), the last there is: no entry can follow it")
+        }
+        guard position.lastTimestamp.rawValue < .max else {
+            throw LogStoreError(
+                .logFull, path: path, offset: position.lastOffset,
+                "the last entry has timestamp \(UInt64.max), the last there is: no entry can have a later one")
         }
         let offset = position.lastOffset + 1
         let timestamp = position.lastTimestamp.next(wallClockMilliseconds: wallClock)

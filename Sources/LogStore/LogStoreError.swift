@@ -30,8 +30,9 @@ public struct LogStoreError: Error, Equatable, Sendable, CustomStringConvertible
         /// The derived databases are missing or from another version, and
         /// the store is open read-only so they cannot be rebuilt.
         public static let projectionsStale = Code("projections stale")
-        /// The log's last entry has the last offset, 2^64 - 1: there is no
-        /// offset left for another entry.
+        /// The log's last entry has the last offset, 2^64 - 1, or the last
+        /// timestamp: there is no offset, or no later timestamp, left for
+        /// another entry.
         public static let logFull = Code("log full")
     }
 

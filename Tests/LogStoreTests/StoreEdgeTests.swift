@@ -216,6 +216,21 @@ extension StoreEdgeTests {
         try await store.rebuildProjections()
     }
 
+    /// Each appended entry's timestamp is greater than the last one's
+    /// (`storage.md` section 10). After an imported entry at the last
+    /// timestamp there is none: the append is refused, where it wrote a
+    /// second entry with the same timestamp.
+    @Test func aLogAtTheLastTimestampRefusesAppends() async throws {
+        var fixture = try StoreFixture("store-last-timestamp")
+        let entry = Entry(offset: 1, timestamp: HybridTimestamp(rawValue: .max), body: .resync(reason: "imported"))
+        try await fixture.store.restore([entry], compactedBelow: 0)
+        try fixture.reopen()
+        let error = await #expect(throws: LogStoreError.self) { try await fixture.store.create(type: "te", fields: [:]) }
+        #expect(error?.code == .logFull)
+        #expect(error?.description.contains("timestamp") == true, "\(String(describing: error))")
+        #expect(try fixture.store.log.lastOffset() == 1)
+    }
+
     /// Holes below the compaction watermark may be of any width (an import
     /// can make them). Replay flagged every offset between two pending
     /// intents: across 2^63 offsets it trapped, and across 2^33 it would
