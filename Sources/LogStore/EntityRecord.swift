@@ -71,7 +71,18 @@ struct EntityRecord: Equatable {
         ackedVersion = head.ackedVersion
         pending = []
         pending.reserveCapacity(head.pendingCount)
-        for _ in 0..<head.pendingCount { pending.append(try reader.read(UInt64.self, "pending offset")) }
+        for _ in 0..<head.pendingCount {
+            let position = reader.position
+            let offset = try reader.read(UInt64.self, "pending offset")
+            // Ascending, as the intents were written: the fold applies them
+            // in this order, so any other is damage, not a different state.
+            guard offset > (pending.last ?? 0) else {
+                throw reader.error(
+                    .invalidField, "pending offset \(offset) after \(pending.last.map(String.init) ?? "none"): not ascending",
+                    at: position)
+            }
+            pending.append(offset)
+        }
         if head.flags & Flag.visible != 0 { visible = try Fields.decode(from: &reader) }
         if head.flags & Flag.shared != 0 {
             base = visible

@@ -48,21 +48,25 @@ import Testing
     }
 
     @Test func damagedRecordsAreRefused() {
-        for (bytes, code) in [
-            ([2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] as [UInt8], FormatError.Code.unsupportedVersion),
-            ([1, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),  // shared without base and visible
-            ([1, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),
-            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags),  // acked version 0
-            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .truncated),
-            ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9], .lengthOutOfRange),
-            ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], .trailingBytes),
-            ([1, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .truncated),
-        ] {
+        for (bytes, code, position) in [
+            ([2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .unsupportedVersion, nil),
+            ([1, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, nil),  // shared without base and visible
+            ([1, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, nil),
+            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, nil),  // acked version 0
+            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .truncated, nil),
+            ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9], .lengthOutOfRange, nil),
+            ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], .trailingBytes, nil),
+            // Pending offsets 9 then 9, 9 then 8, and 0: not ascending (at 22).
+            ([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2] + [0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 9], .invalidField, 22),
+            ([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2] + [0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 8], .invalidField, 22),
+            ([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] + [0, 0, 0, 0, 0, 0, 0, 0], .invalidField, 14),
+        ] as [([UInt8], FormatError.Code, Int?)] {
             do {
                 _ = try bytes.withUnsafeBytes { try EntityRecord(decoding: $0) }
                 Issue.record("decoded \(bytes)")
             } catch let error as FormatError {
                 #expect(error.code == code, "\(bytes)")
+                if let position { #expect(error.position == position, "\(bytes)") }
             } catch {
                 Issue.record("unexpected \(error)")
             }
