@@ -34,6 +34,9 @@ struct Cursor: Equatable {
             let generation = UInt64(bigEndianBytes: Array(data[16..<24])), let offset = UInt64(bigEndianBytes: Array(data[24..<32]))
         else { return nil }
         self.init(serverID: id, generation: generation, offset: offset)
+        // The decoder ignores the last character's two pad bits: a token
+        // that differs from this one only there was never issued.
+        guard self.token == token else { return nil }
     }
 
     private static let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)

@@ -55,31 +55,38 @@ struct Routes: Sendable {
     }
 
     func setFaults(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        guard server.configuration.faultInjection else { throw ServiceError(.notFound, "no such endpoint") }
         try authenticateAdmin(request)
-        let body = try await collect(request)
-        let settings: FaultSettings
-        do {
-            settings = try JSONDecoder().decode(FaultSettings.self, from: body)
-        } catch {
-            throw ServiceError(.validationError, "the faults body is not valid: \(describeDecoding(error))")
-        }
-        try server.faults.set(settings)
+        try server.faults.set(try FaultSettings(json: try await collect(request)))
         return try Reply.json(server.faults.current)
     }
 
     // MARK: Helpers
 
-    private func bearerToken(_ request: Request) -> String? {
-        // The scheme name is case-insensitive (RFC 9110, section 11.1).
-        guard let header = request.headers[.authorization], header.lowercased().hasPrefix("bearer ") else { return nil }
-        let token = header.dropFirst("Bearer ".count).trimmingCharacters(in: .whitespaces)
-        return token.isEmpty ? nil : token
+    /// The token of an `Authorization: Bearer` header (section 3): after
+    /// the scheme, matched without regard to case (RFC 9110, section 11.1),
+    /// and one or more spaces, one or more characters from `!` to `~`.
+    /// Anything else (Unicode spaces, other characters) is no token: a
+    /// token checked by its bytes compares exactly, as `String`'s `==`,
+    /// which equates canonically equivalent text, would not.
+    static func bearerToken(_ header: String?) -> String? {
+        guard let header else { return nil }
+        let space = UInt8(ascii: " ")
+        let bytes = Array(header.utf8)
+        let scheme = Array("bearer".utf8)
+        // Letters only, so setting the case bit of a byte lowercases it.
+        guard bytes.count > scheme.count, zip(bytes, scheme).allSatisfy({ $0 | 0x20 == $1 }), bytes[scheme.count] == space
+        else { return nil }
+        // Whitespace around a field value is not part of it (RFC 9110,
+        // section 5.5); HTTP's own, spaces and tabs, not Unicode's.
+        var token = bytes[(scheme.count + 1)...].drop { $0 == space }
+        while let last = token.last, last == space || last == UInt8(ascii: "\t") { token.removeLast() }
+        guard SyncServer.isToken(token) else { return nil }
+        return String(decoding: token, as: UTF8.self)
     }
 
     /// The caller's identity, after the rate limit.
     private func authenticate(_ request: Request) throws -> Identity {
-        guard let token = bearerToken(request), let identity = server.configuration.tokens[token] else {
+        guard let token = Routes.bearerToken(request.headers[.authorization]), let identity = server.configuration.tokens[token] else {
             throw ServiceError(.unauthorized, "a valid bearer token is required")
         }
         if let limiter = server.limiter,
@@ -93,7 +100,7 @@ struct Routes: Sendable {
     }
 
     private func authenticateAdmin(_ request: Request) throws {
-        guard let expected = server.configuration.adminToken, bearerToken(request) == expected else {
+        guard let expected = server.configuration.adminToken, Routes.bearerToken(request.headers[.authorization]) == expected else {
             throw ServiceError(.unauthorized, "the admin token is required")
         }
     }
@@ -111,21 +118,5 @@ struct Routes: Sendable {
             data.append(contentsOf: buffer.readableBytesView)
         }
         return data
-    }
-}
-
-/// A decoding error in a sentence that names where.
-func describeDecoding(_ error: any Error) -> String {
-    guard let error = error as? DecodingError else { return "\(error)" }
-    let path = { (context: DecodingError.Context) in
-        context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
-    }
-    switch error {
-    case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
-        return "\(path(context)): \(context.debugDescription)"
-    case .keyNotFound(let key, let context):
-        return "\(path(context)).\(key.stringValue) is missing"
-    @unknown default:
-        return "\(error)"
     }
 }

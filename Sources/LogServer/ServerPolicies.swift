@@ -38,8 +38,38 @@ final class RateLimiter: Sendable {
                 bucket.tokens -= 1
                 return nil
             }
-            return max(1, Int(((1 - bucket.tokens) / rate).rounded(.up)))
+            // A rate slow enough puts the wait past any Int: it is that long.
+            let seconds = ((1 - bucket.tokens) / rate).rounded(.up)
+            return seconds < Double(Int.max) ? max(1, Int(seconds)) : Int.max
         }
+    }
+}
+
+extension FaultSettings {
+    /// Reads a `POST /v1/admin/faults` body (section 12) by the protocol's
+    /// JSON rules, which `JSONDecoder` does not keep (it takes a byte order
+    /// mark, a lone surrogate, and `null` for an absent member): each member
+    /// a whole number by value; unknown members ignored. `FaultInjector.set`
+    /// checks the ranges.
+    /// - Throws: `ServiceError.validationError` naming what is wrong.
+    init(json body: Data) throws {
+        let value: JSONValue
+        do { value = try JSONReader.parse(body) } catch {
+            throw ServiceError(.validationError, "the faults body is not valid JSON: \(error)")
+        }
+        guard case .object = value else { throw ServiceError(.validationError, "the faults body is not a JSON object") }
+        func number(_ name: String) throws -> Int? {
+            switch value[name] {
+            case nil: return nil
+            case .int(let number): return Int(exactly: number)
+            case .negativeZero: return 0
+            case .some:
+                throw ServiceError(.validationError, "\(name) must be a whole number (a JSON number, not null, a string or a fraction)")
+            }
+        }
+        self.init(
+            failNext: try number("fail_next"), status: try number("status"), delayMs: try number("delay_ms"),
+            dropAfterPush: try number("drop_after_push"))
     }
 }
 

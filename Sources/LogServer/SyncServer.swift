@@ -48,6 +48,16 @@ public final class SyncServer: Sendable {
 
     public var serverID: String { service.serverID }
 
+    /// Whether `token` can be a bearer token (section 3): one or more
+    /// characters from `!` to `~`. A configured token that is not one could
+    /// never be sent, or (`String` equates canonically equivalent text)
+    /// would match one that differs from it.
+    public static func isToken(_ token: String) -> Bool { isToken(token.utf8) }
+
+    static func isToken(_ bytes: some Collection<UInt8>) -> Bool {
+        !bytes.isEmpty && bytes.allSatisfy { (0x21...0x7E).contains($0) }
+    }
+
     /// Every path the protocol defines, with the one method it takes.
     static let endpoints = [
         ("/v1/health", "GET"), ("/v1/push", "POST"), ("/v1/pull", "GET"), ("/v1/admin/resync", "POST"),
@@ -105,7 +115,10 @@ struct ProtocolMiddleware: RouterMiddleware {
             }
             // Exactly: the router would also take `/v1/push/` or `/v1//push`
             // for `/v1/push` (it skips empty path segments).
-            guard let allowed = SyncServer.methods[path] else {
+            // The faults endpoint exists only with fault injection on
+            // (section 12): otherwise it is unknown for every method.
+            guard let allowed = SyncServer.methods[path], server.configuration.faultInjection || path != "/v1/admin/faults"
+            else {
                 throw ServiceError(.notFound, "no such endpoint: \(path.prefix(100))")
             }
             // Any other method (HEAD, OPTIONS, TRACE, ...) is 405 with the

@@ -46,6 +46,41 @@ import Testing
         #expect(changes.map(\.entityID) == ["t1"])
     }
 
+    /// A tokens file written on Windows (CRLF line ends) reads as one with
+    /// LF: "\r\n" is one `Character`, which a split on "\n" left whole, so
+    /// two lines made one line of four words and the server refused to
+    /// start. A token that is not one or more characters from `!` to `~`
+    /// (section 3) is refused when the server starts, naming where.
+    @Test func tokensFilesWithCRLFAndTokensOutsideASCIIGraphics() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-tokens")
+        let tokens = directory.appending("tokens")
+        try Data("# users\r\nt1 alice\r\nt2 bob read-only\r\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        let server = try ChildProcess(
+            executable: Self.executable.path, arguments: ["--data", directory.appending("data"), "--port", "0", "--tokens-file", tokens])
+        defer { server.kill() }
+        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
+        for token in ["t1", "t2"] {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/pull")!)
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            let (_, response) = try await URLSession.shared.data(for: request)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200, "\(token)")
+        }
+        server.kill()
+
+        for (arguments, place) in [
+            (["--token", "k\u{00E9}y:alice"], "--token k\u{00E9}y:alice"), (["--admin-token", "\u{212A}ey"], "--admin-token"),
+        ] {
+            let refused = try ChildProcess(
+                executable: Self.executable.path, arguments: ["--data", directory.appending("data"), "--port", "0"] + arguments)
+            defer { refused.kill() }
+            #expect(await refused.waitForExit(timeout: .seconds(60)))
+            #expect(refused.ending != .exit(0))
+            #expect(refused.errorText.contains(place) && refused.errorText.contains("from ! to ~"), "\(refused.errorText)")
+        }
+    }
+
     /// An address it cannot listen on ends it with status 1 and a message
     /// naming the address (the error alone named neither).
     @Test func anAddressItCannotListenOnIsNamed() async throws {

@@ -15,4 +15,14 @@ import Testing
         // 0.6 s after the only token was taken, at one token a second.
         #expect(limiter.take("alice", now: 100.6) != nil)
     }
+
+    /// At a rate slow enough (`--rate-limit 1e-20` is accepted), the wait
+    /// for the next token is past any `Int`: converting it trapped, which
+    /// killed the server on the first request over the limit. It is the
+    /// longest wait there is (clients wait at most an hour, section 10).
+    @Test func aWaitLongerThanAnIntHoldsIsTheLongestWait() {
+        let limiter = RateLimiter(rate: 1e-20, burst: 1)
+        #expect(limiter.take("alice", now: 0) == nil)
+        #expect(limiter.take("alice", now: 0) == Int.max)
+    }
 }

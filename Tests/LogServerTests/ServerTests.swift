@@ -699,15 +699,84 @@ import Testing
         try server.server.setFaults(FaultSettings())
     }
 
+    /// Section 12: without fault injection the path is unknown for every
+    /// method (other methods got 405 with `Allow: POST`, telling it exists).
     @Test func faultsAreOffUnlessEnabled() async throws {
         let server = try await TestServer("faults-off", faultInjection: false)
         defer { Task { await server.stop() } }
-        let reply = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: Data("{}".utf8))
-        #expect(reply.status == 404)
+        for method in ["POST", "GET", "PUT"] {
+            let reply = try await server.send(method, "/v1/admin/faults", token: "admin-token", body: method == "POST" ? Data("{}".utf8) : nil)
+            #expect(reply.status == 404 && reply.headers["allow"] == nil, "\(method): \(reply.status)")
+        }
+    }
+
+    /// Section 12: the body is read by the protocol's JSON rules, which
+    /// `JSONDecoder` did not keep: `null` for a member, a fraction, an
+    /// escaped lone surrogate, a byte order mark, and a body that is not an
+    /// object are 400, and the configuration stays as it was. A whole
+    /// number is read by value, as `base_version` is.
+    @Test func faultsBodiesAreReadByTheProtocolsJSONRules() async throws {
+        let server = try await TestServer("faults-json")
+        defer { Task { await server.stop() } }
+        let bodies = [
+            Data(#"{"fail_next": null}"#.utf8), Data(#"{"fail_next": 1.5}"#.utf8), Data(#"{"status": "503"}"#.utf8),
+            Data(#"{"note": "\ud800"}"#.utf8), Data([0xEF, 0xBB, 0xBF]) + Data("{}".utf8), Data("[]".utf8),
+            Data(#"{"fail_next": 1000001}"#.utf8), Data(#"{"fail_next": 1e30}"#.utf8),
+        ]
+        for body in bodies {
+            let reply = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: body)
+            #expect(reply.status == 400 && reply.error?.error.code == .validationError, "\(String(decoding: body, as: UTF8.self)): \(reply.status)")
+        }
+        #expect(try await server.pull().status == 200, "a refused body changed the faults")
+        let byValue = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: Data(#"{"fail_next": 1.0e0, "x": null}"#.utf8))
+        #expect(byValue.status == 200, "\(String(decoding: byValue.body, as: UTF8.self))")
+        #expect(try await server.pull().status == 503)
+        #expect(try await server.pull().status == 200)
     }
 }
 
 @Suite struct HostileInputTests {
+    /// Section 3: a token is one or more characters from `!` to `~`,
+    /// compared exactly. Unicode spaces around it were trimmed, and a
+    /// KELVIN SIGN (U+212A) matched the `K` of a configured token, as
+    /// `String` equates canonically equivalent text.
+    @Test func aTokenIsItsExactBytes() async throws {
+        let server = try await TestServer("token-bytes")
+        defer { Task { await server.stop() } }
+        server.configuration.tokens["K-token"] = Identity(user: "dave")
+        try await server.restart()
+        func status(_ authorization: String) async throws -> Int? {
+            let reply = try await onAThreadOfItsOwn {
+                try rawExchange(port: server.port, untilClosed: true) { sendAll in
+                    _ = sendAll(Data("GET /v1/pull HTTP/1.1\r\nHost: h\r\nAuthorization: \(authorization)\r\nConnection: close\r\n\r\n".utf8))
+                }
+            }
+            return statuses(reply).first
+        }
+        for accepted in ["Bearer K-token", "bearer   K-token", "BEARER K-token \t"] {
+            #expect(try await status(accepted) == 200, "\(accepted)")
+        }
+        for refused in ["Bearer \u{A0}K-token", "Bearer K-token\u{3000}", "Bearer \u{212A}-token", "Bearer K-token x", "BearerK-token", "Bearer "] {
+            #expect(try await status(refused) == 401, "\(refused.unicodeScalars.map { String($0.value, radix: 16) })")
+        }
+    }
+
+    /// Section 8: a cursor the server can tell it never issued is 410.
+    /// Base64 leaves the last character's two low bits unused, and the
+    /// decoder ignored them: a cursor changed only there was taken.
+    @Test func aCursorDifferingOnlyInItsPadBitsIsInvalid() async throws {
+        let server = try await TestServer("cursor-pad-bits")
+        defer { Task { await server.stop() } }
+        let issued = try await server.pull().decode(PullResponse.self).cursor
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        let last = try #require(issued.last.flatMap { alphabet.firstIndex(of: $0) })
+        #expect(last & 3 == 0, "an issued cursor's pad bits are zero")
+        let forged = String(issued.dropLast()) + String(alphabet[last | 1])
+        let reply = try await server.pull(cursor: forged)
+        #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid, "\(reply.status)")
+        #expect(try await server.pull(cursor: issued).status == 200)
+    }
+
     @Test func aCursorFromAnotherServerIsInvalid() async throws {
         let first = try await TestServer("cursor-epoch-a")
         let second = try await TestServer("cursor-epoch-b")

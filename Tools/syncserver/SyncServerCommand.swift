@@ -55,6 +55,7 @@ struct SyncServerCommand: AsyncParsableCommand {
             throw ValidationError("--durability must be full, metaAsync or process")
         }
         if faultInjection, adminToken == nil { throw ValidationError("--fault-injection needs --admin-token") }
+        if let adminToken { try checkToken(adminToken, "--admin-token") }
     }
 
     func run() async throws {
@@ -98,12 +99,18 @@ struct SyncServerCommand: AsyncParsableCommand {
             } catch {
                 throw ValidationError("cannot read --tokens-file \(tokensFile): \(error.localizedDescription)")
             }
-            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-                let words = line.split(separator: "#", maxSplits: 1).first?.split(separator: " ") ?? []
+            // Any line ending: "\r\n" is one Character, which a split on
+            // "\n" leaves whole (and its user would end in "\r\n"). What
+            // follows a "#" is a comment, a whole line's too (a split that
+            // omits empty pieces took the comment for the line).
+            for (number, line) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
+                let place = "\(tokensFile):\(number + 1)"
+                let words = line.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first?.split(whereSeparator: { $0 == " " || $0 == "\t" }) ?? []
                 guard !words.isEmpty else { continue }
                 guard words.count == 2 || (words.count == 3 && words[2] == "read-only") else {
-                    throw ValidationError("\(tokensFile):\(number + 1): expected TOKEN USER [read-only]")
+                    throw ValidationError("\(place): expected TOKEN USER [read-only]")
                 }
+                try checkToken(String(words[0]), place)
                 tokens[String(words[0])] = Identity(user: String(words[1]), readOnly: words.count == 3)
             }
         }
@@ -112,8 +119,15 @@ struct SyncServerCommand: AsyncParsableCommand {
             guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
                 throw ValidationError("--token \(pair): expected TOKEN:USER")
             }
+            try checkToken(String(parts[0]), "--token \(pair)")
             tokens[String(parts[0])] = Identity(user: String(parts[1]))
         }
         return tokens
+    }
+
+    private func checkToken(_ token: String, _ place: String) throws {
+        guard SyncServer.isToken(token) else {
+            throw ValidationError("\(place): a token is one or more characters from ! to ~ (ASCII, no spaces)")
+        }
     }
 }
