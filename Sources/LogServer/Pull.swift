@@ -88,12 +88,18 @@ extension SyncService {
         var changes: [PullChange] = []
         var last = after
         var hasMore = false
+        // Entries' bytes, about what their changes take as JSON: a page of
+        // 1,000 entities near the fields limit would be gigabytes, built in
+        // memory. It stops near `requestBodyBytesMax`, as section 8 allows,
+        // but holds at least one change.
+        var bytes = 0
         try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, after + 1)) { key, value in
             guard key.count == 12, key.starts(with: prefix) else { return false }
-            guard changes.count < limit else {
+            guard changes.count < limit, changes.isEmpty || bytes + value.count <= Wire.requestBodyBytesMax else {
                 hasMore = true
                 return false
             }
+            bytes += value.count
             let offset = UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
             let entry: Entry
             do {

@@ -234,6 +234,37 @@ import Testing
         }
     }
 
+    /// Section 8: a page may hold fewer than `limit` changes, to stay near
+    /// `requestBodyBytesMax`, but at least one. Ten entities of 1.5 MB each
+    /// came back in one page of 15 MB (1,000 such changes would have been
+    /// 1.5 GB, built in memory); now in pages of at most two, one of them
+    /// alone when it is over the limit by itself.
+    @Test func aPageOfLargeEntitiesStopsNearTheBodyLimit() async throws {
+        let server = try await TestServer("pull-large")
+        defer { Task { await server.stop() } }
+        let large = String(repeating: "x", count: 1_500_000)
+        for n in 0..<10 { #expect(try await server.push([operation(.create, "t\(n)", ["body": .string(large)])]).status == 200) }
+        var cursor: String?
+        var pages: [Int] = []
+        var ids: [String] = []
+        while pages.count < 20 {
+            let reply = try await server.pull(cursor: cursor, limit: 1000)
+            #expect(reply.body.count <= 2 * Wire.requestBodyBytesMax, "a page of \(reply.body.count) bytes")
+            let page = try reply.decode(PullResponse.self)
+            pages.append(page.changes.count)
+            ids += page.changes.map(\.entityID)
+            cursor = page.cursor
+            if !page.hasMore { break }
+        }
+        #expect(ids == (0..<10).map { "t\($0)" })
+        #expect(pages.allSatisfy { (1...2).contains($0) }, "\(pages)")
+        // Alone over the limit, a change is still a page of its own.
+        let huge = String(repeating: "y", count: 4_100_000)
+        #expect(try await server.push([operation(.update, "t0", ["body": .string(huge)], base: 1)]).status == 200)
+        let last = try await server.pull(cursor: cursor, limit: 1000).decode(PullResponse.self)
+        #expect(last.changes.map(\.entityID) == ["t0"] && !last.hasMore)
+    }
+
     @Test func cursorsResumeAndEmptyPagesKeepTheirPlace() async throws {
         let server = try await TestServer("pull-cursor")
         defer { Task { await server.stop() } }
