@@ -660,6 +660,10 @@ def invalid_entries():
     add("invalid-utf8-surrogate-in-field-name", intent_entry(body), 1, INVALID_UTF8, at + 4)
     body, at = intent_body(lambda w: w.u32(2).string("a").u8(TAG_NULL).bytes_(b"\xf4\x90\x80\x80").u8(TAG_NULL))
     add("invalid-utf8-above-u10ffff-checked-before-order", intent_entry(body), 1, INVALID_UTF8, at + 4 + 6)
+    # "a" and a stray 0xff sorts before "b": the name is read as a string
+    # (step 11) before its order is checked (step 12).
+    body, at = intent_body(lambda w: w.u32(2).string("b").u8(TAG_NULL).bytes_(b"a\xff").u8(TAG_NULL))
+    add("invalid-utf8-in-unsorted-field-name", intent_entry(body), 1, INVALID_UTF8, at + 4 + 6)
     add("invalid-utf8-reject-message", assemble(3, Writer().u64(1).string("C").bytes_(b"ok\xff").data, 1, T0),
         1, INVALID_UTF8, 28 + 8 + 5)
 

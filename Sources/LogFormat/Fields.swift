@@ -152,19 +152,20 @@ extension Fields {
         let count = try reader.readCount("field count", minimumElementBytes: 5)
         var fields: [Field] = []
         fields.reserveCapacity(count)
-        // The order is checked on the names' bytes as stored, before any
-        // string is made of them.
+        // Each name is read as a string (its UTF-8 checked) before its order
+        // is checked, in the order of storage.md section 11, step 12: a name
+        // both ill-formed and out of order is "invalid UTF-8". The order is
+        // compared on the bytes as stored.
         var previous = UnsafeRawBufferPointer(start: nil, count: 0)
         for index in 0..<count {
             let namePosition = reader.position
             let raw = try reader.readLengthPrefixed("field name")
+            let name = try ByteReader.string(raw, "field name", at: namePosition, reader)
             if index > 0, ByteKey.compare(previous, raw) >= 0 {
-                let name = String(decoding: raw, as: UTF8.self)
                 let before = String(decoding: previous, as: UTF8.self)
                 throw reader.error(.unsortedKeys, "field \"\(name)\" does not sort after \"\(before)\"", at: namePosition)
             }
             previous = raw
-            let name = try ByteReader.string(raw, "field name", at: namePosition, reader)
             fields.append(Field(name: name, value: try Value.decode(from: &reader, depth: depth)))
         }
         return Fields(sorted: fields)

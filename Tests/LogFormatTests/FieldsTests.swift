@@ -78,6 +78,26 @@ import Testing
         }
     }
 
+    /// storage.md section 11, step 12: a name is read as a string (UTF-8
+    /// checked) before its order is, so the bytes `61 ff` ("a" and a stray
+    /// 0xff) after "b", ill-formed and out of order, are "invalid UTF-8" at
+    /// the name's length field, not "unsorted keys" (the vector
+    /// `invalid-utf8-in-unsorted-field-name` checks the same in an entry).
+    @Test func aFieldNameIsCheckedAsUTF8BeforeItsOrder() {
+        let bytes: [UInt8] = [0, 0, 0, 2] + [0, 0, 0, 1, 0x62, 0] + [0, 0, 0, 2, 0x61, 0xFF, 0]
+        let secondName = 10
+        bytes.withUnsafeBytes { raw in
+            var reader = ByteReader(raw)
+            do throws(FormatError) {
+                let fields = try Fields.decode(from: &reader)
+                Issue.record("decoded \(fields)")
+            } catch {
+                #expect(error.code == .invalidUTF8, "got \(error.code) at \(error.position)")
+                #expect(error.position == secondName)
+            }
+        }
+    }
+
     @Test func mergingAppliesChanges() {
         let base: Fields = ["a": 1, "b": 2]
         #expect(base.merging(["b": 3, "c": 4]) == ["a": 1, "b": 3, "c": 4])
