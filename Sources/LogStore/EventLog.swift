@@ -244,9 +244,21 @@ public final class EventLog: Sendable {
     static func decode(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, path: String) throws
         -> Entry
     {
+        try decode(value, offset: try offset(ofKey: key, path: path), path: path)
+    }
+
+    /// The offset a log key names.
+    /// - Throws: `LogStoreError.corruptEntry` when the key is not 8 bytes.
+    private static func offset(ofKey key: UnsafeRawBufferPointer, path: String) throws -> UInt64 {
         guard let offset = OffsetKey.decode(key) else {
             throw LogStoreError(.corruptEntry, path: path, "a log key is \(key.count) bytes, not 8")
         }
+        return offset
+    }
+
+    /// The entry stored under `offset`.
+    /// - Throws: `LogStoreError.corruptEntry` when `value` does not decode.
+    private static func decode(_ value: UnsafeRawBufferPointer, offset: UInt64, path: String) throws -> Entry {
         do {
             return try EntryCodec.decode(value, expectedOffset: offset)
         } catch {
@@ -365,15 +377,20 @@ extension EventLog {
     /// read of the log in order: it must follow with no gap (see
     /// `checkDensity`). `expected` then names the offset after it; it stays
     /// as it was when this throws.
+    ///
+    /// The checks run in the order of storage.md section 4: the key, then
+    /// that it may follow `expected`, then the value. A gap before a
+    /// damaged entry is reported as the gap, where it begins.
     /// - Throws: `LogStoreError` `.corruptEntry` or `.gap`.
     static func decode(
         key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, following expected: inout UInt64,
         compactedBelow: UInt64, path: String
     ) throws -> Entry {
-        let entry = try decode(key: key, value: value, path: path)
-        try checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
+        let offset = try offset(ofKey: key, path: path)
+        try checkDensity(expected: expected, found: offset, compactedBelow: compactedBelow, path: path)
+        let entry = try decode(value, offset: offset, path: path)
         // Wraps only past the last offset, which no entry can follow.
-        expected = entry.offset &+ 1
+        expected = offset &+ 1
         return entry
     }
 

@@ -85,6 +85,23 @@ import Testing
         #expect(error?.offset == 4)
     }
 
+    /// storage.md sections 4 and 16 (step 6): a reader checks a record's
+    /// key, then that it may follow the offset expected, then decodes it.
+    /// With 3 missing and 4 damaged, a scan reports the gap at 3, not the
+    /// damage it would meet only by decoding 4 first.
+    @Test func aGapIsReportedBeforeTheEntryAfterItIsDecoded() async throws {
+        let directory = try await damagedStore("integrity-gap-order", count: 5) { txn, table in
+            try txn.delete(table, key: key(3))
+            var fourth = try #require(try txn.get(table, key: key(4)))
+            fourth[fourth.count - 1] ^= 0x01
+            try txn.put(table, key: key(4), value: fourth)
+        }
+        let log = try EventLog(path: directory.path)
+        let error = #expect(throws: LogStoreError.self) { try scanAll(log) }
+        #expect(error?.code == .gap, "\(String(describing: error))")
+        #expect(error?.offset == 3)
+    }
+
     @Test func anEntryUnderTheWrongKeyIsCaught() async throws {
         let directory = try await damagedStore("integrity-moved", count: 5) { txn, table in
             let second = try #require(try txn.get(table, key: key(2)))
