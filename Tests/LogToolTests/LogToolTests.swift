@@ -326,6 +326,24 @@ extension ToolRun {
         #expect(offsets == [4, 5, 6, 7, 8])
     }
 
+    /// `tail -n 0` prints nothing; at the last offset there is, 2^64 - 1
+    /// (an import can put a log there), it computed `last - 0 + 1` and
+    /// trapped. `-n 1` there prints that one entry.
+    @Test func tailOfZeroEntriesAtTheLastOffsetPrintsNothing() async throws {
+        let directory = try TemporaryDirectory("logtool-tail-top")
+        let lines = [
+            #"{"compacted_below":18446744073709551615,"entry_format":1,"format":"syncstore-export","last_offset":18446744073709551615,"version":1}"#,
+            #"{"kind":"resync","offset":18446744073709551615,"reason":"r","timestamp":5}"#,
+        ]
+        let store = directory.appending("store")
+        let imported = try Tool.importLines(lines, file: directory.appending("top.jsonl"), into: store)
+        #expect(imported.status == 0, "\(imported.errors)")
+        let none = try Tool.run(["tail", store, "-n", "0"])
+        #expect(none.status == 0 && none.output.isEmpty, "exit \(none.status): \(none.errors.prefix(300))")
+        let one = try Tool.run(["tail", store, "-n", "1", "--json"])
+        #expect(try one.objects().map { $0["offset"] as? UInt64 } == [.max], "\(one.output)\(one.errors)")
+    }
+
     /// The writer grows the map past the size `tail` mapped when it opened
     /// (64 MiB): `tail` takes the new size (LMDB's `MDB_MAP_RESIZED`, once
     /// per growth) and goes on printing every entry, none lost or repeated.

@@ -30,8 +30,9 @@ struct Bundle: AsyncParsableCommand {
         do {
             let log = try store.openLog()
             defer { log.close() }
-            let last = try log.lastOffset()
-            first = last >= UInt64(tail) ? last - UInt64(tail) + 1 : 1
+            // --tail is at least 1, so there is always a first offset.
+            guard let start = try log.startOfLast(tail) else { preconditionFailure("--tail 0 passed validate()") }
+            first = start
             try log.copy(to: output, compact: true)
         }
         // Fold what lies below the tail, then find what the tail touches.

@@ -64,6 +64,20 @@ struct StoreOptions: ParsableArguments {
     static func open(_ path: String) throws -> Store { try Store(path: path, options: .inspecting) }
 }
 
+extension EventLog {
+    /// The offset to read from for the last `count` entries (1 when the log
+    /// holds fewer); nil when `count` is 0 and the log ends at the last
+    /// offset there is, 2^64 - 1, after which no entry can come.
+    func startOfLast(_ count: Int) throws -> UInt64? {
+        precondition(count >= 0, "a negative count passed validate()")
+        let last = try lastOffset()
+        guard UInt64(count) <= last else { return 1 }
+        // last - count + 1 overflows only for count 0 at the last offset.
+        let (start, overflow) = (last - UInt64(count)).addingReportingOverflow(1)
+        return overflow ? nil : start
+    }
+}
+
 /// Prints values as JSON lines.
 enum Output {
     static let encoder: JSONEncoder = {

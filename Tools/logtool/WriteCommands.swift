@@ -23,8 +23,8 @@ struct Tail: AsyncParsableCommand {
     func run() async throws {
         let log = try store.openLog()
         defer { log.close() }
-        let last = try log.lastOffset()
-        let first = last >= UInt64(count) ? last - UInt64(count) + 1 : 1
+        // -n 0 at the last offset there is: nothing to print, nothing to follow.
+        guard let first = try log.startOfLast(count) else { return }
         var following = try printEntries(log, from: first)
         guard follow else { return }
         let deadline = seconds > 0 ? ContinuousClock.now + .seconds(seconds) : nil
