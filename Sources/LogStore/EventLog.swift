@@ -19,7 +19,8 @@ public final class EventLog: Sendable {
         public var durability = Durability.full
         /// Open without write access; appends are refused.
         public var readOnly = false
-        /// Create the store when the directory has none.
+        /// Create the store when the directory has none (no data file, or
+        /// an LMDB environment with no databases yet).
         public var createIfMissing = true
         /// The initial LMDB map size; it grows as needed.
         public var initialMapSize = 64 << 20
@@ -115,7 +116,7 @@ public final class EventLog: Sendable {
         // descriptor, until this process ends), and no lock file in a
         // directory that turned out not to be a store.
         do {
-            databases = try EventLog.openDatabases(environment, create: !options.readOnly)
+            databases = try EventLog.openDatabases(environment, create: !options.readOnly && options.createIfMissing)
             writerLock = options.readOnly ? nil : try WriterLock(directory: environment.path)
             do {
                 for name in derivedDatabases {

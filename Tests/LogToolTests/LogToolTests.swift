@@ -375,6 +375,29 @@ extension ToolRun {
         #expect(offsets == Array(1...49), "\(tail.outputLines.suffix(3)) \(tail.errorText)")
     }
 
+    /// `replay` and `compact --below` (`--dry-run` too) open the store for
+    /// writing; a path with no store there is refused as the read commands
+    /// refuse it, not made into a new, empty store reported as a success.
+    @Test(arguments: [["replay"], ["compact", "--below", "1"], ["compact", "--below", "1", "--dry-run"]])
+    func aWritingCommandOnAPathWithNoStoreIsRefused(_ command: [String]) throws {
+        let directory = try TemporaryDirectory("logtool-no-store")
+        let missing = directory.appending("typo")
+        let run = try Tool.run([command[0], missing] + command.dropFirst())
+        #expect(run.status == 2 && run.errors.contains(missing), "exit \(run.status): \(run.output)\(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: missing))
+        let empty = directory.appending("empty")
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
+        let inEmpty = try Tool.run([command[0], empty] + command.dropFirst())
+        #expect(inEmpty.status == 2 && inEmpty.errors.contains("not a sync store"), "exit \(inEmpty.status): \(inEmpty.errors)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: empty).isEmpty)
+        // An empty LMDB environment is not a store to take over either.
+        let bare = directory.appending("bare")
+        try Environment(path: bare).close()
+        let inBare = try Tool.run([command[0], bare] + command.dropFirst())
+        #expect(inBare.status == 2 && inBare.errors.contains("not a sync store"), "exit \(inBare.status): \(inBare.errors)")
+        #expect(!FileManager.default.fileExists(atPath: bare + "/writer.lock"))
+    }
+
     @Test func compactInPlaceAndAsACompactedCopy() async throws {
         let directory = try TemporaryDirectory("logtool-compact")
         do {

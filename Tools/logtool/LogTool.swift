@@ -62,6 +62,15 @@ struct StoreOptions: ParsableArguments {
 
     /// The store at `path` with its projections, opened read-only.
     static func open(_ path: String) throws -> Store { try Store(path: path, options: .inspecting) }
+
+    /// The store at `path` opened for writing (full durability), refused as
+    /// the read-only opens are when there is no store there: a mistyped
+    /// path must not become a new, empty store.
+    static func openWritable(_ path: String) throws -> Store {
+        var options = EventLog.Options(durability: .full)
+        options.createIfMissing = false
+        return try Store(path: path, options: options)
+    }
 }
 
 extension EventLog {

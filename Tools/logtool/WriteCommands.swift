@@ -73,7 +73,7 @@ struct Compact: AsyncParsableCommand {
     func run() async throws {
         if let copy { return try await intoNewDirectory(copy, option: "--copy") { try writeCopy(to: copy) } }
         guard let below else { return }
-        let opened = try Store(path: store.path, options: .init(durability: .full))
+        let opened = try StoreOptions.openWritable(store.path)
         defer { opened.close() }
         let report = try await opened.compact(below: below, dryRun: dryRun)
         if store.json { return try Output.line(["watermark": report.watermark, "entries_before": UInt64(report.entriesBefore), "entries_removed": UInt64(report.entriesRemoved), "snapshots_written": UInt64(report.snapshotsWritten), "entries_kept": UInt64(report.entriesKept)]) }
@@ -126,7 +126,7 @@ struct Replay: AsyncParsableCommand {
 
     /// Rebuilds the derived tables of the store at `path`, with progress.
     private func replay(_ path: String) async throws {
-        let opened = try Store(path: path, options: .init(durability: .full))
+        let opened = try StoreOptions.openWritable(path)
         defer { opened.close() }
         let total = try opened.log.lastOffset()
         let started = ContinuousClock.now
