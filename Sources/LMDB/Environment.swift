@@ -37,7 +37,8 @@ public final class Environment: @unchecked Sendable {
         public var durability = Durability.full
         /// Open without write access (`MDB_RDONLY`).
         public var readOnly = false
-        /// Create the directory when it does not exist (never when read-only).
+        /// Create the directory when it does not exist, and the environment
+        /// when its data file is missing or empty (never when read-only).
         public var createIfMissing = true
 
         public init() {}
@@ -79,11 +80,12 @@ public final class Environment: @unchecked Sendable {
     private static let openPaths = Mutex(Set<String>())
 
     /// Opens (or creates) the environment in the directory at `path`.
-    /// - Throws: `LMDBError` with `.alreadyOpen`, `.noSuchFile` (missing and
-    ///   not to be created), `.notADirectory`, `.permissionDenied` or
-    ///   `.readOnlyFileSystem` (cannot write there), `.invalid` (the
-    ///   directory holds a file that is not an LMDB environment),
-    ///   `.versionMismatch`.
+    /// - Throws: `LMDBError` with `.alreadyOpen`, `.noSuchFile` (the
+    ///   directory or its data file missing and not to be created),
+    ///   `.notADirectory`, `.permissionDenied` or `.readOnlyFileSystem`
+    ///   (cannot write there), `.invalid` (the directory holds a file that
+    ///   is not an LMDB environment, or, not to be created, an empty one),
+    ///   `.truncated` (the data file lacks pages in use), `.versionMismatch`.
     public init(path: String, options: Options = Options()) throws {
         self.options = options
         let resolved = try Environment.prepareDirectory(path, options: options)
@@ -95,17 +97,20 @@ public final class Environment: @unchecked Sendable {
             try check(mdb_env_set_mapsize(env, options.mapSize), "mdb_env_set_mapsize", path: resolved)
             try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs", path: resolved)
             try check(mdb_env_set_maxreaders(env, UInt32(options.maxReaders)), "mdb_env_set_maxreaders", path: resolved)
+            try Environment.checkDataFileExists(resolved, options: options)
             try Environment.register(resolved)
             let lockFile = resolved + "/lock.mdb"
             let hadLockFile = access(lockFile, F_OK) == 0
             do {
                 try check(mdb_env_open(env, resolved, Environment.flags(options), 0o644), "mdb_env_open", path: resolved)
+                try Environment.checkDataFileSize(env, path: resolved)
             } catch {
                 // LMDB makes the lock file before it reads the data file. A
-                // data file that is not LMDB's is no environment that anyone
-                // can be using, so the lock file made for it is ours to take
-                // back: a refused directory is left as it was found.
-                if error.code == .invalid, !hadLockFile { unlink(lockFile) }
+                // data file that is not LMDB's, or that lacks pages, is no
+                // environment that anyone can be using, so the lock file made
+                // for it is ours to take back: a refused directory is left
+                // as it was found.
+                if error.code == .invalid || error.code == .truncated, !hadLockFile { unlink(lockFile) }
                 Environment.unregister(resolved)
                 throw error
             }
@@ -153,6 +158,53 @@ public final class Environment: @unchecked Sendable {
         }
         defer { free(resolved) }
         return String(cString: resolved)
+    }
+
+    /// Refuses a missing or empty data file where no environment may be
+    /// created: LMDB takes either for a new environment and writes one (a
+    /// read-only open fails at that write with a bare EBADF). Where one may
+    /// be, an empty file becomes a new environment as LMDB makes it: it
+    /// holds nothing to lose, and LMDB leaves one behind when a process is
+    /// killed while it creates an environment.
+    private static func checkDataFileExists(_ directory: String, options: Options) throws(LMDBError) {
+        guard options.readOnly || !options.createIfMissing else { return }
+        var file = stat()
+        guard stat(directory + "/data.mdb", &file) == 0 else {
+            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "open", path: directory, detail: "data.mdb")
+        }
+        guard file.st_size > 0 else {
+            throw LMDBError(code: .invalid, operation: "open", path: directory, detail: "data.mdb is empty (0 bytes)")
+        }
+    }
+
+    /// Refuses a data file shorter than the pages its metadata says are in
+    /// use, 0 through `me_last_pgno` (a copy cut short, a truncate, a disk
+    /// that filled during a copy). LMDB reads pages through a map of the
+    /// file, and a read of a page past its end kills the process with
+    /// SIGBUS; checked here, at open, it is an error instead. Damage inside
+    /// a page the file does hold is beyond what a size can show.
+    private static func checkDataFileSize(_ env: OpaquePointer, path: String) throws(LMDBError) {
+        var info = MDB_envinfo()
+        var statistics = MDB_stat()
+        var descriptor: mdb_filehandle_t = -1
+        try check(mdb_env_info(env, &info), "mdb_env_info", path: path)
+        try check(mdb_env_stat(env, &statistics), "mdb_env_stat", path: path)
+        try check(mdb_env_get_fd(env, &descriptor), "mdb_env_get_fd", path: path)
+        var file = stat()
+        guard fstat(descriptor, &file) == 0 else {
+            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
+        }
+        let pageSize = Int(statistics.ms_psize)
+        // The metadata is not checksummed: a damaged page number must not
+        // trap here either.
+        let (pages, pagesOverflow) = info.me_last_pgno.addingReportingOverflow(1)
+        let (needed, neededOverflow) = pages.multipliedReportingOverflow(by: pageSize)
+        let size = Int(file.st_size)
+        guard pagesOverflow || neededOverflow || size < needed else { return }
+        let bytes = pagesOverflow || neededOverflow ? "" : " (\(needed) bytes)"
+        throw LMDBError(
+            code: .truncated, operation: "open", path: path,
+            detail: "\(path)/data.mdb is \(size) bytes; its metadata says pages 0...\(info.me_last_pgno) of \(pageSize) bytes are in use\(bytes)")
     }
 
     private static func register(_ path: String) throws(LMDBError) {

@@ -43,12 +43,16 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
         public static let environmentFailed = Code(rawValue: -40_002)
         /// The environment was closed.
         public static let closed = Code(rawValue: -40_003)
+        /// The data file is shorter than the pages its metadata says are in
+        /// use: reading the missing ones would kill the process (SIGBUS).
+        public static let truncated = Code(rawValue: -40_004)
 
         public var description: String {
             switch self {
             case .alreadyOpen: "environment already open in this process"
             case .environmentFailed: "environment failed after an unsuccessful commit; reopen it"
             case .closed: "environment is closed"
+            case .truncated: "data file truncated"
             default: String(cString: mdb_strerror(rawValue))
             }
         }
@@ -59,16 +63,20 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
     public var operation: String
     /// The environment's directory, when known.
     public var path: String?
+    /// What the code alone does not say, such as the sizes of a truncated
+    /// data file.
+    public var detail: String?
 
-    public init(code: Code, operation: String, path: String? = nil) {
+    public init(code: Code, operation: String, path: String? = nil, detail: String? = nil) {
         self.code = code
         self.operation = operation
         self.path = path
+        self.detail = detail
     }
 
     public var description: String {
         let place = path.map { " (\($0))" } ?? ""
-        return "\(operation)\(place): \(code) [\(code.rawValue)]"
+        return "\(operation)\(place): \(code) [\(code.rawValue)]" + (detail.map { ": \($0)" } ?? "")
     }
 }
 

@@ -105,7 +105,7 @@ public final class EventLog: Sendable {
         do {
             environment = try Environment(path: path, options: environmentOptions)
         } catch let error as LMDBError where error.code == .invalid {
-            throw LogStoreError(.notAStore, path: error.path ?? path, "data.mdb is not an LMDB file")
+            throw LogStoreError(.notAStore, path: error.path ?? path, error.detail ?? "data.mdb is not an LMDB file")
         }
         let databases: (log: Database, meta: Database)
         let writerLock: WriterLock?

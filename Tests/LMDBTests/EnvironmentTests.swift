@@ -367,6 +367,61 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["data.mdb"])
     }
 
+    /// A data file cut short (after its two meta pages, or part way) lacks
+    /// pages its metadata says are in use; LMDB would read them through its
+    /// map and the process would die of SIGBUS. The open says so instead,
+    /// naming the file and both sizes, and leaves the file as it was.
+    @Test(arguments: [false, true])
+    func aTruncatedDataFileIsRefused(readOnly: Bool) throws {
+        let directory = try TemporaryDirectory("lmdb-truncated")
+        do {
+            let environment = try Environment(path: directory.path)
+            let table = try #require(try environment.openDatabase("t"))
+            try environment.write { txn in
+                for n in 0..<200 { try txn.put(table, key: key(n), value: [UInt8](repeating: 1, count: 600)) }
+            }
+            environment.close()
+        }
+        let file = directory.appending("data.mdb")
+        let whole = try #require(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
+        var options = Environment.Options()
+        options.readOnly = readOnly
+        for size in [8192, whole / 2] {
+            let handle = try #require(FileHandle(forUpdatingAtPath: file))
+            try handle.truncate(atOffset: UInt64(size))
+            try handle.close()
+            let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path, options: options) }
+            #expect(error?.code == .truncated)
+            #expect(error?.description.contains("\(file) is \(size) bytes") == true, "\(String(describing: error))")
+            #expect(error?.description.contains("(\(whole) bytes)") == true, "\(String(describing: error))")
+            #expect(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int == size)
+        }
+    }
+
+    /// LMDB takes an empty data file for a new environment and writes one
+    /// into it: read-only that fails with a bare EBADF, and an open that may
+    /// not create must not. Both are refused, naming the empty file; an open
+    /// that may create makes the environment, as in a new directory.
+    @Test func anEmptyDataFileIsAnEnvironmentOnlyWhereOneMayBeCreated() throws {
+        let directory = try TemporaryDirectory("lmdb-empty-file")
+        let file = directory.appending("data.mdb")
+        _ = FileManager.default.createFile(atPath: file, contents: Data())
+        var readOnly = Environment.Options()
+        readOnly.readOnly = true
+        var existing = Environment.Options()
+        existing.createIfMissing = false
+        for options in [readOnly, existing] {
+            let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path, options: options) }
+            #expect(error?.code == .invalid)
+            #expect(error?.description.contains("data.mdb is empty (0 bytes)") == true, "\(String(describing: error))")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["data.mdb"])
+            #expect(FileManager.default.contents(atPath: file)?.isEmpty == true)
+        }
+        let created = try Environment(path: directory.path)
+        defer { created.close() }
+        #expect(try created.openDatabase("t") != nil)
+    }
+
     @Test func aRefusedOpenKeepsALockFileThatWasThere() throws {
         let directory = try TemporaryDirectory("lmdb-garbage-lock")
         _ = FileManager.default.createFile(atPath: directory.appending("data.mdb"), contents: Data(repeating: 7, count: 8192))

@@ -184,6 +184,27 @@ extension ToolRun {
         #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path).isEmpty)
     }
 
+    /// A `data.mdb` cut short (after its two meta pages, or part way)
+    /// is a one-line error with exit 2 for every command, not a SIGBUS
+    /// inside liblmdb, and `compact --copy` leaves no half-made copy.
+    @Test func aTruncatedDataFileIsAnErrorNotACrash() async throws {
+        let directory = try await makeStore("logtool-truncated")
+        let file = directory.appending("data.mdb")
+        let whole = try #require(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
+        let elsewhere = try TemporaryDirectory("logtool-truncated-copy")
+        for size in [8192, whole / 2] {
+            let handle = try #require(FileHandle(forUpdatingAtPath: file))
+            try handle.truncate(atOffset: UInt64(size))
+            try handle.close()
+            for command in [["stat"], ["dump"], ["verify"], ["compact", "--copy", elsewhere.appending("copy")]] {
+                let run = try Tool.run([command[0], directory.path] + command.dropFirst())
+                #expect(run.status == 2, "\(command) at \(size) bytes: exit \(run.status)")
+                #expect(run.errors.contains("data file truncated") && run.errors.contains("\(file) is \(size) bytes"), "\(run.errors)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: elsewhere.appending("copy")))
+        }
+    }
+
     @Test func verifyFindsAWrongProjectionRow() async throws {
         let directory = try await makeStore("logtool-projection")
         do {
