@@ -713,6 +713,25 @@ extension LogToolExportTests {
         #expect(try Tool.run(["outbox", bundle, "--json"]).objects().count == 2)
         #expect(try !Tool.run(["dump", bundle]).output.contains("secret"))
     }
+
+    /// `--json`, which every command with a store path offers, makes
+    /// `bundle` print one JSON object too, not its sentence.
+    @Test func bundlePrintsJSONWhenAsked() async throws {
+        let directory = try TemporaryDirectory("logtool-bundle-json")
+        let source = directory.appending("store")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            try await store.create(type: "te", id: "b", fields: [:])
+            store.close()
+        }
+        let output = directory.appending("out")
+        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", output, "--json"])
+        #expect(run.status == 0, "\(run.errors)")
+        let report = try #require(try run.objects().first, "\(run.output)")
+        #expect(report["path"] as? String == output && report["entities"] as? Int == 1)
+        #expect(report["first_offset"] as? Int == 2 && report["last_offset"] as? Int == 2)
+    }
 }
 
 extension LogToolExportTests {

@@ -61,7 +61,22 @@ struct Bundle: AsyncParsableCommand {
         let trimmed = try Store(path: output, options: .init(durability: .full))
         defer { trimmed.close() }
         try await trimmed.rebuildProjections()
-        print("bundled offsets \(first)...\(try trimmed.log.lastOffset()) and \(touched.count) entities into \(output)")
+        let report = Report(path: output, firstOffset: first, lastOffset: try trimmed.log.lastOffset(), entities: touched.count)
+        if store.json { return try Output.line(report) }
+        print("bundled offsets \(report.firstOffset)...\(report.lastOffset) and \(report.entities) entities into \(output)")
+    }
+
+    /// What a bundle holds: the offsets of the tail it kept and how many
+    /// entities that tail touches.
+    struct Report: Encodable {
+        var path: String
+        var firstOffset: UInt64
+        var lastOffset: UInt64
+        var entities: Int
+        enum CodingKeys: String, CodingKey {
+            case path, entities
+            case firstOffset = "first_offset", lastOffset = "last_offset"
+        }
     }
 
     /// Adds the entity of the intent at `offset` (when it is still there).
