@@ -489,12 +489,14 @@ extension Environment {
 
     /// Writes a consistent copy of the environment into the empty directory
     /// `destination`; `compact` leaves out free pages (`MDB_CP_COMPACT`).
+    /// - Throws: `LMDBError` naming this environment, which a failure is
+    ///   most often about (a damaged page), with `destination` in its detail.
     public func copy(to destination: String, compact: Bool) throws {
         try resizeLock.withShared { () throws(LMDBError) in
             try checkUsable("mdb_env_copy2")
             try check(
                 mdb_env_copy2(handle, destination, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2",
-                path: destination)
+                path: path, detail: "copying into \(destination)")
         }
     }
 

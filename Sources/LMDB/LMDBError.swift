@@ -81,10 +81,12 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 /// The one helper every C call goes through: a non-zero result becomes an
-/// `LMDBError` naming the call.
+/// `LMDBError` naming the call (and `detail`, made only then).
 @inline(__always)
-func check(_ result: Int32, _ operation: StaticString, path: String? = nil) throws(LMDBError) {
+func check(
+    _ result: Int32, _ operation: StaticString, path: String? = nil, detail: @autoclosure () -> String? = nil
+) throws(LMDBError) {
     if result != 0 {
-        throw LMDBError(code: LMDBError.Code(rawValue: result), operation: "\(operation)", path: path)
+        throw LMDBError(code: LMDBError.Code(rawValue: result), operation: "\(operation)", path: path, detail: detail())
     }
 }

@@ -422,6 +422,20 @@ import Testing
         #expect(try created.openDatabase("t") != nil)
     }
 
+    /// A failed copy names the environment being copied, which a failure
+    /// on a damaged file is about, and says where the copy was going: a
+    /// caller's scratch directory alone told a reader nothing.
+    @Test func aFailedCopyNamesTheEnvironmentAndTheDestination() throws {
+        let directory = try TemporaryDirectory("lmdb-copy-fails")
+        let source = directory.appending("source")
+        let environment = try Environment(path: source)
+        defer { environment.close() }
+        let destination = directory.appending("missing/copy")
+        let error = #expect(throws: LMDBError.self) { try environment.copy(to: destination, compact: false) }
+        #expect(error?.path == environment.path)
+        #expect(error?.description.contains("copying into \(destination)") == true, "\(String(describing: error))")
+    }
+
     @Test func aRefusedOpenKeepsALockFileThatWasThere() throws {
         let directory = try TemporaryDirectory("lmdb-garbage-lock")
         _ = FileManager.default.createFile(atPath: directory.appending("data.mdb"), contents: Data(repeating: 7, count: 8192))

@@ -714,6 +714,35 @@ extension LogToolExportTests {
         #expect(try !Tool.run(["dump", bundle]).output.contains("secret"))
     }
 
+    /// A damaged entry that `bundle` meets in its copy of the store is the
+    /// store's: the error names the store and the offset, not the output
+    /// directory (which is removed), below the tail or in it.
+    @Test(arguments: [2, 5])
+    func aBundleOfADamagedStoreNamesTheStore(tail: Int) async throws {
+        let directory = try TemporaryDirectory("logtool-bundle-damaged")
+        let source = directory.appending("store")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            for n in 0..<6 { try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: source)
+            defer { environment.close() }
+            let log = try #require(try environment.openDatabase("log", create: false))
+            try environment.write { txn in
+                var third = try #require(try txn.get(log, key: UInt64(3).bigEndianBytes))
+                third[third.count - 1] ^= 0x01
+                try txn.put(log, key: UInt64(3).bigEndianBytes, value: third)
+            }
+        }
+        let output = directory.appending("out")
+        let run = try Tool.run(["bundle", source, "--tail", "\(tail)", "-o", output])
+        #expect(run.status == 2)
+        #expect(run.errors.contains("\(source) at offset 3: corrupt entry") && !run.errors.contains(output), "\(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: output))
+    }
+
     /// `--json`, which every command with a store path offers, makes
     /// `bundle` print one JSON object too, not its sentence.
     @Test func bundlePrintsJSONWhenAsked() async throws {

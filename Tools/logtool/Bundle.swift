@@ -26,15 +26,34 @@ struct Bundle: AsyncParsableCommand {
     }
 
     private func writeBundle() async throws {
+        let source: String
         let first: UInt64
         do {
             let log = try store.openLog()
             defer { log.close() }
+            source = log.path
             // --tail is at least 1, so there is always a first offset.
             guard let start = try log.startOfLast(tail) else { preconditionFailure("--tail 0 passed validate()") }
             first = start
             try log.copy(to: output, compact: true)
         }
+        let report: Report
+        do {
+            report = try await trimCopy(keepingFrom: first)
+        } catch var error as LogStoreError where error.code == .corruptEntry || error.code == .gap {
+            // The copy holds the store's entries byte for byte, under their
+            // offsets: damage met in it is the store's, at the same offset.
+            // The store is what needs looking at; the copy is removed.
+            error.path = source
+            throw error
+        }
+        if store.json { return try Output.line(report) }
+        print("bundled offsets \(report.firstOffset)...\(report.lastOffset) and \(report.entities) entities into \(output)")
+    }
+
+    /// Trims the copy at `output` to the entries from `first` on and what
+    /// they need, and rebuilds its projections.
+    private func trimCopy(keepingFrom first: UInt64) async throws -> Report {
         // Fold what lies below the tail, then find what the tail touches.
         var touched = Set<String>()
         var dropped: [UInt64] = []
@@ -61,9 +80,7 @@ struct Bundle: AsyncParsableCommand {
         let trimmed = try Store(path: output, options: .init(durability: .full))
         defer { trimmed.close() }
         try await trimmed.rebuildProjections()
-        let report = Report(path: output, firstOffset: first, lastOffset: try trimmed.log.lastOffset(), entities: touched.count)
-        if store.json { return try Output.line(report) }
-        print("bundled offsets \(report.firstOffset)...\(report.lastOffset) and \(report.entities) entities into \(output)")
+        return Report(path: output, firstOffset: first, lastOffset: try trimmed.log.lastOffset(), entities: touched.count)
     }
 
     /// What a bundle holds: the offsets of the tail it kept and how many
