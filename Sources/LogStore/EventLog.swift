@@ -60,6 +60,8 @@ public final class EventLog: Sendable {
     private let committer: GroupCommitter?
     /// Held while open for writing: one writing process per store.
     private let writerLock: WriterLock?
+    /// The writer's position; `.empty` in a read-only log, which reads the
+    /// log's end when asked.
     private let position: CommittedPosition
     /// The owner's teardown once the log is closed: see `init`.
     private let onClose: (@Sendable () -> Void)?
@@ -68,7 +70,8 @@ public final class EventLog: Sendable {
     /// - Throws: `LogStoreError` `.notAStore` (an LMDB environment or a
     ///   directory that is not a store, when not creating; a `data.mdb`
     ///   that is not LMDB's),
-    ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged);
+    ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged;
+    ///   a read-only open leaves that to the first read that needs it);
     ///   `LMDBError` for `Environment.init`'s reasons.
     public convenience init(path: String, options: Options = Options()) throws {
         try self.init(path: path, options: options, derivedDatabases: [], onCommit: nil, onClose: nil)
@@ -122,9 +125,17 @@ public final class EventLog: Sendable {
                 for name in derivedDatabases {
                     derived[name] = try environment.openDatabase(name, create: !options.readOnly)
                 }
-                initial = try environment.read { txn in
-                    try EventLog.lastPosition(txn, log: databases.log, path: environment.path)
-                }
+                // Only a writer needs the last entry at open: it appends
+                // after it, with a later timestamp, so it refuses a damaged
+                // one. A reader reads the log's end when asked
+                // (`lastOffset()`), and a damaged last entry is an error
+                // there, or a problem `verifyEntries()` lists.
+                initial =
+                    options.readOnly
+                    ? .empty
+                    : try environment.read { txn in
+                        try EventLog.lastPosition(txn, log: databases.log, path: environment.path)
+                    }
             } catch {
                 writerLock?.release()
                 throw error
@@ -234,9 +245,7 @@ public final class EventLog: Sendable {
         -> WriteContext.Position
     {
         try txn.withCursor(log) { cursor in
-            guard let (key, value) = try cursor.last() else {
-                return WriteContext.Position(lastOffset: 0, lastTimestamp: HybridTimestamp(rawValue: 0))
-            }
+            guard let (key, value) = try cursor.last() else { return .empty }
             let entry = try decode(key: key, value: value, path: path)
             return WriteContext.Position(lastOffset: entry.offset, lastTimestamp: entry.timestamp)
         }

@@ -263,6 +263,9 @@ struct WriteContext {
         /// The last offset written (0 for an empty log).
         var lastOffset: UInt64
         var lastTimestamp: HybridTimestamp
+
+        /// The position of an empty log.
+        static let empty = Position(lastOffset: 0, lastTimestamp: HybridTimestamp(rawValue: 0))
     }
 
     let log: Database

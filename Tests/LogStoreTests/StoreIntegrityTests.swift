@@ -75,6 +75,22 @@ import Testing
         #expect(error?.offset == 3)
     }
 
+    /// Only a writer needs the last entry at open (it appends after it). A
+    /// read-only open succeeds, so the entries before it can be read and
+    /// `verifyEntries` can list the damage; reading the log's end fails.
+    @Test func aReadOnlyOpenLeavesADamagedLastEntryToTheReadsThatMeetIt() async throws {
+        let directory = try await damagedStore("integrity-last-read-only", count: 3) { txn, table in
+            try txn.put(table, key: key(3), value: [1, 2, 3])
+        }
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        #expect(try log.entry(at: 2)?.body == intent(2))
+        let error = #expect(throws: LogStoreError.self) { try log.lastOffset() }
+        #expect(error?.code == .corruptEntry && error?.offset == 3)
+        let (checked, problems) = try log.verifyEntries()
+        #expect(checked == 3 && problems.map(\.offset) == [3], "\(problems)")
+    }
+
     @Test func aMissingEntryIsAGap() async throws {
         let directory = try await damagedStore("integrity-gap", count: 10) { txn, table in
             try txn.delete(table, key: key(4))

@@ -33,6 +33,19 @@ enum Tool {
         return try run(["export", source]).lines
     }
 
+    /// Flips a bit of the last byte of the entry at `offset` in the closed
+    /// store at `path`, through LMDB, so that its checksum fails.
+    static func damageEntry(at offset: UInt64, inStore path: String) throws {
+        let environment = try Environment(path: path)
+        defer { environment.close() }
+        let log = try #require(try environment.openDatabase("log", create: false))
+        try environment.write { txn in
+            var bytes = try #require(try txn.get(log, key: offset.bigEndianBytes))
+            bytes[bytes.count - 1] ^= 0x01
+            try txn.put(log, key: offset.bigEndianBytes, value: bytes)
+        }
+    }
+
     /// `run`, waited for off the cooperative pool (`ToolRun.running`).
     static func runOffThePool(_ arguments: [String]) async throws -> ToolRun {
         try await ToolRun.running(path("logtool"), arguments)
@@ -182,6 +195,26 @@ extension ToolRun {
         let export = try Tool.run(["export", directory.path, "--output", elsewhere.appending("export.jsonl")])
         #expect(export.status == 2 && export.errors.contains("offset 2"))
         #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path).isEmpty)
+    }
+
+    /// `verify` lists a damaged last entry as a problem and exits 1, as
+    /// for any other entry; opening the store decoded the last entry and
+    /// failed, so it exited 2 with a plain error.
+    @Test func verifyReportsADamagedLastEntryAsAProblem() async throws {
+        let directory = try TemporaryDirectory("logtool-verify-last")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+            try await store.create(type: "te", id: "b", fields: ["n": 2])
+            store.close()
+        }
+        try Tool.damageEntry(at: 2, inStore: directory.path)
+        let verify = try Tool.run(["verify", directory.path])
+        #expect(verify.status == 1, "exit \(verify.status): \(verify.errors)")
+        #expect(verify.output.contains("log at offset 2: bad checksum"), "\(verify.output)")
+        // The other commands still refuse it, naming the offset.
+        let stat = try Tool.run(["stat", directory.path])
+        #expect(stat.status == 2 && stat.errors.contains("at offset 2: corrupt entry"), "\(stat.errors)")
     }
 
     /// A `data.mdb` cut short (after its two meta pages, or part way)
@@ -726,16 +759,7 @@ extension LogToolExportTests {
             for n in 0..<6 { try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
             store.close()
         }
-        do {
-            let environment = try Environment(path: source)
-            defer { environment.close() }
-            let log = try #require(try environment.openDatabase("log", create: false))
-            try environment.write { txn in
-                var third = try #require(try txn.get(log, key: UInt64(3).bigEndianBytes))
-                third[third.count - 1] ^= 0x01
-                try txn.put(log, key: UInt64(3).bigEndianBytes, value: third)
-            }
-        }
+        try Tool.damageEntry(at: 3, inStore: source)
         let output = directory.appending("out")
         let run = try Tool.run(["bundle", source, "--tail", "\(tail)", "-o", output])
         #expect(run.status == 2)
