@@ -177,12 +177,14 @@ public final class Environment: @unchecked Sendable {
         }
     }
 
-    /// Refuses a data file shorter than the pages its metadata says are in
-    /// use, 0 through `me_last_pgno` (a copy cut short, a truncate, a disk
-    /// that filled during a copy). LMDB reads pages through a map of the
-    /// file, and a read of a page past its end kills the process with
-    /// SIGBUS; checked here, at open, it is an error instead. Damage inside
-    /// a page the file does hold is beyond what a size can show.
+    /// Refuses a data file that lacks a page in use (a copy cut short, a
+    /// truncate, a disk that filled during a copy). LMDB reads pages through
+    /// a map of the file, and a read of a page past its end kills the
+    /// process with SIGBUS; checked here, at open, it is an error instead.
+    /// The file may end before the last page the metadata counts
+    /// (`me_last_pgno`) when the pages past its end are free ones LMDB never
+    /// wrote (`FreePages`): that file is whole. Damage inside a page the
+    /// file does hold is beyond what this can show.
     private static func checkDataFileSize(_ env: OpaquePointer, path: String) throws(LMDBError) {
         var info = MDB_envinfo()
         var statistics = MDB_stat()
@@ -195,12 +197,22 @@ public final class Environment: @unchecked Sendable {
             throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
         }
         let pageSize = Int(statistics.ms_psize)
+        let size = Int(file.st_size)
         // The metadata is not checksummed: a damaged page number must not
         // trap here either.
-        let (pages, pagesOverflow) = info.me_last_pgno.addingReportingOverflow(1)
-        let (needed, neededOverflow) = pages.multipliedReportingOverflow(by: pageSize)
-        let size = Int(file.st_size)
-        guard pagesOverflow || neededOverflow || size < needed else { return }
+        let lastPage = UInt64(info.me_last_pgno)
+        let (pages, pagesOverflow) = lastPage.addingReportingOverflow(1)
+        let (needed, neededOverflow) = pages.multipliedReportingOverflow(by: UInt64(pageSize))
+        guard pagesOverflow || neededOverflow || UInt64(size) < needed else { return }
+        // A page the file holds only in part is missing too.
+        let firstMissing = UInt64(size / pageSize)
+        if !pagesOverflow, !neededOverflow,
+            let free = FreePages.read(
+                descriptor: descriptor, pageSize: pageSize, transactionID: UInt64(info.me_last_txnid), fileSize: size),
+            lastPage - firstMissing < UInt64(free.count), (firstMissing...lastPage).allSatisfy(free.contains)
+        {
+            return
+        }
         let bytes = pagesOverflow || neededOverflow ? "" : " (\(needed) bytes)"
         throw LMDBError(
             code: .truncated, operation: "open", path: path,

@@ -1,5 +1,5 @@
 import Foundation
-import LMDB
+@testable import LMDB
 import LogTesting
 import Synchronization
 import Testing
@@ -396,6 +396,63 @@ import Testing
             #expect(error?.description.contains("(\(whole) bytes)") == true, "\(String(describing: error))")
             #expect(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int == size)
         }
+    }
+
+    /// A data file may end before the last page its metadata counts and be
+    /// whole: LMDB never writes a page that a transaction allocated and
+    /// freed again before it committed, and such pages are in the free
+    /// list, which no read reaches. Made here by cutting a file back to
+    /// where its free tail starts (a value freed at the end of the file,
+    /// then commits that move the tree's pages into lower free ones), it
+    /// opens and reads whole, read-only and writable, where a check of its
+    /// size alone refused it; cut one page further, into a page in use, it
+    /// is refused.
+    @Test func aFileEndingWhereItsFreePagesStartIsWhole() throws {
+        let directory = try TemporaryDirectory("lmdb-free-tail")
+        let file = directory.appending("data.mdb")
+        let value = [UInt8](repeating: 7, count: 300)
+        let info: Environment.Info
+        do {
+            let environment = try Environment(path: directory.path)
+            let table = try #require(try environment.openDatabase("t"))
+            try environment.write { txn in for n in 0..<100 { try txn.put(table, key: key(n), value: value) } }
+            try environment.write { txn in try txn.put(table, key: key(1_000), value: [UInt8](repeating: 9, count: 400_000)) }
+            _ = try environment.write { txn in try txn.delete(table, key: key(1_000)) }
+            for _ in 0..<8 {
+                try environment.write { txn in
+                    try txn.put(table, key: key(0), value: value)
+                    try txn.put(table, key: key(99), value: value)
+                }
+            }
+            info = environment.info()
+            environment.close()
+        }
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
+        let descriptor = open(file, O_RDONLY)
+        let free = try #require(
+            FreePages.read(descriptor: descriptor, pageSize: info.pageSize, transactionID: UInt64(info.lastTransactionID), fileSize: size))
+        close(descriptor)
+        var tail = UInt64(info.usedBytes / info.pageSize)
+        while tail > 0, free.contains(tail - 1) { tail -= 1 }
+        try #require(Int(tail) + 50 < info.usedBytes / info.pageSize, "no free tail to cut: \(free.sorted())")
+        func cut(to pages: UInt64) throws {
+            let handle = try #require(FileHandle(forUpdatingAtPath: file))
+            try handle.truncate(atOffset: pages * UInt64(info.pageSize))
+            try handle.close()
+        }
+        try cut(to: tail)
+        for readOnly in [true, false] {
+            var options = Environment.Options()
+            options.readOnly = readOnly
+            let environment = try Environment(path: directory.path, options: options)
+            let table = try #require(try environment.openDatabase("t", create: false))
+            let values = try environment.read { txn in try (0..<100).map { try txn.get(table, key: key($0)) } }
+            #expect(values.count == 100 && values.allSatisfy { $0 == value })
+            environment.close()
+        }
+        try cut(to: tail - 1)
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
+        #expect(error?.code == .truncated)
     }
 
     /// LMDB takes an empty data file for a new environment and writes one
