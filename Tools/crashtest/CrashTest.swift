@@ -47,9 +47,16 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(help: ArgumentHelp("Make each writer lie once about an acknowledgement, to show the checks catch it.", visibility: .hidden))
     var injectViolation = false
 
+    @Flag(help: ArgumentHelp("Make each writer hang before it opens its store, to show the checks catch it.", visibility: .hidden))
+    var injectHang = false
+
+    @Option(help: ArgumentHelp("How long a writer may take to open its store, in seconds.", visibility: .hidden))
+    var readyWait = 60
+
     func validate() throws {
         guard iterations >= 1 else { throw ValidationError("--iterations must be 1 or more") }
         guard delayMax >= 0 else { throw ValidationError("--delay-max must be 0 or more") }
+        guard readyWait >= 1 else { throw ValidationError("--ready-wait must be 1 or more") }
         guard Durability(rawValue: durability) != nil else { throw ValidationError("--durability must be full, metaAsync or process") }
         _ = try selectedWorkloads()
     }
@@ -78,7 +85,7 @@ struct RunCommand: AsyncParsableCommand {
             iterations: iterations, seed: seed ?? UInt64(Date().timeIntervalSince1970 * 1000), durability: Durability(rawValue: durability) ?? .full,
             delayMillisecondsMax: delayMax, directory: base, executable: executable,
             syncserver: syncserver ?? ((executable as NSString).deletingLastPathComponent as NSString).appendingPathComponent("syncserver"),
-            injectViolation: injectViolation)
+            injectViolation: injectViolation, injectHang: injectHang, readyWaitMax: .seconds(readyWait))
         let tally: Tally
         do {
             tally = try await Harness(options: options).run(try selectedWorkloads())

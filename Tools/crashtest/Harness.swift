@@ -50,6 +50,16 @@ struct Harness {
             throw error
         }
         await workload.finish()
+        // A run that acknowledged nothing checked nothing: its workers never
+        // wrote before their kills (a hang, or a worker that no longer
+        // writes), and it must not pass as a clean run.
+        if tally.acknowledged == 0, tally.iterations > 0, options.delayMillisecondsMax > 0 {
+            tally.violations.append(
+                Violation(
+                    workload: W.name, iteration: tally.iterations - 1,
+                    message: "no write was acknowledged in \(tally.iterations) iterations: nothing was checked"))
+            Harness.say("crashtest: VIOLATION (seed \(options.seed)) \(tally.violations[tally.violations.count - 1])")
+        }
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         Harness.say("crashtest: \(W.name): \(Harness.counts(tally)) (\(String(format: "%.1f", seconds)) s)")

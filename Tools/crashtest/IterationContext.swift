@@ -15,6 +15,11 @@ struct HarnessOptions: Sendable {
     var syncserver: String
     /// Makes every writer lie once (`--inject-violation`).
     var injectViolation: Bool
+    /// Makes every writer hang before it opens its store (`--inject-hang`).
+    var injectHang = false
+    /// How long a writer may take to report `ready` (a debug worker opens
+    /// its store in well under a second; generous for a slow machine).
+    var readyWaitMax = Duration.seconds(60)
 }
 
 /// A promise the store (or server) broke, or a rule it broke, and where.

@@ -56,6 +56,7 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option var seed: UInt64
     @Option(help: "Stop after this many writes, made one at a time.") var count: Int?
     @Flag(help: "Report one write as acknowledged without making it.") var lie = false
+    @Flag(help: "Hang before opening the store, reporting nothing.") var hang = false
     @Option(help: "The sync server's base URL (the sync workload).") var server: String?
 
     func validate() throws {
@@ -68,6 +69,8 @@ struct WorkerCommand: AsyncParsableCommand {
 
     func run() async throws {
         guard let kind = Workloads.worker(named: workload) else { throw ExitCode(64) }
+        // Until the harness kills it.
+        while hang { try? await Task.sleep(for: .seconds(3_600)) }
         let worker = Worker(
             store: store, durability: Durability(rawValue: durability) ?? .full, seed: seed, reporter: Reporter(lying: lie),
             count: count, server: server)

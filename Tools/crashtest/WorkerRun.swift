@@ -9,15 +9,13 @@ import LogTesting
 
 /// Starting a worker and killing it.
 enum WorkerRun {
-    /// Generous bounds for a slow machine: a debug worker opens its store
-    /// in well under a second.
-    static let readyWaitMax = Duration.seconds(60)
+    /// A generous bound for a slow machine.
     static let exitWaitMax = Duration.seconds(60)
 
     /// The arguments that start a worker of `workload` on `store`.
     static func arguments(_ workload: String, store: String, seed: UInt64, _ options: HarnessOptions) -> [String] {
         ["worker", "--workload", workload, "--store", store, "--durability", options.durability.rawValue, "--seed", String(seed)]
-            + (options.injectViolation ? ["--lie"] : [])
+            + (options.injectViolation ? ["--lie"] : []) + (options.injectHang ? ["--hang"] : [])
     }
 
     /// Starts a worker on `store`, kills it with SIGKILL after a random
@@ -35,7 +33,12 @@ enum WorkerRun {
         let delay = context.randomDelay()
         // A lying worker is killed only after its lie, so that it is told.
         let start = context.options.injectViolation ? "lied" : afterReady ? "ready" : nil
-        if let start { _ = await worker.waitForLine(timeout: readyWaitMax) { $0 == start } }
+        // A worker that never gets there hung opening or recovering its
+        // store: that is what a kill must never lead to.
+        let wait = context.options.readyWaitMax
+        if let start, await worker.waitForLine(timeout: wait, where: { $0 == start }) == nil {
+            context.violation("the worker (seed \(seed)) did not report \(start) within \(wait): it hung opening or recovering \(store)")
+        }
         try? await Task.sleep(for: delay)
         worker.kill()
         guard await worker.waitForExit(timeout: exitWaitMax) else {
