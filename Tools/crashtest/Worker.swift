@@ -24,9 +24,11 @@ struct Worker: Sendable {
     var tag: String { String(seed, radix: 36) }
 
     /// Opens the store as a `Store` and tells the parent it is ready.
-    func openStore() throws -> Store {
+    /// Opens the store and, unless the workload says it later (after
+    /// setting up what its kills should land in), reports `ready`.
+    func openStore(reportingReady: Bool = true) throws -> Store {
         let opened = try Store(path: store, options: options)
-        reporter.send("ready")
+        if reportingReady { reporter.send("ready") }
         return opened
     }
 
