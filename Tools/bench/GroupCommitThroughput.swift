@@ -61,14 +61,19 @@ enum GroupCommitBenchmark {
             // reference: a slow moment of the disk during either would
             // otherwise flatter the ratio.
             let oneWriter = outcomes.first { $0.writers == 1 }?.rate
-            let reference = [singleRate, oneWriter].compactMap { $0 }.max() ?? outcomes[0].rate
+            let single = [singleRate, oneWriter].compactMap { $0 }.max()
+            let reference = single ?? outcomes[0].rate
+            // Without a single-writer run (`--writers` without 1, section 1
+            // not run) the fewest writers measured are the reference, and
+            // the row says so.
+            let referenceName = single != nil ? "single-writer" : "\(outcomes[0].writers)-writer"
             section.rows += outcomes.map { row($0, singleRate: reference) }
             if let most = outcomes.max(by: { $0.writers < $1.writers }), most.writers > 1 {
                 section.rows.append(
                     ResultRow(
-                        "\(most.writers)-writer rate / single-writer rate (\(mode == .threads ? "threads" : "tasks"))",
+                        "\(most.writers)-writer rate / \(referenceName) rate (\(mode == .threads ? "threads" : "tasks"))",
                         most.rate / reference, "x", target: .atLeast(ratioTarget, "x"),
-                        detail: "single-writer reference \(Report.format(reference, "entries/s"))"))
+                        detail: "\(referenceName) reference \(Report.format(reference, "entries/s"))"))
             }
         }
         section.notes = [
