@@ -233,4 +233,32 @@ import Testing
         #expect(throws: (any Error).self) { try Wire.makeEncoder().encode(Fields([name: 1])) }
         #expect(throws: (any Error).self) { try JSONDecoder().decode(Fields.self, from: Data(#"{"$\u0301x": 1}"#.utf8)) }
     }
+
+    /// A decoding error names where it happened, down through arrays and
+    /// objects, after the caller's own path. (The path is made only for an
+    /// error: made for every element and member, it copied each ancestor's
+    /// name again, and a long name over many elements made a push of
+    /// 1.25 MB take 5.8 s to decode, a pull page of 2 MB 4.9 s; now 0.39 s
+    /// and 0.72 s, debug builds.)
+    @Test func decodingErrorsNameTheirPath() throws {
+        let cases: [(json: String, prefix: String, path: String)] = [
+            (#"{"a": [1, {"$x": 1}]}"#, "", "a[1].$x"),
+            (#"{"a": {"b": [[{"$timestamp": 1.5}]]}}"#, "", "a.b[0][0].$timestamp"),
+            (#"{"a": [0, {"$bytes": "A"}]}"#, "changes[2].data", "changes[2].data.a[1].$bytes"),
+            (#"{"$x": 1}"#, "", "$x"),
+            (#"{"a": [{"b": 1, "$c": 2}]}"#, "d", "d.a[0].$c"),
+        ]
+        for (json, prefix, path) in cases {
+            #expect(throws: WireDecodingError.self, "\(json)") { try Fields(json: read(json), path: prefix) }
+            do {
+                _ = try Fields(json: read(json), path: prefix)
+            } catch let error as WireDecodingError {
+                #expect(error.path == path, "\(json): \(error)")
+            }
+        }
+        let deep = String(repeating: "[", count: Limits.valueDepthMax + 1) + String(repeating: "]", count: Limits.valueDepthMax + 1)
+        #expect { try Fields(json: read(#"{"n": \#(deep)}"#)) } throws: {
+            ($0 as? WireDecodingError)?.path == "n" + String(repeating: "[0]", count: Limits.valueDepthMax)
+        }
+    }
 }
