@@ -36,14 +36,36 @@ public enum NameRules {
     }
 
     /// Field names are non-empty and do not start with `$` (reserved for the
-    /// JSON forms of bytes, timestamps and doubles); doubles are finite;
-    /// values nest at most `Limits.valueDepthMax` deep.
+    /// JSON forms of bytes, timestamps and doubles), and no two in one object
+    /// differ only by Unicode normalization; doubles are finite; values nest
+    /// at most `Limits.valueDepthMax` deep.
     public static func fieldsProblem(_ fields: Fields, depth: Int = 0) -> String? {
         for (name, value) in fields {
             guard !name.isEmpty, !isReserved(name) else {
                 return "field name \"\(name)\": names are non-empty and do not start with $"
             }
             if let problem = valueProblem(value, name: name, depth: depth) { return problem }
+        }
+        if let (first, second) = equivalentNames(fields) {
+            let scalars = { (text: String) in text.unicodeScalars.map { "U+" + String($0.value, radix: 16, uppercase: true) } }
+            return "fields \(scalars(first)) and \(scalars(second)) differ only by Unicode normalization: the sync protocol "
+                + "cannot carry both in one object (sync-protocol.md, section 16, point 17)"
+        }
+        return nil
+    }
+
+    /// Two names of `fields` that differ in bytes (the format keeps them
+    /// apart) but that Swift's `String`, and so every JSON reader built on
+    /// it, takes for one: a push carrying both would be refused whole, as a
+    /// body with a repeated member.
+    private static func equivalentNames(_ fields: Fields) -> (String, String)? {
+        // ASCII names are their own normal form: two of them are one name
+        // only when their bytes are equal, which `Fields` never holds.
+        guard fields.count > 1, fields.contains(where: { !$0.name.utf8.allSatisfy { $0 < 0x80 } }) else { return nil }
+        // Keyed by `String`, whose hashing and == follow canonical equivalence.
+        var seen: [String: String] = [:]
+        for (name, _) in fields {
+            if let earlier = seen.updateValue(name, forKey: name) { return (earlier, name) }
         }
         return nil
     }

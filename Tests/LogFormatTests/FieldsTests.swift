@@ -182,4 +182,27 @@ import Testing
         #expect(NameRules.fieldsProblem(["$x": 1]) != nil && NameRules.fieldsProblem(["": 1]) != nil)
         #expect(NameRules.entityTypeProblem("te") == nil && NameRules.entityTypeProblem("Te") != nil)
     }
+
+    /// Names that differ only by Unicode normalization are two fields to the
+    /// format, but one member name to every JSON reader built on Swift's
+    /// `String` (ours too): the client's push body would be refused whole
+    /// (section 16, point 17). The store took such fields, and each push
+    /// carrying them failed its whole request, for every operation in it.
+    @Test func namesThatDifferOnlyByNormalizationAreRefused() throws {
+        // Two fields each (the format compares bytes), the last one nested.
+        let pairs: [Fields] = [["\u{E9}": 1, "e\u{301}": 2], ["K-name": 1, "\u{212A}-name": 2], ["a": .object(["\u{C5}": 1, "A\u{30A}": 2])]]
+        for fields in pairs {
+            #expect(NameRules.fieldsProblem(fields)?.contains("differ only by Unicode normalization") == true, "\(fields)")
+            // What the writer makes of them, the reader refuses.
+            var writer = JSONWriter()
+            try fields.writeJSON(to: &writer)
+            #expect(throws: JSONReadError.self) { try JSONReader.parse(writer.bytes) }
+        }
+        for fields: Fields in [["\u{E9}": 1, "f": 2], ["a": 1, "b": .object(["a": 1])], ["\u{E9}": .object(["e\u{301}": 1])]] {
+            #expect(NameRules.fieldsProblem(fields) == nil, "\(fields)")
+            var writer = JSONWriter()
+            try fields.writeJSON(to: &writer)
+            #expect(try Fields(json: JSONReader.parse(writer.bytes)) == fields)
+        }
+    }
 }

@@ -64,6 +64,11 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: "", fields: [:]) }
         await #expect(throws: LogStoreError.self) { try await store.create(type: "te", fields: ["$bytes": 1]) }
         await #expect(throws: LogStoreError.self) { try await store.create(type: "te", fields: ["x": .double(.nan)]) }
+        // Two spellings of one name: a push could not carry them.
+        let equivalent = await #expect(throws: LogStoreError.self) {
+            try await store.create(type: "te", fields: ["\u{E9}": 1, "e\u{301}": 2])
+        }
+        #expect(equivalent?.code == .invalidArgument && String(describing: equivalent).contains("Unicode normalization"))
         let missing = await #expect(throws: LogStoreError.self) { try await store.update(type: "te", id: "te_x", changes: ["a": 1]) }
         #expect(missing?.code == .notFound)
         let id = try await store.create(type: "te", fields: [:])
