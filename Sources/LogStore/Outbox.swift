@@ -132,6 +132,10 @@ extension Store {
     /// - Parameters:
     ///   - resolve: decides each conflict; called inside the write
     ///     transaction, so it must be quick and must not touch the store.
+    ///     It may be called more than once for one conflict (the
+    ///     transaction runs again when the map grows, or when another write
+    ///     in its group commit fails), and only the last decision counts:
+    ///     it must decide from the case alone, with no effects of its own.
     /// - Returns: the offsets settled by this call, and the refused decisions.
     @discardableResult
     public func record(

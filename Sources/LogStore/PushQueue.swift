@@ -115,6 +115,10 @@ extension Store {
     private func recordFailedAttempt(
         _ offsets: [UInt64], error: String, _ update: @escaping @Sendable (inout OutboxState) -> Bool
     ) async throws {
+        // Each intent once: one failed request is one attempt, however
+        // often the caller names it.
+        var seen = Set<UInt64>()
+        let offsets = offsets.filter { seen.insert($0).inserted }
         try await write { txn, context, store in
             let projector = try store.projector(txn)
             for offset in offsets {

@@ -365,8 +365,11 @@ extension Store {
     }
 
     /// The offset of the intent with this idempotency key, if it is known.
+    /// - Throws: `LogStoreError.invalidArgument` for a key the store's
+    ///   writes refuse (empty, or over `Limits.idempotencyKeyBytesMax`).
     public func intentOffset(idempotencyKey: String) throws -> UInt64? {
-        try log.environment.read { txn in
+        try Validation.idempotencyKey(idempotencyKey)
+        return try log.environment.read { txn in
             try Array(idempotencyKey.utf8).withUnsafeBytes { key in
                 try txn.withValue(self.projector(txn).idempotency, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
             }

@@ -20,9 +20,12 @@ public struct StoreSnapshot: ~Copyable {
     }
 
     /// The entity, or nil if it does not exist (or is deleted) for the app.
-    /// - Throws: `LogStoreError.corruptEntry` naming the entity when its
-    ///   record does not decode.
+    /// - Throws: `LogStoreError.invalidArgument` for a type the store's
+    ///   writes refuse (a key built from one with a zero byte would name an
+    ///   entity of another type); `.corruptEntry` naming the entity when
+    ///   its record does not decode.
     public func get(type: String, id: String) throws -> Entity? {
+        try Validation.entityType(type)
         let entities = try store.entitiesDatabase(txn)
         return try EntityKey.withKey(type: type, id: id) { key in
             try txn.withValue(entities, key: key) { value in try entity(type: type, id: id, key: key, record: value) } ?? nil
@@ -31,9 +34,10 @@ public struct StoreSnapshot: ~Copyable {
 
     /// Entities of `type` ordered by id, starting after `after` (exclusive),
     /// at most `limit` (up to `Store.pageCountMax`).
-    /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`;
-    ///   `.corruptEntry` as `get` does.
+    /// - Throws: `LogStoreError.invalidArgument` for a negative `limit` or
+    ///   a type as `get` does; `.corruptEntry` as `get` does.
     public func all(type: String, after: String? = nil, limit: Int = 100) throws -> [Entity] {
+        try Validation.entityType(type)
         try store.checkLimit(limit)
         let limit = min(limit, Store.pageCountMax)
         var page: [Entity] = []
@@ -75,9 +79,11 @@ public struct StoreSnapshot: ~Copyable {
     }
 
     /// How many entities of `type` exist for the app.
-    /// - Throws: `LogStoreError.corruptEntry` when the stored count is damaged.
+    /// - Throws: `LogStoreError.invalidArgument` for a type as `get` does;
+    ///   `.corruptEntry` when the stored count is damaged.
     public func count(type: String) throws -> Int {
-        try store.projector(txn).visibleCount(type, txn)
+        try Validation.entityType(type)
+        return try store.projector(txn).visibleCount(type, txn)
     }
 }
 

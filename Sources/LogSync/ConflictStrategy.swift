@@ -25,7 +25,9 @@ public enum ConflictStrategy: Sendable {
     /// not have been changed by the server: the app decides.
     case fieldMerge(prefer: Side)
     /// The app's own rule, called inside a write transaction: it must be
-    /// quick and must not touch the store. A decision the store refuses
+    /// quick and must not touch the store, and may be called more than once
+    /// for one conflict (the transaction runs again when the map grows), so
+    /// it decides from the case alone, with no effects of its own. A decision the store refuses
     /// (what `Store.resolveConflict` would refuse: invalid or reserved
     /// names, non-finite doubles, values nested too deep, a resolution
     /// intent over the entry limit) is not applied: the conflict waits for the app as with `.askApp`, and

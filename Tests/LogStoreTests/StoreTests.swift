@@ -77,6 +77,90 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         #expect(try store.log.lastOffset() == 1)
     }
 
+    /// Reads check their names as writes do. A type with a zero byte made
+    /// the key of another entity (`a` + `00` + `b` + `00` + `c` is type `a`,
+    /// id `b\0c`), which `get` and `all` returned under the type asked for;
+    /// an empty type or key reached LMDB, which refused it with a bare
+    /// `MDB_BAD_VALSIZE`.
+    @Test func readsCheckTheirNamesAsWritesDo() async throws {
+        let fixture = try StoreFixture("store-read-arguments")
+        let store = fixture.store
+        try await store.create(type: "a", id: "b\u{0}c", fields: ["n": 1])
+        let calls: [(String, () throws -> Void)] = [
+            ("get a\\0b", { _ = try store.get(type: "a\u{0}b", id: "c") }),
+            ("all a\\0b", { _ = try store.all(type: "a\u{0}b") }),
+            ("count a\\0b", { _ = try store.count(type: "a\u{0}b") }),
+            ("count of no type", { _ = try store.count(type: "") }),
+            ("intentOffset of no key", { _ = try store.intentOffset(idempotencyKey: "") }),
+        ]
+        for (name, call) in calls {
+            #expect(throws: LogStoreError.self, "\(name)") { try call() }
+            do { try call() } catch { #expect((error as? LogStoreError)?.code == .invalidArgument, "\(name): \(error)") }
+        }
+        #expect(try store.get(type: "a", id: "b\u{0}c")?.fields == ["n": 1])
+    }
+
+    /// Paging through ids that are prefixes of one another and hold zero
+    /// bytes, one at a time, visits every id once, in byte order.
+    @Test func pagingOverIDsThatArePrefixesAndHoldZeroBytes() async throws {
+        let fixture = try StoreFixture("review-paging-prefixes")
+        let store = fixture.store
+        let ids = ["a", "a\u{0}", "a\u{0}\u{0}", "a\u{0}b", "a\u{1}", "ab", "b", "\u{0}", "\u{0}a"]
+        var batch = WriteBatch()
+        for (n, id) in ids.enumerated() { try batch.create(type: "t", id: id, fields: ["n": .int(Int64(n))]) }
+        try batch.create(type: "t.x", id: "a", fields: [:])
+        try batch.create(type: "s", id: "zz", fields: [:])
+        try await store.write(batch)
+        try await store.delete(type: "t", id: "a\u{0}")
+        let expected = ids.filter { $0 != "a\u{0}" }.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+        var seen: [String] = []
+        var after: String?
+        while let next = try store.all(type: "t", after: after, limit: 1).first {
+            seen.append(next.id)
+            after = next.id
+            if seen.count > 20 { break }
+        }
+        #expect(seen.map { Array($0.utf8) } == expected.map { Array($0.utf8) })
+        #expect(try store.count(type: "t") == expected.count)
+    }
+
+
+    /// A closed store throws from every call; none traps.
+    @Test func aClosedStoreThrowsFromEveryCall() async throws {
+        let fixture = try StoreFixture("review-closed")
+        let store = fixture.store
+        let id = try await store.create(type: "te", fields: ["n": 1])
+        store.close()
+        #expect(throws: (any Error).self) { try store.get(type: "te", id: id) }
+        #expect(throws: (any Error).self) { try store.all(type: "te") }
+        #expect(throws: (any Error).self) { try store.count(type: "te") }
+        #expect(throws: (any Error).self) { try store.entityTypes() }
+        #expect(throws: (any Error).self) { try store.outbox() }
+        #expect(throws: (any Error).self) { try store.outboxCount() }
+        #expect(throws: (any Error).self) { try store.outboxSummary() }
+        #expect(throws: (any Error).self) { try store.pushBatch(limit: 10, now: 0) }
+        #expect(throws: (any Error).self) { try store.pullCursor() }
+        #expect(throws: (any Error).self) { try store.intentOffset(idempotencyKey: "k") }
+        #expect(throws: (any Error).self) { try store.conflicts() }
+        #expect(throws: (any Error).self) { try store.log.entry(at: 1) }
+        await #expect(throws: (any Error).self) { try await store.create(type: "te", fields: [:]) }
+        await #expect(throws: (any Error).self) { try await store.update(type: "te", id: id, changes: [:]) }
+        await #expect(throws: (any Error).self) { try await store.delete(type: "te", id: id) }
+        await #expect(throws: (any Error).self) { try await store.retryFailed() }
+        await #expect(throws: (any Error).self) { try await store.resync(reason: "r") }
+        await #expect(throws: (any Error).self) { try await store.rebuildProjections() }
+        await #expect(throws: (any Error).self) {
+            try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "y", serverVersion: 1)], cursor: "c")
+        }
+        await #expect(throws: (any Error).self) { try await store.scheduleRetry(offsets: [1], error: "e", at: 1, attemptsMax: 3) }
+        await #expect(throws: (any Error).self) { try await store.record([(1, .acknowledged(.applied, serverVersion: 1))]) }
+        await #expect(throws: (any Error).self) { try await store.log.append(.resync(reason: "x")) }
+        #expect(throws: (any Error).self) { try store.log.appendBlocking(.resync(reason: "x")) }
+        var scanner = store.log.entries()
+        #expect(throws: (any Error).self) { try scanner.next() }
+    }
+
+
     @Test func allPagesInIDOrderWithinItsType() async throws {
         let fixture = try StoreFixture("store-all")
         let store = fixture.store
@@ -406,7 +490,8 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         let id = try await store.create(type: "te", fields: [:])
         let offset = try #require(try store.outbox().first?.offset)
         #expect(try store.outbox(dueAt: 1000).count == 1)
-        try await store.scheduleRetry(offsets: [offset], error: "HTTP 503", at: 5000, attemptsMax: 2)
+        // Named twice, still one failed attempt (it counted two).
+        try await store.scheduleRetry(offsets: [offset, offset], error: "HTTP 503", at: 5000, attemptsMax: 2)
         #expect(try store.outbox(dueAt: 4999).isEmpty)
         #expect(try store.outbox(dueAt: 5000).first?.state.attempts == 1)
         try await store.scheduleRetry(offsets: [offset], error: "HTTP 503", at: 9000, attemptsMax: 2)
