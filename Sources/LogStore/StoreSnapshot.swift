@@ -97,7 +97,8 @@ extension Store {
     /// Caveats: keep `body` short (it cannot `await`). The snapshot pins the
     /// pages it sees until `body` returns, so the file grows while writes go
     /// on, and a write that has to grow the map waits for it to end: never
-    /// wait in `body` for a write to commit.
+    /// wait in `body` for a write to commit, nor close the store in it
+    /// (closing waits for every read to end).
     /// - Throws: what `body` throws; `LMDBError` `.closed` once the store
     ///   is closed, or LMDB's error when it cannot begin the read.
     public func read<R>(_ body: (borrowing StoreSnapshot) throws -> R) throws -> R {
