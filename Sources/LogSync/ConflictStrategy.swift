@@ -27,10 +27,11 @@ public enum ConflictStrategy: Sendable {
     /// The app's own rule, called inside a write transaction: it must be
     /// quick and must not touch the store, and may be called more than once
     /// for one conflict (the transaction runs again when the map grows), so
-    /// it decides from the case alone, with no effects of its own. A decision the store refuses
-    /// (what `Store.resolveConflict` would refuse: invalid or reserved
-    /// names, non-finite doubles, values nested too deep, a resolution
-    /// intent over the entry limit) is not applied: the conflict waits for the app as with `.askApp`, and
+    /// it decides from the case alone, with no effects of its own. A
+    /// decision the store refuses (what `Store.resolveConflict` would
+    /// refuse: invalid or reserved names, non-finite doubles, values nested
+    /// too deep, a resolution intent over the entry limit) is not applied:
+    /// the conflict waits for the app as with `.askApp`, and
     /// `SyncReport.refusedDecisions` names the entity and the reason. The
     /// rest of the run goes on; refusing the whole push would bring the
     /// conflict back, and refuse it again, on every run.
