@@ -9,6 +9,8 @@ struct Harness {
     static let iterationsPerStoreMax = 10
     /// Violations printed in full per workload; the rest are counted.
     static let violationsShownMax = 20
+    /// Iterations from which a workload run must have acknowledged a write.
+    static let acknowledgedRunIterationsMin = 10
 
     let options: HarnessOptions
 
@@ -52,8 +54,12 @@ struct Harness {
         await workload.finish()
         // A run that acknowledged nothing checked nothing: its workers never
         // wrote before their kills (a hang, or a worker that no longer
-        // writes), and it must not pass as a clean run.
-        if tally.acknowledged == 0, tally.iterations > 0, options.delayMillisecondsMax > 0 {
+        // writes), and it must not pass as a clean run. One iteration may
+        // acknowledge nothing (a kill timed from the start, or after a few
+        // milliseconds; about one in seven), so only a run of
+        // `acknowledgedRunIterationsMin` or more is held to it: all of them
+        // doing so by chance is about one in 10^9.
+        if tally.acknowledged == 0, tally.iterations >= Harness.acknowledgedRunIterationsMin, options.delayMillisecondsMax > 0 {
             tally.violations.append(
                 Violation(
                     workload: W.name, iteration: tally.iterations - 1,
