@@ -506,9 +506,12 @@ extension Environment {
     public func copy(to destination: String, compact: Bool) throws {
         try resizeLock.withShared { () throws(LMDBError) in
             try checkUsable("mdb_env_copy2")
-            try check(
-                mdb_env_copy2(handle, destination, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2",
-                path: path, detail: "copying into \(destination)")
+            let result = mdb_env_copy2(handle, destination, compact ? UInt32(MDB_CP_COMPACT) : 0)
+            guard result == 0 else {
+                throw LMDBError(
+                    code: LMDBError.Code(rawValue: result), operation: "mdb_env_copy2", path: path,
+                    detail: "copying into \(destination)")
+            }
         }
     }
 
