@@ -26,6 +26,14 @@ public final class SyncServer: Sendable {
         /// Requests per second per user, and the burst (nil: no limit).
         public var rateLimit: (rate: Double, burst: Int)?
         public var faultInjection = false
+        /// A connection that has sent no part of a request for this long,
+        /// while no answer is being made, is closed (nil: never): one idle
+        /// between requests, and one that stalls sending a request, such as
+        /// a head sent a byte at a time. The default outlasts libcurl's
+        /// 118 s limit on reusing an idle connection, so a URLSession
+        /// client on Linux never sends a request into a connection as the
+        /// server closes it.
+        public var idleTimeout: Duration? = .seconds(300)
         /// The least severe message the server logs.
         public var logLevel = Logger.Level.info
 
@@ -88,7 +96,10 @@ public final class SyncServer: Sendable {
         router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
         return Application(
             router: router,
-            server: .http1(configuration: .init(additionalChannelHandlers: [ParserErrorReply()])),
+            server: .http1(
+                configuration: .init(
+                    additionalChannelHandlers: [ParserErrorReply()],
+                    idleTimeout: configuration.idleTimeout.map { .nanoseconds(Int64(min($0 / .nanoseconds(1), 9e18))) })),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
             logger: logger)

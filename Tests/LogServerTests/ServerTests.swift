@@ -792,6 +792,26 @@ import Testing
         }
     }
 
+    /// A connection that sends no part of a request for the idle timeout is
+    /// closed: one stalled part way through its head (as a client sending
+    /// it a byte at a time would be) and one idle after its answer. One
+    /// whose answer takes longer than that (an injected delay) is not cut:
+    /// it gets its answer. (The test's timeout is 1 s; the server's default
+    /// is 300 s.)
+    @Test func stalledAndIdleConnectionsAreClosed() async throws {
+        let server = try await TestServer("idle-timeout")
+        defer { Task { await server.stop() } }
+        server.configuration.idleTimeout = .seconds(1)
+        try await server.restart()
+        for (label, request) in [("a stalled head", "GET /v1/pull HTTP/1.1\r\nHost: h\r\nAuthori"), ("an idle connection", "GET /v1/health HTTP/1.1\r\nHost: h\r\n\r\n")] {
+            let closed = try await onAThreadOfItsOwn { try closedByServer(port: server.port, sending: Data(request.utf8)) }
+            #expect(closed, "\(label): still open after 30 s")
+        }
+        try server.server.setFaults(FaultSettings(delayMs: 2_500))
+        #expect(try await server.pull().status == 200)
+        try server.server.setFaults(FaultSettings())
+    }
+
     /// Section 8: a cursor the server can tell it never issued is 410.
     /// Base64 leaves the last character's two low bits unused, and the
     /// decoder ignored them: a cursor changed only there was taken.
@@ -924,7 +944,8 @@ private func rawChunkedPost(port: Int, path: String, chunk: Data, count: Int) th
 /// `closeWriting`, the socket's sending side is shut once `write` returns,
 /// so the server reads the end of the stream after what was sent.
 private func rawExchange(
-    port: Int, untilClosed: Bool = false, closeWriting: Bool = false, _ write: ((Data) -> Bool) -> Void
+    port: Int, untilClosed: Bool = false, closeWriting: Bool = false, receiveTimeoutSeconds: Int = 10,
+    onEnd: (_ closedByServer: Bool) -> Void = { _ in }, _ write: ((Data) -> Bool) -> Void
 ) throws -> String {
     #if canImport(Glibc)
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -941,7 +962,7 @@ private func rawExchange(
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     }
     guard connected == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-    var timeout = timeval(tv_sec: 10, tv_usec: 0)
+    var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
     setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     // A write after the server closed must fail, not raise SIGPIPE.
@@ -968,9 +989,21 @@ private func rawExchange(
     var buffer = [UInt8](repeating: 0, count: 16 * 1024)
     while true {
         let n = recv(descriptor, &buffer, buffer.count, 0)
-        if n <= 0 { break }
+        if n <= 0 {
+            // 0: the server closed the connection; -1: the receive timed out.
+            onEnd(n == 0)
+            break
+        }
         reply.append(contentsOf: buffer[0..<n])
         if !untilClosed, let text = String(data: reply, encoding: .utf8), text.contains("\r\n\r\n"), text.contains("}") { break }
     }
     return String(decoding: reply, as: UTF8.self)
+}
+
+/// Sends `data` on a new connection and reads until the server closes it
+/// (true) or 30 s pass with it open (false).
+private func closedByServer(port: Int, sending data: Data) throws -> Bool {
+    var closed = false
+    _ = try rawExchange(port: port, untilClosed: true, receiveTimeoutSeconds: 30, onEnd: { closed = $0 }) { sendAll in _ = sendAll(data) }
+    return closed
 }

@@ -45,12 +45,16 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(help: "Durability: full, metaAsync or process.")
     var durability = "full"
 
+    @Option(help: "Seconds a connection may send no part of a request, answer pending aside, before it is closed; 0 for never.")
+    var idleTimeout = 300
+
     @Flag(help: "Stop (as on SIGTERM) when stdin reaches its end: a parent process that holds a pipe to it takes the server with it when it ends, even by SIGKILL.")
     var stopAtStdinEnd = false
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard rateLimit >= 0, burst > 0 else { throw ValidationError("--rate-limit must be >= 0 and --burst > 0") }
+        guard (0...86_400).contains(idleTimeout) else { throw ValidationError("--idle-timeout must be 0...86400 seconds") }
         guard ["full", "metaAsync", "process"].contains(durability) else {
             throw ValidationError("--durability must be full, metaAsync or process")
         }
@@ -66,6 +70,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.adminToken = adminToken
         configuration.rateLimit = rateLimit > 0 ? (rateLimit, burst) : nil
         configuration.faultInjection = faultInjection
+        configuration.idleTimeout = idleTimeout > 0 ? .seconds(idleTimeout) : nil
         configuration.durability = .init(rawValue: durability) ?? .full
         let server = try SyncServer(configuration: configuration)
         defer { server.close() }
