@@ -29,8 +29,10 @@ struct AppendPromises {
     }
 
     /// Checks that every entry of the log was attempted and is intact, that
-    /// every acknowledged key is at its offset, and that every batch is in
-    /// the log whole or not at all.
+    /// every acknowledged key is at its offset, that no append reported
+    /// failed is there (a store that committed a write it reported failed
+    /// would have the app write it again), and that every batch is in the
+    /// log whole or not at all.
     /// - Returns: how many acknowledged appends it checked.
     func check(_ log: [Entry], _ context: inout IterationContext) -> Int {
         var found: [String: UInt64] = [:]
@@ -58,6 +60,9 @@ struct AppendPromises {
                 continue
             }
             if at != offset { context.violation("the acknowledged append \(key) was promised offset \(offset) and is at \(at)") }
+        }
+        for key in failed.sorted() {
+            if let at = found[key] { context.violation("the failed append \(key) is in the log at offset \(at)") }
         }
         for batch in batches where batch.count > 1 {
             let offsets = batch.compactMap { found[$0] }

@@ -104,26 +104,6 @@ struct IOFaultWorkload: Workload {
         context.tally.acknowledged += AppendWorkload.acknowledgedCount(reports)
         judge(child, reports, fault.rule(n), fault, &context)
         await StoreCheck.afterCrash(AppendWorkload.self, directory: directory, ledger: ledger, &context)
-        failedAppendsLeftNothing(reports, fault.rule(n), &context)
-    }
-
-    /// A failed append leaves nothing: neither it nor the append refused
-    /// after it is in the reopened log. (A store that committed a write it
-    /// reported failed would have the app write it again.)
-    private func failedAppendsLeftNothing(_ reports: [Report], _ rule: String, _ context: inout IterationContext) {
-        let failed = reports.filter { $0.verb == "fail" }.flatMap(\.words)
-        guard !failed.isEmpty else { return }
-        let keys = Set(failed + failed.map { $0 + "-after" })
-        do {
-            let store = try Store(path: directory, options: .init(durability: .full))
-            defer { store.close() }
-            for entry in try StoreCheck.readLog(store) {
-                guard case .intent(let intent) = entry.body, keys.contains(intent.idempotencyKey) else { continue }
-                context.violation("under \(rule) the failed append \(intent.idempotencyKey) is in the log at offset \(entry.offset)")
-            }
-        } catch {
-            context.violation("under \(rule) the store at \(directory) cannot be read after the failed append: \(error)")
-        }
     }
 
     /// The worker must have made every append (the fault hit nothing a
