@@ -43,7 +43,7 @@ struct Harness {
                 try await workload.iterate(&context)
                 context.tally.iterations += 1
                 for violation in context.tally.violations.prefix(max(0, Harness.violationsShownMax - tally.violations.count)) {
-                    Harness.say("crashtest: VIOLATION (seed \(options.seed)) \(violation)")
+                    say(violation)
                 }
                 tally.add(context.tally)
             }
@@ -60,11 +60,11 @@ struct Harness {
         // `acknowledgedRunIterationsMin` or more is held to it: all of them
         // doing so by chance is about one in 10^9.
         if tally.acknowledged == 0, tally.iterations >= Harness.acknowledgedRunIterationsMin, options.delayMillisecondsMax > 0 {
-            tally.violations.append(
-                Violation(
-                    workload: W.name, iteration: tally.iterations - 1,
-                    message: "no write was acknowledged in \(tally.iterations) iterations: nothing was checked"))
-            Harness.say("crashtest: VIOLATION (seed \(options.seed)) \(tally.violations[tally.violations.count - 1])")
+            let violation = Violation(
+                workload: W.name, iteration: tally.iterations - 1,
+                message: "no write was acknowledged in \(tally.iterations) iterations: nothing was checked")
+            tally.violations.append(violation)
+            say(violation)
         }
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
@@ -73,6 +73,11 @@ struct Harness {
             Harness.say("crashtest: replay with: crashtest --seed \(options.seed) --workload \(W.name) --iterations \(first.iteration + 1) --durability \(options.durability.rawValue)")
         }
         return tally
+    }
+
+    /// Prints a violation as it is found, with the seed that replays it.
+    private func say(_ violation: Violation) {
+        Harness.say("crashtest: VIOLATION (seed \(options.seed)) \(violation)")
     }
 
     private func directory<W: Workload>(_: W.Type, store: Int) -> String {
