@@ -26,9 +26,10 @@ struct Projector: Sendable {
     /// The outbox value of an intent just written: pending, never tried.
     static let newOutboxState = OutboxState().encoded()
 
-    /// Applies one entry. With `live` set (a write happening now), events for
-    /// the app are collected in `effects`; replay leaves them out because
-    /// they were delivered when the entries were first written.
+    /// Applies one entry. With `live` set (a write happening now), the types
+    /// it changed and events for the app are collected in `effects`; replay
+    /// leaves them out because they were delivered when the entries were
+    /// first written (a rebuild names its types once, as it ends).
     func apply(_ entry: Entry, _ txn: borrowing Transaction, _ effects: inout CommitEffects, live: Bool) throws {
         switch entry.body {
         case .intent(let intent):
@@ -44,19 +45,23 @@ struct Projector: Sendable {
                 try txn.put(outbox, key: OffsetKey.encode(entry.offset), value: Projector.newOutboxState)
             }
             try putIdempotencyKey(intent.idempotencyKey, offset: entry.offset, txn)
-            effects.touchedTypes.insert(intent.entityType)
-            if live { effects.wroteIntents = true }
+            if live {
+                effects.touchedTypes.insert(intent.entityType)
+                effects.wroteIntents = true
+            }
         case .ack(let ack):
-            try settle(ack.intentOffset, txn, &effects) { record, intent in
+            let intent = try settle(ack.intentOffset, txn) { record, intent in
                 let before = record.confirmed
                 record.confirmed = before.applying(ack: intent, version: ack.serverVersion)
                 record.ackedVersion = max(record.ackedVersion, ack.serverVersion)
                 // `applying(ack:)` either keeps the base or applies the intent to it.
                 return record.confirmed != before
             }
+            if live, let intent { effects.touchedTypes.insert(intent.entityType) }
         case .reject(let reject):
-            let intent = try settle(reject.intentOffset, txn, &effects) { _, _ in false }
+            let intent = try settle(reject.intentOffset, txn) { _, _ in false }
             if live, let intent {
+                effects.touchedTypes.insert(intent.entityType)
                 effects.events.append(
                     .rejected(
                         RejectedIntent(
@@ -65,15 +70,17 @@ struct Projector: Sendable {
                             message: reject.message)))
             }
         case .remote(let remote):
-            try confirm(
+            let changed = try confirm(
                 remote.entityType, remote.entityID, version: remote.serverVersion,
-                state: remote.operation == .upsert ? remote.fields : nil, txn, &effects)
+                state: remote.operation == .upsert ? remote.fields : nil, txn)
+            if live, changed { effects.touchedTypes.insert(remote.entityType) }
             try setCursor(remote.cursor, txn)
         case .snapshot(let snapshot):
             if !snapshot.entityType.isEmpty {
-                try confirm(
+                let changed = try confirm(
                     snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion,
-                    state: snapshot.deleted ? nil : snapshot.fields, txn, &effects)
+                    state: snapshot.deleted ? nil : snapshot.fields, txn)
+                if live, changed { effects.touchedTypes.insert(snapshot.entityType) }
             }
             try setCursor(snapshot.cursor, txn)
         case .resync:
@@ -148,10 +155,9 @@ struct Projector: Sendable {
     /// (a repeated answer, perhaps to an intent compaction has since
     /// removed) changes nothing; the outbox holds exactly the pending
     /// intents, so it is asked first.
-    @discardableResult
+    /// - Returns: the intent, when it was pending (and is settled now).
     private func settle(
-        _ offset: UInt64, _ txn: borrowing Transaction, _ effects: inout CommitEffects,
-        confirm: (inout EntityRecord, Intent) -> Bool
+        _ offset: UInt64, _ txn: borrowing Transaction, confirm: (inout EntityRecord, Intent) -> Bool
     ) throws -> Intent? {
         let offsetKey = OffsetKey.encode(offset)
         let staged = cache?.stagedOutbox(offset)
@@ -180,24 +186,22 @@ struct Projector: Sendable {
         } else {
             try txn.delete(outbox, key: offsetKey)
         }
-        effects.touchedTypes.insert(intent.entityType)
         return intent
     }
 
     /// The server confirmed `state` (nil: deleted) at `version`; see
     /// `Confirmed.applying(version:state:)`.
+    /// - Returns: whether that changed the entity's record.
     private func confirm(
-        _ type: String, _ id: String, version: UInt64, state: Fields?, _ txn: borrowing Transaction,
-        _ effects: inout CommitEffects
-    ) throws {
-        let changed = try update(type, id, txn) { record in
+        _ type: String, _ id: String, version: UInt64, state: Fields?, _ txn: borrowing Transaction
+    ) throws -> Bool {
+        try update(type, id, txn) { record in
             let confirmed = record.confirmed.applying(version: version, state: state)
             guard confirmed != record.confirmed else { return false }
             record.confirmed = confirmed
             record.visible = try fold(record.base, record.pending, txn)
             return true
         }
-        if changed { effects.touchedTypes.insert(type) }
     }
 
     /// Full resync: forget everything the server confirmed (tombstones too)
