@@ -120,7 +120,7 @@ extension Store {
             while let leftBefore = try await log.perform({ [left] txn, context in
                 try self.rebuildChunk(
                     txn, countMax: entriesPerTransaction, wholePast: start, lastOffset: context.position.lastOffset,
-                    leftBeforePrevious: left)
+                    leftBeforePrevious: left, &context.effects)
             }) {
                 left = leftBefore
                 try await betweenChunks()
@@ -175,7 +175,7 @@ extension Store {
             while try log.performBlocking({ txn, context in
                 try self.rebuildChunk(
                     txn, countMax: Store.replayChunkCountMax, wholePast: .max, lastOffset: context.position.lastOffset,
-                    leftBeforePrevious: .max)
+                    leftBeforePrevious: .max, &context.effects)
             }) != nil {}
             return
         }
@@ -261,12 +261,16 @@ extension Store {
     /// takes every entry left. Otherwise chunks stay bounded, also when
     /// much was written while the rebuild ran (a bulk import) and nothing
     /// since.
-    /// - Parameter lastOffset: the log's last offset, in `txn`.
+    /// - Parameters:
+    ///   - lastOffset: the log's last offset, in `txn`.
+    ///   - effects: the commit's, where the chunk that ends the rebuild
+    ///     names the types it may have changed for the app.
     /// - Returns: how many entries were left before this chunk, when some
     ///   remain after it; nil when the rebuild ended, or none is under way
     ///   (a concurrent call finished or dropped it).
     private func rebuildChunk(
-        _ txn: borrowing Transaction, countMax: Int, wholePast: UInt64, lastOffset: UInt64, leftBeforePrevious: UInt64
+        _ txn: borrowing Transaction, countMax: Int, wholePast: UInt64, lastOffset: UInt64, leftBeforePrevious: UInt64,
+        _ effects: inout CommitEffects
     ) throws -> UInt64? {
         guard try txn.contains(log.metaDatabase, key: MetaKey.rebuildVersion) else { return nil }
         let set = try rebuildSet(txn)
@@ -278,17 +282,20 @@ extension Store {
         let left = lastOffset - min(watermark, lastOffset)
         let gone = leftBeforePrevious >= left ? leftBeforePrevious - left : 0
         let whole = watermark >= wholePast && gone < (UInt64(countMax) + 1) / 2
-        var effects = CommitEffects()
         // Not live: the entries' events were delivered when they were written.
-        let more = try replayChunk(txn, into: target, &effects, live: false, countMax: whole ? .max : countMax)
-        if !more { try finishRebuild(txn, set: set) }
+        var replayed = CommitEffects()
+        let more = try replayChunk(txn, into: target, &replayed, live: false, countMax: whole ? .max : countMax)
+        if !more { try finishRebuild(txn, set: set, &effects) }
         return more ? left : nil
     }
 
     /// Puts the set a rebuild filled in use, with its cursor, version and
     /// watermark, and empties the other set, all in `txn`: a reader sees
-    /// the old tables or the new ones.
-    private func finishRebuild(_ txn: borrowing Transaction, set: Int) throws {
+    /// the old tables or the new ones. Every type with entities visible in
+    /// either set goes into `effects`: what the app sees of it may have
+    /// changed (the rebuild repaired the tables, or a new version projects
+    /// differently); the other types had none visible, and have none.
+    private func finishRebuild(_ txn: borrowing Transaction, set: Int, _ effects: inout CommitEffects) throws {
         let meta = log.metaDatabase
         guard let version = try txn.get(meta, key: MetaKey.rebuildVersion),
             let watermark = try txn.get(meta, key: MetaKey.rebuildWatermark)
@@ -299,6 +306,12 @@ extension Store {
             try txn.delete(meta, key: MetaKey.cursor)
         }
         let old = try projector(txn)
+        for counts in [old.counts, try projector(set: set).counts] {
+            try txn.forEach(counts) { type, _ in
+                effects.touchedTypes.insert(String(decoding: type, as: UTF8.self))
+                return true
+            }
+        }
         if try txn.get(meta, key: MetaKey.projectionVersion) == version {
             try carryOutboxState(from: old, to: projector(set: set), txn)
         }
