@@ -134,7 +134,9 @@ public final class Store: Sendable {
     /// writer's own threads; the log's `deinit` knows not to wait there.
     deinit { finishStreams() }
 
-    /// Values after each commit that touched entities of `type`.
+    /// Values after each commit that touched entities of `type`, and after
+    /// the commit that ends `rebuildProjections()` when `type` has entities
+    /// visible in the tables before it or after it.
     public func changes(type: String) -> AsyncFilterSequence<AsyncStream<StoreChange>> {
         changeFeed.subscribe().filter { $0.entityType == type }
     }
