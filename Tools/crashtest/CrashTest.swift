@@ -53,10 +53,14 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("How long a writer may take to open its store, in seconds.", visibility: .hidden))
     var readyWait = 60
 
+    @Option(help: ArgumentHelp("Fail the Nth call in every io-faults run, instead of one drawn at random.", visibility: .hidden))
+    var faultCall: Int?
+
     func validate() throws {
         guard iterations >= 1 else { throw ValidationError("--iterations must be 1 or more") }
         guard delayMax >= 0 else { throw ValidationError("--delay-max must be 0 or more") }
         guard readyWait >= 1 else { throw ValidationError("--ready-wait must be 1 or more") }
+        guard (faultCall ?? 1) >= 1 else { throw ValidationError("--fault-call must be 1 or more") }
         guard Durability(rawValue: durability) != nil else { throw ValidationError("--durability must be full, metaAsync or process") }
         _ = try selectedWorkloads()
     }
@@ -85,7 +89,8 @@ struct RunCommand: AsyncParsableCommand {
             iterations: iterations, seed: seed ?? UInt64(Date().timeIntervalSince1970 * 1000), durability: Durability(rawValue: durability) ?? .full,
             delayMillisecondsMax: delayMax, directory: base, executable: executable,
             syncserver: syncserver ?? ((executable as NSString).deletingLastPathComponent as NSString).appendingPathComponent("syncserver"),
-            injectViolation: injectViolation, injectHang: injectHang, readyWaitMax: .seconds(readyWait))
+            injectViolation: injectViolation, injectHang: injectHang, readyWaitMax: .seconds(readyWait),
+            faultCall: faultCall)
         let tally: Tally
         do {
             tally = try await Harness(options: options).run(try selectedWorkloads())

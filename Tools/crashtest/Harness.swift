@@ -92,7 +92,10 @@ struct Harness {
     }
 
     static func counts(_ tally: Tally) -> String {
-        let faults = tally.faults > 0 ? ", \(tally.faults) I/O faults (\(tally.failedCommits) failed a write)" : ""
+        let faults =
+            tally.faults + tally.faultsUnreached > 0
+            ? ", \(tally.faults) I/O faults (\(tally.failedCommits) failed a write), \(tally.faultsUnreached) planned but never reached"
+            : ""
         return "\(tally.iterations) iterations, \(tally.kills) kills\(faults), \(tally.acknowledged) acknowledged writes checked "
             + "\(tally.checks) times, \(tally.violations.count) violations"
     }

@@ -13,7 +13,11 @@ import LogTesting
 /// runs under `strace`, which makes the Nth call of one syscall fail. The
 /// failed write must not be acknowledged, the error must reach the caller
 /// as an `LMDBError` naming the failure, the next write must be refused,
-/// and the store must reopen with every acknowledged append intact.
+/// and the store must reopen with every acknowledged append intact. N is
+/// drawn up to the most calls a run can make, so a run may end before its
+/// Nth call: strace then injects nothing, and the run is counted as a
+/// fault planned but never reached (strace marks each call it failed in
+/// its trace).
 ///
 /// What a `.full` commit calls, measured with `strace -f -c` on this
 /// worker (24 appends: 24 `fdatasync`, 53 `pwrite64`, 26 `writev`) and
@@ -84,11 +88,16 @@ struct IOFaultWorkload: Workload {
         }
         try prepareStore()
         let fault = Self.faults[context.iteration % Self.faults.count]
-        let n = Int.random(in: 1...fault.callsMax, using: &context.random)
+        // Drawn also under --fault-call, so every later choice is the seed's.
+        let drawn = Int.random(in: 1...fault.callsMax, using: &context.random)
+        let n = context.options.faultCall ?? drawn
         var options = context.options
         options.durability = .full
+        // strace prints each traced call there, an injected one marked.
+        let trace = directory + ".strace"
+        defer { try? FileManager.default.removeItem(atPath: trace) }
         let arguments =
-            ["-f", "-qq", "-o", "/dev/null", "-e", "trace=\(fault.syscall)", "-e", fault.rule(n), options.executable]
+            ["-f", "-qq", "-o", trace, "-e", "trace=\(fault.syscall)", "-e", fault.rule(n), options.executable]
             + WorkerRun.arguments(AppendWorkload.name, store: directory, seed: context.workerSeed(), options)
             + ["--count", String(Self.appendCount)]
         // In a group of its own, so that a kill takes the traced worker too
@@ -100,16 +109,37 @@ struct IOFaultWorkload: Workload {
         }
         let reports = WorkerRun.parse(child.outputLines, &context)
         ledger.append(reports)
-        context.tally.faults += 1
+        let fired = try Self.injectedCallCount(trace) > 0
+        if fired { context.tally.faults += 1 } else { context.tally.faultsUnreached += 1 }
         context.tally.acknowledged += AppendWorkload.acknowledgedCount(reports)
-        judge(child, reports, fault.rule(n), fault, &context)
+        judge(child, reports, Planned(fault: fault, n: n, fired: fired), &context)
         await StoreCheck.afterCrash(AppendWorkload.self, directory: directory, ledger: ledger, &context)
     }
 
+    /// How many calls strace failed in a run, from its output at `path`:
+    /// it marks each one it failed `(INJECTED)`. None when the run ended
+    /// before the Nth call.
+    private static func injectedCallCount(_ path: String) throws -> Int {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw HarnessError("strace left no trace at \(path)")
+        }
+        return text.split(separator: "\n").count { $0.hasSuffix("(INJECTED)") }
+    }
+
+    /// The fault a run was given, and whether strace injected it.
+    struct Planned {
+        var fault: Fault
+        var n: Int
+        var fired: Bool
+        var rule: String { fault.rule(n) }
+    }
+
     /// The worker must have made every append (the fault hit nothing a
-    /// commit depends on) or failed with a clear `LMDBError`, without
-    /// acknowledging the failed append, and refused the next one.
-    private func judge(_ child: ChildProcess, _ reports: [Report], _ rule: String, _ fault: Fault, _ context: inout IterationContext) {
+    /// commit depends on, or never came) or failed with a clear
+    /// `LMDBError`, without acknowledging the failed append, and refused
+    /// the next one.
+    private func judge(_ child: ChildProcess, _ reports: [Report], _ planned: Planned, _ context: inout IterationContext) {
+        let (rule, fault) = (planned.rule, planned.fault)
         let acknowledged = reports.filter { $0.verb == "ack" }.count
         let failed = reports.filter { $0.verb == "fail" }.flatMap(\.words)
         let errors = child.errorText
@@ -117,8 +147,10 @@ struct IOFaultWorkload: Workload {
         case .exit(0):
             if acknowledged != Self.appendCount {
                 context.violation("under \(rule) the worker ended well after \(acknowledged) of \(Self.appendCount) appends")
-            } else if fault.alwaysLands {
-                context.violation("under \(rule) all \(Self.appendCount) appends were acknowledged: a commit did not sync, or its failed sync was ignored")
+            } else if fault.alwaysLands, planned.fired {
+                context.violation("under \(rule) all \(Self.appendCount) appends were acknowledged: a failed sync was ignored")
+            } else if fault.alwaysLands, planned.n <= fault.callsMax {
+                context.violation("under \(rule) all \(Self.appendCount) appends were acknowledged before that sync: a commit did not sync")
             }
         case .exit(3):
             context.tally.failedCommits += 1

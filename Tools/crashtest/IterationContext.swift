@@ -20,6 +20,9 @@ struct HarnessOptions: Sendable {
     /// How long a writer may take to report `ready` (a debug worker opens
     /// its store in well under a second; generous for a slow machine).
     var readyWaitMax = Duration.seconds(60)
+    /// The call every io-faults run fails (`--fault-call`); nil: one drawn
+    /// at random per run.
+    var faultCall: Int?
 }
 
 /// A promise the store (or server) broke, or a rule it broke, and where.
@@ -35,10 +38,12 @@ struct Violation: Sendable, CustomStringConvertible {
 struct Tally: Sendable {
     var iterations = 0
     var kills = 0
-    /// Runs under an injected I/O fault, and those in which a commit (or
-    /// the open) failed because of it.
+    /// Runs in which strace injected the I/O fault planned for them, and
+    /// those in which a commit (or the open) failed because of it.
     var faults = 0
     var failedCommits = 0
+    /// Runs that ended before the call their fault was planned for.
+    var faultsUnreached = 0
     /// Acknowledgements received, each counted once.
     var acknowledged = 0
     /// Acknowledged writes checked after a kill, counted at every check:
@@ -51,6 +56,7 @@ struct Tally: Sendable {
         kills += other.kills
         faults += other.faults
         failedCommits += other.failedCommits
+        faultsUnreached += other.faultsUnreached
         acknowledged += other.acknowledged
         checks += other.checks
         violations += other.violations
