@@ -39,23 +39,47 @@ extension Store {
     ///   - watermark: 1 up to the last offset. The last entry always stays:
     ///     it is what tells a reopened log where to append, so offsets are
     ///     never handed out twice.
-    ///   - dryRun: report what would happen and change nothing.
-    /// - Throws: `LogStoreError.invalidArgument` for a watermark past the end.
+    ///   - dryRun: report what would happen and change nothing. A store
+    ///     opened read-only plans in a read transaction (another process
+    ///     may have the store open for writing).
+    /// - Throws: `LogStoreError.invalidArgument` for a watermark past the
+    ///   end; `.projectionsStale`, in a dry run on a read-only store, for
+    ///   entries appended to the log without the store since its tables
+    ///   were last written (a compaction projects them first).
     public func compact(below watermark: UInt64, dryRun: Bool = false) async throws -> CompactionReport {
-        try await log.perform { txn, context in
+        if dryRun, log.isReadOnly { return try planReadOnly(below: watermark) }
+        return try await log.perform { txn, context in
             // Entries appended to the log directly are projected first, as
             // before any store write: the plan reads the conflicts table,
             // and an entry folded away before it was projected would leave
             // rows (an outbox row, a conflict) naming entries that are gone.
             try self.catchUp(through: context.position.lastOffset, txn, &context.effects)
-            let last = max(context.position.lastOffset, 1)
-            guard (1...last).contains(watermark) else {
-                throw LogStoreError(
-                    .invalidArgument, path: self.path, "compaction watermark \(watermark) is outside 1...\(last)")
-            }
+            try self.checkCompactionWatermark(watermark, last: context.position.lastOffset)
             let plan = try self.planCompaction(below: watermark, txn)
             if !dryRun { try self.carryOut(plan, txn) }
             return plan.report(dryRun: dryRun)
+        }
+    }
+
+    /// A dry run on a read-only store: the plan from one snapshot, whose
+    /// tables must hold every entry of its log, as a read-only open requires.
+    private func planReadOnly(below watermark: UInt64) throws -> CompactionReport {
+        try log.environment.read { txn in
+            let last = try EventLog.lastPosition(txn, log: log.logDatabase, path: path).lastOffset
+            let projected = try self.watermark(txn)
+            guard projected == last else {
+                throw LogStoreError(
+                    .projectionsStale, path: path,
+                    "the projections reach offset \(projected) of \(last); open the store writable to bring them up to date")
+            }
+            try checkCompactionWatermark(watermark, last: last)
+            return try planCompaction(below: watermark, txn).report(dryRun: true)
+        }
+    }
+
+    private func checkCompactionWatermark(_ watermark: UInt64, last: UInt64) throws {
+        guard (1...max(last, 1)).contains(watermark) else {
+            throw LogStoreError(.invalidArgument, path: path, "compaction watermark \(watermark) is outside 1...\(max(last, 1))")
         }
     }
 

@@ -341,6 +341,9 @@ extension EventLog {
         return try result.get()
     }
 
+    /// Opened read-only: every write throws.
+    var isReadOnly: Bool { committer == nil }
+
     private func readOnlyError() -> LMDBError {
         LMDBError(code: .permissionDenied, operation: "append (store opened read-only)", path: path)
     }

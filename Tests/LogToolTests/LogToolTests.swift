@@ -353,6 +353,30 @@ extension ToolRun {
         let compacted = try Tool.run(["compact", directory.path, "--below", "2"])
         #expect(compacted.status == 0, "\(compacted.errors)")
     }
+
+    /// `compact --below --dry-run` writes nothing, so it reads the store as
+    /// the other read commands do: while this process has the store open
+    /// for writing (holding its writer lock), it reports what would go and
+    /// changes nothing. It was refused as a second writer.
+    @Test func aDryRunReportsWhileAnotherProcessWrites() async throws {
+        let directory = try TemporaryDirectory("writer-lock-dry-run")
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        try await store.applyPulledPage(
+            (0..<10).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0 % 4)", serverVersion: UInt64($0 + 1)) }, cursor: "c")
+        try await store.create(type: "te", id: "mine", fields: [:])
+        let dry = try Tool.run(["compact", directory.path, "--below", "10", "--dry-run"])
+        #expect(dry.status == 0, "\(dry.errors)")
+        #expect(dry.output.contains("below #10: 9 entries; would remove 9, would write 4 snapshots, would keep 0"), "\(dry.output)")
+        let json = try Tool.run(["compact", directory.path, "--below", "10", "--dry-run", "--json"]).objects().first
+        #expect(json?["entries_removed"] as? Int == 9 && json?["snapshots_written"] as? Int == 4, "\(json ?? [:])")
+        #expect(try store.log.lastOffset() == 11)
+        #expect(try store.compactedBelow() == 0)
+        // The store is still this process's to write.
+        try await store.create(type: "te", id: "after", fields: [:])
+        let compacted = try await store.compact(below: 10)
+        #expect(compacted.entriesRemoved == 9 && compacted.snapshotsWritten == 4)
+    }
 }
 
 @Suite struct LogToolWritingTests {
@@ -429,8 +453,8 @@ extension ToolRun {
         #expect(offsets == Array(1...49), "\(tail.outputLines.suffix(3)) \(tail.errorText)")
     }
 
-    /// `replay` and `compact --below` (`--dry-run` too) open the store for
-    /// writing; a path with no store there is refused as the read commands
+    /// `replay` and `compact --below` open the store for writing (a dry run
+    /// reads it); a path with no store there is refused as the read commands
     /// refuse it, not made into a new, empty store reported as a success.
     @Test(arguments: [["replay"], ["compact", "--below", "1"], ["compact", "--below", "1", "--dry-run"]])
     func aWritingCommandOnAPathWithNoStoreIsRefused(_ command: [String]) throws {

@@ -55,9 +55,10 @@ struct Compact: AsyncParsableCommand {
         abstract: "Fold the log below an offset into snapshots, or write a compacted copy of the store.",
         discussion: """
             --below N folds entries below N in place (pending intents and everything from N on stay, offsets \
-            unchanged); --dry-run says what would go. An LMDB file never shrinks in place: --copy DIR writes a \
-            copy without free pages and reports both sizes. Writing in place needs the store's writer lock: it \
-            is refused while another process has the store open for writing.
+            unchanged); --dry-run says what would go, reading the store as the read commands do. An LMDB file \
+            never shrinks in place: --copy DIR writes a copy without free pages and reports both sizes. Writing \
+            in place needs the store's writer lock: it is refused while another process has the store open for \
+            writing.
             """)
 
     @OptionGroup var store: StoreOptions
@@ -73,7 +74,8 @@ struct Compact: AsyncParsableCommand {
     func run() async throws {
         if let copy { return try await intoNewDirectory(copy, option: "--copy") { try writeCopy(to: copy) } }
         guard let below else { return }
-        let opened = try StoreOptions.openWritable(store.path)
+        // A dry run writes nothing: it needs no writer lock.
+        let opened = try dryRun ? store.openStore() : StoreOptions.openWritable(store.path)
         defer { opened.close() }
         let report = try await opened.compact(below: below, dryRun: dryRun)
         if store.json { return try Output.line(["watermark": report.watermark, "entries_before": UInt64(report.entriesBefore), "entries_removed": UInt64(report.entriesRemoved), "snapshots_written": UInt64(report.snapshotsWritten), "entries_kept": UInt64(report.entriesKept)]) }
