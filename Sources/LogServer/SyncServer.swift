@@ -4,6 +4,7 @@ import Hummingbird
 import LMDB
 import LogFormat
 import Logging
+import NIOCore
 import NIOHTTP1
 
 /// The reference sync server (`Format/sync-protocol.md`): push, pull and
@@ -34,6 +35,14 @@ public final class SyncServer: Sendable {
         /// client on Linux never sends a request into a connection as the
         /// server closes it.
         public var idleTimeout: Duration? = .seconds(300)
+        /// The longest a request may take to send its body, from its
+        /// head's arrival to its end (nil: no bound). Past it the connection
+        /// is closed without an answer, which a client retries as a network
+        /// error: a body sent a byte at a time, each within the idle
+        /// timeout, would otherwise hold its connection and its buffer for
+        /// as long as the client kept sending. The default lets a body of
+        /// `Wire.requestBodyBytesMax` arrive at 14 KB/s.
+        public var bodyTimeout: Duration? = .seconds(300)
         /// The least severe message the server logs.
         public var logLevel = Logger.Level.info
 
@@ -89,6 +98,7 @@ public final class SyncServer: Sendable {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ProtocolMiddleware(server: self))
         let routes = Routes(server: self)
+        let bodyTimeout = configuration.bodyTimeout.map { TimeAmount($0) }
         router.get("/v1/health") { request, context in try routes.health(request, context) }
         router.post("/v1/push") { request, context in try await routes.push(request, context) }
         router.get("/v1/pull") { request, context in try await routes.pull(request, context) }
@@ -98,7 +108,8 @@ public final class SyncServer: Sendable {
             router: router,
             server: .http1(
                 configuration: .init(
-                    additionalChannelHandlers: [ParserErrorReply()],
+                    // Made again for each connection (an autoclosure).
+                    additionalChannelHandlers: [RequestBodyDeadline(timeout: bodyTimeout), ParserErrorReply()],
                     idleTimeout: configuration.idleTimeout.map { .nanoseconds(Int64(min($0 / .nanoseconds(1), 9e18))) })),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
@@ -147,6 +158,9 @@ struct ProtocolMiddleware: RouterMiddleware {
             // `ParserErrorReply` makes this answer the connection's last.
             response = Reply.error(ServiceError(.validationError, "HTTP/1.1 cannot parse the request body: \(error)"))
         } catch let error as DroppedAnswer {
+            throw error
+        } catch let error as RequestBodyTimedOut {
+            // The connection is closing: no answer can be sent.
             throw error
         } catch let error as LMDBError where [.environmentFailed, .closed].contains(error.code) {
             context.logger.error("storage unavailable: \(error)")

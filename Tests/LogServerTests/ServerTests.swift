@@ -812,6 +812,42 @@ import Testing
         try server.server.setFaults(FaultSettings())
     }
 
+    /// A body sent a byte at a time (slowloris) sends a part of the request
+    /// well within every idle timeout, and held its connection, and the
+    /// route's buffer, for as long as it kept trickling. It has the body
+    /// timeout from its head on, then the connection is closed with no
+    /// answer, whether the route is reading the body (a push) or has
+    /// answered without it (a 401), and nothing of it is applied. A body
+    /// sent at once is unaffected. (The test's timeout is 1 s; the client
+    /// would take over 30 s to send the whole body.)
+    @Test func aBodyTrickledPastTheBodyTimeoutIsCutOff() async throws {
+        let server = try await TestServer("body-timeout")
+        defer { Task { await server.stop() } }
+        server.configuration.bodyTimeout = .seconds(1)
+        try await server.restart()
+        let operation = PushOperation(
+            idempotencyKey: "k1", entityType: "te", entityID: "slow", intent: .create, data: ["n": 1],
+            clientTimestamp: "2026-11-22T08:00:00Z", baseVersion: 0)
+        let body = try JSONEncoder().encode(PushRequest(operations: [operation]))
+        for token in ["alice-token", "wrong-token"] {
+            let head = "POST /v1/push HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/json\r\n"
+                + "Content-Length: \(body.count)\r\n\r\n"
+            let (sentWhole, reply) = try await onAThreadOfItsOwn {
+                try trickle(port: server.port, head: Data(head.utf8), body: body, pause: .milliseconds(200))
+            }
+            #expect(!sentWhole, "\(token): the whole body was taken over \(body.count * 200) ms")
+            #expect(!statuses(reply).contains(200), "\(token): \(reply)")
+        }
+        let pulled = try await server.pull()
+        #expect(pulled.status == 200)
+        #expect(try pulled.decode(PullResponse.self).changes.isEmpty)
+        // A body sent at once is whole at once: an answer that takes longer
+        // than the timeout (an injected delay) still comes.
+        try server.server.setFaults(FaultSettings(delayMs: 2_500))
+        #expect(try await server.push([operation]).status == 200)
+        try server.server.setFaults(FaultSettings())
+    }
+
     /// Section 8: a cursor the server can tell it never issued is 410.
     /// Base64 leaves the last character's two low bits unused, and the
     /// decoder ignored them: a cursor changed only there was taken.
@@ -998,6 +1034,21 @@ private func rawExchange(
         if !untilClosed, let text = String(data: reply, encoding: .utf8), text.contains("\r\n\r\n"), text.contains("}") { break }
     }
     return String(decoding: reply, as: UTF8.self)
+}
+
+/// Sends `head` at once, then `body` one byte per `pause`, stopping when a
+/// send fails (the server closed the connection); returns whether every
+/// byte was sent, and what the server answered, read until it closes.
+private func trickle(port: Int, head: Data, body: Data, pause: Duration) throws -> (sentWhole: Bool, reply: String) {
+    var open = false
+    let reply = try rawExchange(port: port, untilClosed: true) { sendAll in
+        open = sendAll(head)
+        for byte in body where open {
+            Thread.sleep(forTimeInterval: Double(pause / .milliseconds(1)) / 1_000)
+            open = sendAll(Data([byte]))
+        }
+    }
+    return (open, reply)
 }
 
 /// Sends `data` on a new connection and reads until the server closes it

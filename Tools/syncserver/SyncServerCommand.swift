@@ -48,6 +48,9 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds a connection may send no part of a request, answer pending aside, before it is closed; 0 for never.")
     var idleTimeout = 300
 
+    @Option(help: "Seconds a request may take to send its body, from its head on, before its connection is closed unanswered; 0 for never.")
+    var bodyTimeout = 300
+
     @Flag(help: "Stop (as on SIGTERM) when stdin reaches its end: a parent process that holds a pipe to it takes the server with it when it ends, even by SIGKILL.")
     var stopAtStdinEnd = false
 
@@ -55,6 +58,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard rateLimit >= 0, burst > 0 else { throw ValidationError("--rate-limit must be >= 0 and --burst > 0") }
         guard (0...86_400).contains(idleTimeout) else { throw ValidationError("--idle-timeout must be 0...86400 seconds") }
+        guard (0...86_400).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be 0...86400 seconds") }
         guard ["full", "metaAsync", "process"].contains(durability) else {
             throw ValidationError("--durability must be full, metaAsync or process")
         }
@@ -71,6 +75,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.rateLimit = rateLimit > 0 ? (rateLimit, burst) : nil
         configuration.faultInjection = faultInjection
         configuration.idleTimeout = idleTimeout > 0 ? .seconds(idleTimeout) : nil
+        configuration.bodyTimeout = bodyTimeout > 0 ? .seconds(bodyTimeout) : nil
         configuration.durability = .init(rawValue: durability) ?? .full
         let server = try SyncServer(configuration: configuration)
         defer { server.close() }
