@@ -332,6 +332,48 @@ import Testing
         }
     }
 
+    /// Growing the map waits for every transaction in this process to end.
+    /// Readers on several threads, one read after another, keep some read
+    /// open nearly all the time; the growth must still get its turn, or
+    /// every write waits for good. The wait below only guards against that
+    /// hang.
+    @Test func mapGrowthIsNotStarvedByContinuousReaders() throws {
+        let directory = try TemporaryDirectory("lmdb-growth-readers")
+        var options = Environment.Options()
+        options.mapSize = 64 * 1024
+        options.durability = .process
+        let environment = try Environment(path: directory.path, options: options)
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in try txn.put(table, key: key(0), value: [1]) }
+        let readerCount = 6
+        let done = Flag()
+        let reading = DispatchGroup()
+        for _ in 0..<readerCount {
+            reading.enter()
+            Thread {
+                while !done.value.load(ordering: .acquiring) {
+                    _ = try? environment.read { txn in try txn.get(table, key: key(0)) }
+                }
+                reading.leave()
+            }.start()
+        }
+        let written = DispatchSemaphore(value: 0)
+        Thread {
+            // About 3 MB, past 64 KiB: the map grows several times.
+            for n in 1...400 {
+                try? environment.write { txn in try txn.put(table, key: key(n), value: [UInt8](repeating: 1, count: 8_000)) }
+            }
+            written.signal()
+        }.start()
+        let finished = written.wait(timeout: .now() + 60) == .success
+        done.value.store(true, ordering: .releasing)
+        reading.wait()
+        if !finished { written.wait() }
+        #expect(finished, "the writes waited for the readers for 60 s")
+        #expect(try environment.read { txn in try txn.count(table) } == 401)
+        environment.close()
+    }
+
     @Test func aFileIsNotADirectory() throws {
         let directory = try TemporaryDirectory("lmdb-file")
         let file = directory.appending("plain")
