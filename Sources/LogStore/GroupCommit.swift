@@ -12,7 +12,8 @@ import LogFormat
 /// Jobs run in submission order inside one write transaction. A job that
 /// throws must not take the others down with it, so the group is aborted and
 /// run again without that job; each rerun drops at least one job, which
-/// bounds the reruns. This needs jobs to be deterministic functions of the
+/// bounds the reruns. Its caller is told with the others, once the rest
+/// commits. This needs jobs to be deterministic functions of the
 /// transaction, which they must be anyway: a full map also reruns the group.
 final class GroupCommitter: @unchecked Sendable {
     /// The most jobs committed in one transaction; later ones wait for the next.
@@ -168,9 +169,14 @@ final class GroupCommitter: @unchecked Sendable {
 
     private func commit(_ group: [any WriteJob]) {
         var pending = group
+        // Jobs dropped from the group, with their errors. An error may rest
+        // on the writes of the jobs before it ("already exists"), so its
+        // caller hears it only once those are committed, and hears the
+        // transaction's error instead if they never are.
+        var rejected: [(job: any WriteJob, error: any Error)] = []
         // Each pass either commits or removes a failed job, so this ends.
         while !pending.isEmpty {
-            var failed: Int?
+            var failed: (index: Int, error: any Error)?
             do {
                 let (position, effects) = try environment.write { txn in
                     failed = nil
@@ -181,8 +187,7 @@ final class GroupCommitter: @unchecked Sendable {
                         } catch let error as LMDBError {
                             throw error  // The whole transaction is at fault.
                         } catch {
-                            failed = index
-                            job.fail(error)
+                            failed = (index, error)
                             throw error
                         }
                     }
@@ -192,17 +197,25 @@ final class GroupCommitter: @unchecked Sendable {
                 var published = effects
                 published.offset = position.lastOffset
                 onCommit(position, pending.count, published)
-                let committedJobs = pending
-                completions.async { for job in committedJobs { job.succeed() } }
+                let (committedJobs, rejectedJobs) = (pending, rejected)
+                completions.async {
+                    for job in committedJobs { job.succeed() }
+                    for (job, error) in rejectedJobs { job.fail(error) }
+                }
                 return
             } catch {
                 guard let failed else {
-                    for job in pending { job.fail(error) }
+                    let failedJobs = pending + rejected.map(\.job)
+                    completions.async { for job in failedJobs { job.fail(error) } }
                     return
                 }
-                pending.remove(at: failed)
+                rejected.append((pending.remove(at: failed.index), failed.error))
             }
         }
+        // Every job failed, each the first of its pass: its error rests on
+        // committed state alone.
+        let rejectedJobs = rejected
+        completions.async { for (job, error) in rejectedJobs { job.fail(error) } }
     }
 }
 

@@ -8,8 +8,7 @@ import Testing
 
 /// A write job that writes nothing and lets the test act at each step:
 /// when it runs (inside the group's transaction, on the writer thread) and
-/// when it is told its outcome (on the completion queue, or the writer
-/// thread for a failure).
+/// when it is told its outcome (on the completion queue).
 private final class ProbeJob: WriteJob, Sendable {
     private let onRun: @Sendable () -> Void
     private let onOutcome: @Sendable () -> Void
@@ -126,6 +125,78 @@ private let waitSecondsMax = 10.0
             stopped.signal()
         }.start()
         #expect(stopped.wait(timeout: .now() + waitSecondsMax) == .success, "the writer never stopped")
+        fixture.environment.close()
+    }
+
+    /// A job's error may rest on the writes of the jobs before it in the
+    /// group ("already exists"), so its caller may hear it only once those
+    /// writes are committed; and when they never are (here a put fails with
+    /// ENOSPC, which a spill of dirty pages to disk can do), the job failed
+    /// for the transaction's reason, not for state that never existed.
+    @Test(arguments: [false, true])
+    func aJobsErrorWaitsForTheWritesItRestsOn(groupFails: Bool) throws {
+        struct AlreadyThere: Error {}
+        let fixture = try CommitterFixture("commit-verdict")
+        let environment = fixture.environment
+        let table = try #require(try environment.openDatabase("t"))
+        let started = DispatchSemaphore(value: 0)
+        let gate = DispatchSemaphore(value: 0)
+        let told = DispatchGroup()
+        // Whether the second create's caller had been told when the last job
+        // ran, and what it was told then, with whether it could see the key.
+        let toldEarly = Atomic<Bool>(false)
+        let outcome = Mutex<(error: (any Error)?, keyVisible: Bool)?>(nil)
+        let ranLast = Mutex<Bool?>(nil)
+        let blocker = ProbeJob(onRun: { started.signal(); gate.wait(); gate.signal() })
+        #expect(fixture.committer.submit(blocker))
+        try #require(started.wait(timeout: .now() + waitSecondsMax) == .success)
+
+        let create: ValueJob<Bool>.Body = { txn, _ in
+            if try txn.get(table, key: [1]) != nil { throw AlreadyThere() }
+            try txn.put(table, key: [1], value: [1])
+            return true
+        }
+        for index in 0..<2 {
+            told.enter()
+            let job = ValueJob(create) { result in
+                if index == 1 {
+                    let visible = (try? environment.read { txn in try txn.get(table, key: [1]) }) != nil
+                    toldEarly.store(true, ordering: .releasing)
+                    if case .failure(let error) = result { outcome.withLock { $0 = (error, visible) } }
+                }
+                told.leave()
+            }
+            #expect(fixture.committer.submit(job))
+        }
+        told.enter()
+        let last = ValueJob<Bool>({ _, _ in
+            ranLast.withLock { $0 = toldEarly.load(ordering: .acquiring) }
+            if groupFails { throw LMDBError(code: .noSpace, operation: "mdb_put") }
+            return true
+        }) { _ in told.leave() }
+        #expect(fixture.committer.submit(last))
+        gate.signal()
+        try #require(told.wait(timeout: .now() + waitSecondsMax) == .success, "a job was never told")
+
+        #expect(ranLast.withLock { $0 } == false, "the second create heard its error before the first was committed")
+        let (error, keyVisible) = try #require(outcome.withLock { $0 })
+        if groupFails {
+            #expect((error as? LMDBError)?.code == .noSpace, "told \(error), for a write that never committed")
+            #expect(!keyVisible)
+            // Nothing of the group was written, and the next write commits.
+            let next = DispatchSemaphore(value: 0)
+            let nextResult = Mutex<Result<Bool, any Error>?>(nil)
+            #expect(fixture.committer.submit(ValueJob(create) { result in
+                nextResult.withLock { $0 = result }
+                next.signal()
+            }))
+            try #require(next.wait(timeout: .now() + waitSecondsMax) == .success)
+            #expect(try nextResult.withLock { $0 }?.get() == true)
+        } else {
+            #expect(error is AlreadyThere)
+            #expect(keyVisible, "told the key exists before it could be read")
+        }
+        fixture.committer.close()
         fixture.environment.close()
     }
 }
