@@ -413,7 +413,10 @@ extension Environment {
     }
 
     /// Another process grew the map: take its size (`mdb_env_set_mapsize(0)`).
+    /// - Throws: `.mapResized` on a thread inside a read, whose own hold
+    ///   would keep the exclusive one out for good.
     private func adoptResizedMap() throws(LMDBError) {
+        try checkNoReadHeld(.mapResized, "another process grew the map, and a read inside another cannot take the new size: end the outer read and read again")
         try resizeLock.withExclusive { () throws(LMDBError) in
             try checkUsable("mdb_env_set_mapsize")
             try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize", path: path)
@@ -421,7 +424,9 @@ extension Environment {
     }
 
     /// Doubles the map (in 1 GiB steps past 1 GiB), up to `mapSizeMax`.
+    /// - Throws: `error` on a thread inside a read (see `checkNoReadHeld`).
     private func grow(after error: LMDBError) throws(LMDBError) {
+        try checkNoReadHeld(error.code, "the map is full, and a write inside a read cannot grow it: write outside the read")
         try resizeLock.withExclusive { () throws(LMDBError) in
             try checkUsable("mdb_env_set_mapsize")
             let current = currentInfo().mapSize
@@ -430,6 +435,15 @@ extension Environment {
             let next = min(current + step, options.mapSizeMax)
             try check(mdb_env_set_mapsize(handle, next), "mdb_env_set_mapsize", path: path)
         }
+    }
+
+    /// The map can change size only while this process has no transaction
+    /// open, so a thread that holds a read (of any environment: two threads
+    /// each inside a read of the other's store could wait for each other)
+    /// would wait for good for its own hold to end. It gets `code` instead.
+    private func checkNoReadHeld(_ code: LMDBError.Code, _ why: String) throws(LMDBError) {
+        guard ReadWriteLock.threadHoldsShared else { return }
+        throw LMDBError(code: code, operation: "mdb_env_set_mapsize", path: path, detail: why)
     }
 }
 

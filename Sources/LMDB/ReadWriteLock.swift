@@ -92,6 +92,10 @@ final class ReadWriteLock: @unchecked Sendable {
         return try body()
     }
 
+    /// Whether the calling thread holds any `ReadWriteLock` shared: an
+    /// exclusive hold it asked for would wait for itself.
+    static var threadHoldsShared: Bool { sharedHolds > 0 }
+
     /// The calling thread's shared holds of any `ReadWriteLock`, kept in a
     /// thread-specific value (a count, not a pointer).
     private static var sharedHolds: Int {

@@ -7,6 +7,30 @@ import Testing
 @Suite struct EnvironmentTests {
     private func key(_ n: Int) -> [UInt8] { withUnsafeBytes(of: UInt64(n).bigEndian) { Array($0) } }
 
+    /// A write that fills the map inside a read on the same thread cannot
+    /// grow it (growing waits for every read of the process to end, that
+    /// one too): it fails with `.mapFull` saying why, where it waited for
+    /// itself for good, and the same write outside the read grows the map.
+    @Test func aWriteInsideAReadThatFillsTheMapIsAnError() throws {
+        let directory = try TemporaryDirectory("lmdb-grow-in-read")
+        var options = Environment.Options()
+        options.mapSize = 64 * 1024
+        options.durability = .process
+        let environment = try Environment(path: directory.path, options: options)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        let fill = { (txn: borrowing Transaction) throws in
+            try txn.put(table, key: [1], value: [UInt8](repeating: 7, count: 1 << 20))
+        }
+        try environment.read { _ in
+            let error = #expect(throws: LMDBError.self) { try environment.write(fill) }
+            #expect(error?.code == .mapFull, "\(String(describing: error))")
+            #expect(error?.description.contains("write outside the read") == true, "\(String(describing: error))")
+        }
+        try environment.write(fill)
+        #expect(try environment.read { txn in try txn.get(table, key: [1])?.count } == 1 << 20)
+    }
+
     @Test func mapGrowsFromATinyMapWithNoLostEntry() throws {
         let directory = try TemporaryDirectory("lmdb-growth")
         var options = Environment.Options()

@@ -453,6 +453,38 @@ extension ToolRun {
         #expect(offsets == Array(1...49), "\(tail.outputLines.suffix(3)) \(tail.errorText)")
     }
 
+    /// A read-only process reads inside a read (a `get` inside `Store.read`)
+    /// after another process grew the map past the one it mapped: the inner
+    /// read cannot take the new size while the outer one holds the old map.
+    /// It gets `.mapResized`, where it waited for its own hold for good; the
+    /// next read outside takes the new size.
+    @Test func aReadInsideAReadAfterAnotherProcessGrewTheMapIsAnError() async throws {
+        let directory = try TemporaryDirectory("logtool-nested-read-grow")
+        let writer = try Store(path: directory.path, options: .init(durability: .process))
+        let blob = Value.bytes([UInt8](repeating: 0x5A, count: 2 << 20))
+        // Full enough that a rebuild, which writes the projections again
+        // beside those in use, must grow the map.
+        var count = 0
+        repeat {
+            try await writer.create(type: "blob", id: "b\(count)", fields: ["data": blob])
+            count += 1
+        } while writer.log.mapUsage().usedBytes * 10 < writer.log.mapUsage().mapSize * 7
+        writer.close()
+        let reader = try Store(path: directory.path, options: .init(readOnly: true))
+        defer { reader.close() }
+        let mapBefore = reader.log.mapUsage().mapSize
+        try reader.read { snapshot in
+            #expect(try snapshot.get(type: "blob", id: "b0") != nil)
+            let replay = try Tool.run(["replay", directory.path])
+            #expect(replay.status == 0, "exit \(replay.status): \(replay.errors)")
+            let error = #expect(throws: LMDBError.self) { try reader.get(type: "blob", id: "b1") }
+            #expect(error?.code == .mapResized, "\(String(describing: error))")
+            #expect(error?.description.contains("end the outer read") == true, "\(String(describing: error))")
+        }
+        #expect(try reader.get(type: "blob", id: "b\(count - 1)") != nil)
+        #expect(reader.log.mapUsage().mapSize > mapBefore)
+    }
+
     /// `replay` and `compact --below` open the store for writing (a dry run
     /// reads it); a path with no store there is refused as the read commands
     /// refuse it, not made into a new, empty store reported as a success.
