@@ -51,9 +51,10 @@ public final class Store: Sendable {
     /// none yet). Reads of the same snapshot see the same set, so most skip
     /// the lookup (`activeSet`).
     let activeSetCache = Atomic<UInt64>(.max)
-    private let changeFeed: Broadcast<StoreChange>
-    private let eventFeed: Broadcast<StoreEvent>
-    private let intentFeed: Broadcast<UInt64>
+    /// Not private: tests count their subscribers.
+    let changeFeed: Broadcast<StoreChange>
+    let eventFeed: Broadcast<StoreEvent>
+    let intentFeed: Broadcast<UInt64>
     /// Ends the three streams (see `init`).
     private let finishStreams: @Sendable () -> Void
 

@@ -85,6 +85,10 @@ package final class Broadcast<Element: Sendable>: Sendable {
         return stream
     }
 
+    /// Streams still open: each ends its registration when it terminates
+    /// (finished, or its reader cancelled or gone).
+    package var subscriberCount: Int { state.withLock { $0.continuations.count } }
+
     package func publish(_ element: Element) {
         let continuations = state.withLock { state in
             if state.latest != nil { state.latest = element }
@@ -92,6 +96,11 @@ package final class Broadcast<Element: Sendable>: Sendable {
         }
         for continuation in continuations { continuation.yield(element) }
     }
+
+    /// A broadcast released with its owner (an engine the app let go)
+    /// ends its streams: nothing can publish to them any more, and a
+    /// reader's `for await` would otherwise wait forever.
+    deinit { finish() }
 
     /// Ends every stream (the store closed).
     package func finish() {

@@ -71,6 +71,7 @@ public actor SyncEngine {
 
     /// The current state, then every change, and each failed run's `.error`
     /// even when it repeats the last one (every failed run sets a backoff).
+    /// The stream ends when the engine is released.
     public nonisolated func states() -> AsyncStream<SyncState> { stateFeed.subscribe() }
 
     /// Runs a sync, or joins the one running.

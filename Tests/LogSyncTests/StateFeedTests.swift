@@ -1,0 +1,52 @@
+import LogFormat
+import LogStore
+import LogSync
+import LogTesting
+import Testing
+
+/// A server that is up but fails every push and pull: each run fails, and
+/// publishes its `.error` state.
+private struct FailingExchanges: SyncTransport {
+    func health() async throws(TransportError) -> HealthResponse { HealthResponse(serverID: "failing") }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        throw TransportError(.network, "push: down")
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        throw TransportError(.network, "pull: down")
+    }
+}
+
+/// Whether `stream` ends within `seconds`: a guard that keeps a stream
+/// that never ends from hanging the run, not a measure of time.
+private func ends(_ stream: AsyncStream<SyncState>, within seconds: Double = 5) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            for await _ in stream {}
+            return true
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(seconds))
+            return false
+        }
+        let first = await group.next() ?? false
+        group.cancelAll()
+        return first
+    }
+}
+
+@Suite struct StateFeedTests {
+    /// An engine released while an app reads its states ends the stream:
+    /// a `for await` over `states()` does not wait forever for an engine
+    /// that is gone.
+    @Test func statesEndWhenTheEngineIsReleased() async throws {
+        let directory = try TemporaryDirectory("states-released")
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        var engine: SyncEngine? = try SyncEngine(store: store, transport: FailingExchanges(), clock: ManualClock())
+        let states = try #require(engine).states()
+        weak let released = engine
+        engine = nil
+        #expect(released == nil)
+        #expect(await ends(states), "the states of a released engine never ended")
+        store.close()
+    }
+}
