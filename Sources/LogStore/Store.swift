@@ -13,7 +13,9 @@ import Synchronization
 /// Caveats:
 /// - Open a store at most once per process, and never use it after `fork()`.
 /// - A write returns after its commit; with `.full` durability it is on disk.
-/// - `changes(type:)` and `events()` buffer without bound for slow readers.
+/// - A slow reader of `changes(type:)` gets the latest change only; one of
+///   `events()` gets the first `eventBufferCountMax` events it has not read,
+///   then `.missed(count:)` for those the stream dropped.
 /// - Each read call sees the store as of its own commit; `read(_:)` gives
 ///   several reads one commit's state, and pins its pages until it returns.
 public final class Store: Sendable {
@@ -27,6 +29,12 @@ public final class Store: Sendable {
     public static let resetBatchCountMax = 1_024
     /// The most entities `all(type:after:limit:)` returns at once.
     public static let pageCountMax = 10_000
+    /// The most unread events an `events()` stream holds for its reader;
+    /// past it, the stream counts the events it drops (`StoreEvent.missed`).
+    /// A reader that is this far behind reads the store instead; the bound
+    /// keeps one that never reads from holding every event (a conflict
+    /// carries the server's state, up to an entry's size) while the app runs.
+    public static let eventBufferCountMax = 1_024
 
     /// The derived databases of set 0; set 1 has the same names with `.1`
     /// appended (`derivedDatabaseNames(set:)`).
@@ -135,19 +143,27 @@ public final class Store: Sendable {
     /// writer's own threads; the log's `deinit` knows not to wait there.
     deinit { finishStreams() }
 
-    /// Values after each commit that touched entities of `type`, and after
+    /// A value after each commit that touched entities of `type`, and after
     /// the commit that ends `rebuildProjections()` when `type` has entities
-    /// visible in the tables before it or after it.
-    public func changes(type: String) -> AsyncFilterSequence<AsyncStream<StoreChange>> {
-        changeFeed.subscribe().filter { $0.entityType == type }
+    /// visible in the tables before it or after it: the stream says that
+    /// something changed, and the store has what. It holds one value, the
+    /// latest: a reader that falls behind skips to it.
+    public func changes(type: String) -> AsyncStream<StoreChange> {
+        changeFeed.subscribe(bufferingNewest: 1) { $0.entityType == type }
     }
 
     /// Rejections, conflicts and exhausted retries, as they are committed.
-    public func events() -> AsyncStream<StoreEvent> { eventFeed.subscribe() }
+    /// The stream holds up to `eventBufferCountMax` events its reader has
+    /// not read; it drops the ones after them and yields
+    /// `.missed(count:)` in their place (see `StoreEvent`).
+    public func events() -> BoundedStream<StoreEvent> {
+        eventFeed.subscribe(keepingFirst: Store.eventBufferCountMax, missed: StoreEvent.missed)
+    }
 
-    /// The last offset of each commit that wrote intents: the outbox has
-    /// something new to push (the scheduler's "local write" trigger).
-    public func intentCommits() -> AsyncStream<UInt64> { intentFeed.subscribe() }
+    /// The last offset of a commit that wrote intents: the outbox has
+    /// something new to push (the scheduler's "local write" trigger). It
+    /// holds one value, the latest.
+    public func intentCommits() -> AsyncStream<UInt64> { intentFeed.subscribe(bufferingNewest: 1) }
 }
 
 // MARK: - Writing

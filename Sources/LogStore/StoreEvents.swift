@@ -2,8 +2,11 @@ import LogFormat
 import Synchronization
 
 /// Something the app must hear about that it did not ask for: nothing in
-/// this list is ever dropped silently. Each is also in the log, so an app
-/// that was not listening can still find it there.
+/// this list is ever dropped silently. Each is also in the store, so an app
+/// that was not listening, or fell behind (`missed`), can still find it
+/// there: waiting conflicts in `Store.conflicts()`, failed intents in
+/// `Store.outbox()`, and every rejection and conflict as a `reject` or
+/// `conflict` entry in the log.
 public enum StoreEvent: Sendable, Equatable {
     /// The server refused an intent for good; it left the visible state.
     case rejected(RejectedIntent)
@@ -11,6 +14,11 @@ public enum StoreEvent: Sendable, Equatable {
     case conflict(offset: UInt64, Conflict)
     /// An intent exhausted its retries and waits for the app.
     case retriesExhausted(offset: UInt64, entityType: String, entityID: String, lastError: String)
+    /// The reader fell `Store.eventBufferCountMax` events behind, and the
+    /// stream dropped the `count` events that came next instead of holding
+    /// them for it; the ones after this value were kept again. The reader
+    /// looks in the store for what it missed.
+    case missed(count: Int)
 }
 
 /// A rejected intent, with what the app needs to tell its user.
@@ -47,14 +55,20 @@ public struct StoreChange: Sendable, Equatable {
     }
 }
 
-/// Fans values out to any number of `AsyncStream` subscribers. Streams
-/// buffer without bound, so a slow reader never loses a value; it is the
-/// reader's job to keep up. Made with a latest value (a state feed), it
-/// hands each new subscriber that value first.
+/// Fans values out to any number of streams, each with a bound on what it
+/// holds for a reader that is slow or never reads: the newest values only
+/// (a signal or a state, where the last says all), or the first ones and a
+/// count of those it missed (events, `BoundedStream`). Made with a latest
+/// value (a state feed), it hands each new subscriber that value first.
 package final class Broadcast<Element: Sendable>: Sendable {
+    private struct Subscriber: Sendable {
+        let deliver: @Sendable (Element) -> Void
+        let finish: @Sendable () -> Void
+    }
+
     private struct State {
         var nextID = 0
-        var continuations: [Int: AsyncStream<Element>.Continuation] = [:]
+        var subscribers: [Int: Subscriber] = [:]
         var finished = false
         /// Kept and replayed only when the broadcast was made with one.
         var latest: Element?
@@ -66,35 +80,71 @@ package final class Broadcast<Element: Sendable>: Sendable {
     ///   published one; nil for a feed of events, which replays nothing.
     package init(latest: Element? = nil) { state = Mutex(State(latest: latest)) }
 
-    package func subscribe() -> AsyncStream<Element> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .unbounded)
-        let id: Int? = state.withLock { state in
-            if let latest = state.latest { continuation.yield(latest) }
-            guard !state.finished else { return nil }
-            defer { state.nextID += 1 }
-            state.continuations[state.nextID] = continuation
-            return state.nextID
-        }
-        guard let id else {
-            continuation.finish()
-            return stream
-        }
-        continuation.onTermination = { [weak self] _ in
-            _ = self?.state.withLock { $0.continuations.removeValue(forKey: id) }
+    /// A stream that holds the newest `countMax` values its reader has not
+    /// read, dropping older ones, of those that `accepts` lets through.
+    package func subscribe(
+        bufferingNewest countMax: Int, where accepts: @escaping @Sendable (Element) -> Bool = { _ in true }
+    ) -> AsyncStream<Element> {
+        precondition(countMax > 0, "a stream must hold a value")
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingNewest(countMax))
+        let subscriber = Subscriber(
+            deliver: { if accepts($0) { continuation.yield($0) } }, finish: { continuation.finish() })
+        if let id = register(subscriber) {
+            continuation.onTermination = { [weak self] _ in self?.unregister(id) }
         }
         return stream
     }
 
+    /// A stream that holds the first `countMax` values its reader has not
+    /// read, then yields `missed(count)` in place of those it drops.
+    package func subscribe(
+        keepingFirst countMax: Int, missed: @escaping @Sendable (Int) -> Element
+    ) -> BoundedStream<Element> {
+        let buffer = BoundedStream<Element>.Buffer(countMax: countMax, missed: missed)
+        let (doorbell, ring) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let subscriber = Subscriber(
+            deliver: { value in
+                buffer.put(value)
+                ring.yield()
+            },
+            finish: { ring.finish() })
+        if let id = register(subscriber) {
+            ring.onTermination = { [weak self] termination in
+                if case .cancelled = termination { buffer.removeAll() }
+                self?.unregister(id)
+            }
+        }
+        return BoundedStream(buffer: buffer, doorbell: doorbell)
+    }
+
+    /// Hands `subscriber` the latest value, if any, and adds it; nil (and
+    /// the subscriber finished) when the broadcast has finished.
+    private func register(_ subscriber: Subscriber) -> Int? {
+        let id: Int? = state.withLock { state in
+            if let latest = state.latest { subscriber.deliver(latest) }
+            guard !state.finished else { return nil }
+            defer { state.nextID += 1 }
+            state.subscribers[state.nextID] = subscriber
+            return state.nextID
+        }
+        if id == nil { subscriber.finish() }
+        return id
+    }
+
+    private func unregister(_ id: Int) {
+        _ = state.withLock { $0.subscribers.removeValue(forKey: id) }
+    }
+
     /// Streams still open: each ends its registration when it terminates
     /// (finished, or its reader cancelled or gone).
-    package var subscriberCount: Int { state.withLock { $0.continuations.count } }
+    package var subscriberCount: Int { state.withLock { $0.subscribers.count } }
 
     package func publish(_ element: Element) {
-        let continuations = state.withLock { state in
+        let subscribers = state.withLock { state in
             if state.latest != nil { state.latest = element }
-            return Array(state.continuations.values)
+            return Array(state.subscribers.values)
         }
-        for continuation in continuations { continuation.yield(element) }
+        for subscriber in subscribers { subscriber.deliver(element) }
     }
 
     /// A broadcast released with its owner (an engine the app let go)
@@ -104,11 +154,11 @@ package final class Broadcast<Element: Sendable>: Sendable {
 
     /// Ends every stream (the store closed).
     package func finish() {
-        let continuations = state.withLock { state in
+        let subscribers = state.withLock { state in
             state.finished = true
-            defer { state.continuations = [:] }
-            return Array(state.continuations.values)
+            defer { state.subscribers = [:] }
+            return Array(state.subscribers.values)
         }
-        for continuation in continuations { continuation.finish() }
+        for subscriber in subscribers { subscriber.finish() }
     }
 }

@@ -71,8 +71,18 @@ public actor SyncEngine {
 
     /// The current state, then every change, and each failed run's `.error`
     /// even when it repeats the last one (every failed run sets a backoff).
-    /// The stream ends when the engine is released.
-    public nonisolated func states() -> AsyncStream<SyncState> { stateFeed.subscribe() }
+    /// It holds the newest `stateBufferCountMax` states its reader has not
+    /// read: a reader that falls further behind skips the oldest, and the
+    /// last it reads is the current state. The stream ends when the engine
+    /// is released.
+    public nonisolated func states() -> AsyncStream<SyncState> {
+        stateFeed.subscribe(bufferingNewest: SyncEngine.stateBufferCountMax)
+    }
+
+    /// The most unread states a `states()` stream holds: some runs' worth of
+    /// history for a reader that is a little behind, not every state since
+    /// the app started for one that never reads.
+    public static let stateBufferCountMax = 64
 
     /// Runs a sync, or joins the one running.
     /// - Parameter cancellation: checked between pulled pages. A caller that

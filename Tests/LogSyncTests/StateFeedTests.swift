@@ -49,4 +49,23 @@ private func ends(_ stream: AsyncStream<SyncState>, within seconds: Double = 5) 
         #expect(await ends(states), "the states of a released engine never ended")
         store.close()
     }
+
+    /// A `states()` stream nobody reads while the engine runs and fails
+    /// again and again holds the newest `stateBufferCountMax` states, the
+    /// current one last, not every state since it was made.
+    @Test func aStatesStreamNobodyReadsHoldsTheNewestStates() async throws {
+        let directory = try TemporaryDirectory("states-unread")
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        var engine: SyncEngine? = try SyncEngine(store: store, transport: FailingExchanges(), clock: ManualClock())
+        let states = try #require(engine).states()
+        try await store.create(type: "task", fields: [:])
+        for _ in 0..<200 { await engine?.sync() }
+        let current = try #require(await engine?.state)
+        engine = nil
+        var held: [SyncState] = []
+        for await state in states { held.append(state) }
+        #expect(held.count == SyncEngine.stateBufferCountMax, "\(held.count) states held")
+        #expect(held.last == current)
+        store.close()
+    }
 }
