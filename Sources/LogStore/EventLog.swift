@@ -13,6 +13,8 @@ public typealias Durability = Environment.Durability
 /// - Open a store at most once per process, and never use it after `fork()`.
 /// - Appends return only after their transaction commits; with `.full`
 ///   durability that includes the fsync. Concurrent appends share commits.
+///   Cancelling an append's task does not cancel the append: the call
+///   returns its outcome, committed or failed.
 /// - Reads see the log as of their own snapshot and never block appends.
 public final class EventLog: Sendable {
     public struct Options: Sendable {
@@ -343,6 +345,13 @@ extension EventLog {
 
     /// Opened read-only: every write throws.
     var isReadOnly: Bool { committer == nil }
+
+    /// Writes queued for the writer and not yet in a transaction (tests).
+    var queuedWriteCount: Int { committer?.queuedCount ?? 0 }
+
+    /// Whether the log takes writes: false once `close()` is called, or
+    /// when it was opened read-only (tests).
+    var isOpenForWrites: Bool { committer.map { !$0.isClosing } ?? false }
 
     private func readOnlyError() -> LMDBError {
         LMDBError(code: .permissionDenied, operation: "append (store opened read-only)", path: path)

@@ -78,6 +78,20 @@ final class GroupCommitter: @unchecked Sendable {
         return true
     }
 
+    /// Jobs queued and not yet taken into a group (tests wait for them).
+    var queuedCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return queue.count
+    }
+
+    /// Whether `close()` has been called (tests wait for it).
+    var isClosing: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return closing
+    }
+
     /// Finishes the queued jobs, stops the thread and runs `onStop`. Every
     /// call waits for all of that, a second or concurrent one too: returning
     /// earlier would let its caller tear down what queued jobs still need.

@@ -90,7 +90,8 @@ extension Store {
     /// over from the tables in use (when they have this version's layout;
     /// otherwise it starts over). A rebuild stopped part way (a close,
     /// a crash) is finished by the next writable open; one that fails is
-    /// dropped, and the tables in use stay.
+    /// dropped, and the tables in use stay. Cancelling the calling task does
+    /// not stop it: like every write, it runs to its outcome.
     /// - Throws: `LogStoreError.closed` when the store closes part way;
     ///   `LogStoreError` `.corruptEntry` or `.gap` for a log that does not
     ///   read back; `LMDBError`.

@@ -13,6 +13,9 @@ import Synchronization
 /// Caveats:
 /// - Open a store at most once per process, and never use it after `fork()`.
 /// - A write returns after its commit; with `.full` durability it is on disk.
+///   Cancelling the task that awaits a write does not cancel the write: it
+///   commits or fails, and the call returns that outcome, never
+///   `CancellationError` (so a returned call always means committed).
 /// - A slow reader of `changes(type:)` gets the latest change only; one of
 ///   `events()` gets the first `eventBufferCountMax` events it has not read,
 ///   then `.missed(count:)` for those the stream dropped.

@@ -1,0 +1,116 @@
+import Foundation
+import LMDB
+import LogFormat
+@testable import LogStore
+import LogTesting
+import Testing
+
+/// A write job that holds the writer thread until `open()`: what queues
+/// behind it waits, and the test acts meanwhile.
+private final class Gate: Sendable {
+    private let opened = DispatchSemaphore(value: 0)
+    let started: AsyncStream<Void>
+    private let start: AsyncStream<Void>.Continuation
+
+    init() { (started, start) = AsyncStream.makeStream(of: Void.self) }
+
+    /// Starts the job and returns once the writer runs it.
+    func hold(_ log: EventLog) async -> Task<Void, any Error> {
+        let job = Task {
+            try await log.perform { _, _ in
+                self.start.yield()
+                self.opened.wait()
+            }
+        }
+        for await _ in started { break }
+        return job
+    }
+
+    func open() { opened.signal() }
+}
+
+/// The caller of a write learns its outcome: a returned call committed, a
+/// thrown one did not, whatever happens to the caller's task or the store.
+@Suite struct WriteOutcomeTests {
+    /// A task cancelled before it writes still writes: the call returns the
+    /// committed write's value, not `CancellationError`.
+    @Test func aWriteInACancelledTaskCommitsAndSaysSo() async throws {
+        var fixture = try StoreFixture("write-cancelled-before")
+        let store = fixture.store
+        let write = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await store.create(type: "te", id: "a", fields: [:])
+        }
+        #expect(try await write.value == "a")
+        #expect(try store.get(type: "te", id: "a") != nil)
+        try fixture.reopen()
+        #expect(try fixture.store.get(type: "te", id: "a") != nil)
+        fixture.store.close()
+    }
+
+    /// A task cancelled while its write waits in the queue: the write
+    /// commits, and the call returns as it would have.
+    @Test func aWriteWhoseTaskIsCancelledWhileQueuedCommitsAndSaysSo() async throws {
+        var fixture = try StoreFixture("write-cancelled-queued")
+        let store = fixture.store
+        let gate = Gate()
+        let held = await gate.hold(store.log)
+        var batch = WriteBatch()
+        try batch.create(type: "te", id: "a", fields: [:])
+        try batch.create(type: "te", id: "b", fields: [:])
+        let write = Task { [batch] in try await store.write(batch) }
+        while store.log.queuedWriteCount < 1 { await Task.yield() }
+        write.cancel()
+        gate.open()
+        try await held.value
+        try await write.value
+        #expect(try store.count(type: "te") == 2)
+        try fixture.reopen()
+        #expect(try fixture.store.count(type: "te") == 2)
+        fixture.store.close()
+    }
+
+    /// `close()` with writes queued behind a running one: it waits for all
+    /// of them, each caller hears its commit, and a write after it is
+    /// refused with `.closed`; after a reopen every acknowledged write is
+    /// there.
+    @Test func closeCommitsTheQueuedWritesAndRefusesLaterOnes() async throws {
+        var fixture = try StoreFixture("write-close-queued")
+        let store = fixture.store
+        let gate = Gate()
+        let held = await gate.hold(store.log)
+        let writes = (0..<20).map { n in Task { try await store.create(type: "te", id: "w\(n)", fields: [:]) } }
+        while store.log.queuedWriteCount < writes.count { await Task.yield() }
+        let closed = DispatchSemaphore(value: 0)
+        Thread {
+            store.close()
+            closed.signal()
+        }.start()
+        // The close must not return before the queued writes commit.
+        while store.log.isOpenForWrites { await Task.yield() }
+        gate.open()
+        try await held.value
+        for (n, write) in writes.enumerated() { #expect(try await write.value == "w\(n)") }
+        closed.wait()
+        await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: "late", fields: [:]) }
+        fixture.store = try Store(path: fixture.directory.path, options: .init(durability: .process))
+        #expect(try fixture.store.count(type: "te") == writes.count)
+        fixture.store.close()
+    }
+
+    /// A rebuild whose task is cancelled part way runs to its end, as its
+    /// doc says, and leaves the tables a replay of the log gives.
+    @Test func aRebuildWhoseTaskIsCancelledRunsToItsEnd() async throws {
+        let fixture = try StoreFixture("write-cancelled-rebuild")
+        let store = fixture.store
+        for n in 0..<100 { try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
+        let expected = try store.derivedTables()
+        let rebuild = Task {
+            try await store.rebuildProjections(entriesPerTransaction: 10) { withUnsafeCurrentTask { $0?.cancel() } }
+        }
+        try await rebuild.value
+        #expect(try store.rebuildWatermark() == nil)
+        #expect(try store.derivedTables() == expected)
+        store.close()
+    }
+}
