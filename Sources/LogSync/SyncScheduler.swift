@@ -83,6 +83,14 @@ public actor SyncScheduler {
         timers = [:]
     }
 
+    /// A scheduler released without `stop()` stops listening too: its
+    /// listeners and timers would otherwise run on, holding the engine (and
+    /// so its `states()` streams open), for as long as the monitor's stream
+    /// and the clock last, which is for ever for most.
+    deinit {
+        for task in listeners + timers.values.map(\.task) { task.cancel() }
+    }
+
     /// A server nudge (a push notification, a websocket message): sync now.
     public func nudge() { handle(.nudge) }
 

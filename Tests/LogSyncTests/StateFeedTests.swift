@@ -68,4 +68,22 @@ private func ends(_ stream: AsyncStream<SyncState>, within seconds: Double = 5) 
         #expect(held.last == current)
         store.close()
     }
+
+    /// A scheduler released without `stop()` stops its listeners and
+    /// timers: they let go of the engine, which is released in turn, and
+    /// the app's own `states()` stream ends.
+    @Test func aSchedulerReleasedWithoutStopLetsTheEngineGo() async throws {
+        let directory = try TemporaryDirectory("states-scheduler-released")
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        var engine: SyncEngine? = try SyncEngine(store: store, transport: FailingExchanges(), clock: ManualClock())
+        let states = try #require(engine).states()
+        var scheduler: SyncScheduler? = SyncScheduler(engine: try #require(engine), clock: ManualClock(), monitor: FixedConnectivity(online: true))
+        await scheduler?.start()
+        try await store.create(type: "task", fields: [:])
+        await scheduler?.settle()
+        engine = nil
+        scheduler = nil
+        #expect(await ends(states), "the engine of a released scheduler was never released")
+        store.close()
+    }
 }
