@@ -29,6 +29,17 @@ private final class Gate: Sendable {
     func open() { opened.signal() }
 }
 
+/// Yields until `condition` holds: false when it still does not after
+/// `yieldsMax` yields, which lets the tasks it waits for run many times
+/// over (a guard against a hang, not a measure of time).
+private func yieldUntil(_ yieldsMax: Int = 1_000_000, _ condition: () -> Bool) async -> Bool {
+    for _ in 0..<yieldsMax {
+        if condition() { return true }
+        await Task.yield()
+    }
+    return condition()
+}
+
 /// The caller of a write learns its outcome: a returned call committed, a
 /// thrown one did not, whatever happens to the caller's task or the store.
 @Suite struct WriteOutcomeTests {
@@ -59,7 +70,7 @@ private final class Gate: Sendable {
         try batch.create(type: "te", id: "a", fields: [:])
         try batch.create(type: "te", id: "b", fields: [:])
         let write = Task { [batch] in try await store.write(batch) }
-        while store.log.queuedWriteCount < 1 { await Task.yield() }
+        try #require(await yieldUntil { store.log.queuedWriteCount == 1 })
         write.cancel()
         gate.open()
         try await held.value
@@ -80,18 +91,18 @@ private final class Gate: Sendable {
         let gate = Gate()
         let held = await gate.hold(store.log)
         let writes = (0..<20).map { n in Task { try await store.create(type: "te", id: "w\(n)", fields: [:]) } }
-        while store.log.queuedWriteCount < writes.count { await Task.yield() }
+        try #require(await yieldUntil { store.log.queuedWriteCount == writes.count })
         let closed = DispatchSemaphore(value: 0)
         Thread {
             store.close()
             closed.signal()
         }.start()
         // The close must not return before the queued writes commit.
-        while store.log.isOpenForWrites { await Task.yield() }
+        try #require(await yieldUntil { !store.log.isOpenForWrites })
         gate.open()
         try await held.value
         for (n, write) in writes.enumerated() { #expect(try await write.value == "w\(n)") }
-        closed.wait()
+        #expect(closed.wait(timeout: .now() + 10) == .success, "close hung")
         await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: "late", fields: [:]) }
         fixture.store = try Store(path: fixture.directory.path, options: .init(durability: .process))
         #expect(try fixture.store.count(type: "te") == writes.count)
