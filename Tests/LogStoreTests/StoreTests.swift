@@ -214,25 +214,24 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
 
     /// The commit that puts rebuilt tables in use is a change to every type
     /// visible in the old tables or the new ones (a rebuild may repair what
-    /// the app saw); replaying the entries announces nothing of its own.
+    /// the app saw); a type with nothing visible in either hears nothing.
     @Test func aRebuildIsAChangeToTheTypesItShows() async throws {
         let fixture = try StoreFixture("store-rebuild-changes")
         let store = fixture.store
         try await store.create(type: "te", fields: ["n": 1])
         try await store.create(type: "tf", fields: [:])
+        let gone = try await store.create(type: "tg", fields: [:])
+        try await store.delete(type: "tg", id: gone)
         var te = store.changes(type: "te").makeAsyncIterator()
         var tf = store.changes(type: "tf").makeAsyncIterator()
+        var tg = store.changes(type: "tg").makeAsyncIterator()
         let rebuiltAt = try store.log.lastOffset()
         try await store.rebuildProjections(entriesPerTransaction: 1)
-        // A write after it, and the streams' end, so a missing change
-        // cannot hang the test. A chunk that announced something too would
-        // come before the write's.
-        try await store.create(type: "te", fields: [:])
+        // The streams end with the store, so a missing change cannot hang the test.
         store.close()
         #expect(await te.next()?.offset == rebuiltAt)
         #expect(await tf.next()?.offset == rebuiltAt)
-        #expect(await te.next()?.offset == rebuiltAt + 1)
-        #expect(await tf.next() == nil)
+        #expect(await tg.next() == nil)
     }
 
     @Test func aBatchIsAllOrNothing() async throws {
