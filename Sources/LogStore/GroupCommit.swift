@@ -11,9 +11,9 @@ import LogFormat
 ///
 /// Jobs run in submission order inside one write transaction. A job that
 /// throws must not take the others down with it, so the group is aborted and
-/// run again without that job; each rerun drops at least one job, which
-/// bounds the reruns. Its caller is told with the others, once the rest
-/// commits. This needs jobs to be deterministic functions of the
+/// run again with each job in a child transaction, which undoes a job that
+/// throws and nothing else. Its caller is told with the others, once the
+/// rest commits. This needs jobs to be deterministic functions of the
 /// transaction, which they must be anyway: a full map also reruns the group.
 final class GroupCommitter: @unchecked Sendable {
     /// The most jobs committed in one transaction; later ones wait for the next.
@@ -182,26 +182,44 @@ final class GroupCommitter: @unchecked Sendable {
     }
 
     private func commit(_ group: [any WriteJob]) {
-        var pending = group
-        // Jobs dropped from the group, with their errors. An error may rest
-        // on the writes of the jobs before it ("already exists"), so its
-        // caller hears it only once those are committed, and hears the
-        // transaction's error instead if they never are.
-        var rejected: [(job: any WriteJob, error: any Error)] = []
-        // Each pass either commits or removes a failed job, so this ends.
-        while !pending.isEmpty {
-            var failed: (index: Int, error: any Error)?
+        // The first pass runs the jobs straight in the transaction, the
+        // cheap way. When one throws, that pass is undone and the group runs
+        // again with each job in a child transaction of its own, which a
+        // job that throws undoes alone: two passes, however many jobs fail
+        // (dropping one job per rerun made them quadratic).
+        var isolated = false
+        while true {
+            var succeeded: [any WriteJob] = []
+            // A job's error may rest on the writes of the jobs before it
+            // ("already exists"), so its caller hears it only once those are
+            // committed, and hears the transaction's error if they never are.
+            var rejected: [(job: any WriteJob, error: any Error)] = []
+            var jobFailed = false
             do {
                 let (position, effects) = try environment.write { txn in
-                    failed = nil
+                    (succeeded, rejected) = ([], [])
                     var context = WriteContext(log: log, path: environment.path, position: committed)
-                    for (index, job) in pending.enumerated() {
+                    for job in group {
                         do {
-                            try job.run(txn, &context)
+                            if isolated {
+                                // Kept only here: a copy would make each
+                                // job's first change copy the effects.
+                                let before = context
+                                do {
+                                    try txn.nested { child in try job.run(child, &context) }
+                                } catch let error where !(error is LMDBError) {
+                                    context = before
+                                    rejected.append((job, error))
+                                    continue
+                                }
+                            } else {
+                                try job.run(txn, &context)
+                            }
+                            succeeded.append(job)
                         } catch let error as LMDBError {
                             throw error  // The whole transaction is at fault.
                         } catch {
-                            failed = (index, error)
+                            jobFailed = true
                             throw error
                         }
                     }
@@ -210,26 +228,22 @@ final class GroupCommitter: @unchecked Sendable {
                 committed = position
                 var published = effects
                 published.offset = position.lastOffset
-                onCommit(position, pending.count, published)
-                let (committedJobs, rejectedJobs) = (pending, rejected)
+                onCommit(position, succeeded.count, published)
+                let (committedJobs, rejectedJobs) = (succeeded, rejected)
                 completions.async {
                     for job in committedJobs { job.succeed() }
                     for (job, error) in rejectedJobs { job.fail(error) }
                 }
                 return
             } catch {
-                guard let failed else {
-                    let failedJobs = pending + rejected.map(\.job)
-                    completions.async { for job in failedJobs { job.fail(error) } }
-                    return
+                if jobFailed, !isolated {
+                    isolated = true
+                    continue
                 }
-                rejected.append((pending.remove(at: failed.index), failed.error))
+                completions.async { for job in group { job.fail(error) } }
+                return
             }
         }
-        // Every job failed, each the first of its pass: its error rests on
-        // committed state alone.
-        let rejectedJobs = rejected
-        completions.async { for (job, error) in rejectedJobs { job.fail(error) } }
     }
 }
 

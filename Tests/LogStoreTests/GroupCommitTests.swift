@@ -199,4 +199,58 @@ private let waitSecondsMax = 10.0
         fixture.committer.close()
         fixture.environment.close()
     }
+
+    /// Jobs that throw, spread through a group, cost two passes over it:
+    /// the first, stopped by the first error, and one with each job in a
+    /// child transaction, where one that throws undoes only its own writes.
+    /// Dropping one failed job per rerun ran the group's jobs about n^2 / 8
+    /// times (5,250 runs here).
+    @Test func failingJobsCostTwoPassesOverTheirGroup() throws {
+        struct Refused: Error, Equatable { let index: Int }
+        let fixture = try CommitterFixture("commit-two-passes")
+        let environment = fixture.environment
+        let table = try #require(try environment.openDatabase("t"))
+        let started = DispatchSemaphore(value: 0)
+        let gate = DispatchSemaphore(value: 0)
+        let blocker = ProbeJob(onRun: { started.signal(); gate.wait(); gate.signal() })
+        #expect(fixture.committer.submit(blocker))
+        try #require(started.wait(timeout: .now() + waitSecondsMax) == .success)
+
+        // Every other job writes its key and then throws.
+        let jobCount = 200
+        let runs = Atomic<Int>(0)
+        let told = DispatchGroup()
+        let outcomes = Mutex<[Int: Result<Int, any Error>]>([:])
+        for index in 0..<jobCount {
+            told.enter()
+            let job = ValueJob<Int>({ txn, _ in
+                runs.add(1, ordering: .relaxed)
+                try txn.put(table, key: [UInt8(index >> 8), UInt8(index & 0xFF)], value: [1])
+                if index % 2 == 1 { throw Refused(index: index) }
+                return index
+            }) { result in
+                outcomes.withLock { $0[index] = result }
+                told.leave()
+            }
+            #expect(fixture.committer.submit(job))
+        }
+        gate.signal()
+        try #require(told.wait(timeout: .now() + waitSecondsMax) == .success, "a job was never told")
+
+        #expect(runs.load(ordering: .relaxed) <= 2 * jobCount, "\(runs.load(ordering: .relaxed)) runs of \(jobCount) jobs")
+        let results = outcomes.withLock { $0 }
+        for index in 0..<jobCount {
+            let key: [UInt8] = [UInt8(index >> 8), UInt8(index & 0xFF)]
+            let stored = try environment.read { txn in try txn.get(table, key: key) } != nil
+            if index % 2 == 0 {
+                #expect((try? results[index]?.get()) == index)
+                #expect(stored, "job \(index) succeeded but its key is missing")
+            } else {
+                #expect(throws: Refused(index: index)) { try results[index]?.get() }
+                #expect(!stored, "job \(index) failed but its write stayed")
+            }
+        }
+        fixture.committer.close()
+        fixture.environment.close()
+    }
 }
