@@ -90,9 +90,11 @@ extension Store {
     /// over from the tables in use (when they have this version's layout;
     /// otherwise it starts over). A rebuild stopped part way (a close,
     /// a crash) is finished by the next writable open; one that fails is
-    /// dropped, and the tables in use stay. Cancelling the calling task does
-    /// not stop it: like every write, it runs to its outcome.
-    /// - Throws: `LogStoreError.closed` when the store closes part way;
+    /// dropped, and the tables in use stay. So is one whose task is
+    /// cancelled: it stops at the next chunk's end (a chunk, like every
+    /// write, runs to its outcome once begun).
+    /// - Throws: `CancellationError` when the task is cancelled before the
+    ///   last chunk; `LogStoreError.closed` when the store closes part way;
     ///   `LogStoreError` `.corruptEntry` or `.gap` for a log that does not
     ///   read back; `LMDBError`.
     public func rebuildProjections() async throws {
@@ -125,13 +127,14 @@ extension Store {
             }) {
                 left = leftBefore
                 try await betweenChunks()
+                try Task.checkCancellation()
             }
         } catch let error as LogStoreError where error.code == .closed {
             throw error
         } catch {
-            // Left under way, it would be resumed by the next open, and
-            // fail it; the tables in use are whole. Best effort: the error
-            // may be the store's failure too.
+            // Left under way, it would be resumed by the next open (and a
+            // failed one would fail it); the tables in use are whole. Best
+            // effort: the error may be the store's failure too.
             try? await log.perform { txn, _ in try self.dropRebuild(txn) }
             throw error
         }

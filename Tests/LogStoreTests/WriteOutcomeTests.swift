@@ -3,6 +3,7 @@ import LMDB
 import LogFormat
 @testable import LogStore
 import LogTesting
+import Synchronization
 import Testing
 
 /// A write job that holds the writer thread until `open()`: what queues
@@ -109,18 +110,26 @@ private func yieldUntil(_ yieldsMax: Int = 1_000_000, _ condition: () -> Bool) a
         fixture.store.close()
     }
 
-    /// A rebuild whose task is cancelled part way runs to its end, as its
-    /// doc says, and leaves the tables a replay of the log gives.
-    @Test func aRebuildWhoseTaskIsCancelledRunsToItsEnd() async throws {
+    /// A rebuild whose task is cancelled part way stops at the end of the
+    /// chunk under way and drops what it built: the tables in use stay, no
+    /// rebuild is left for the next open, and the next rebuild runs whole.
+    @Test func aRebuildWhoseTaskIsCancelledStopsAndDropsItsWork() async throws {
         let fixture = try StoreFixture("write-cancelled-rebuild")
         let store = fixture.store
         for n in 0..<100 { try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
         let expected = try store.derivedTables()
+        let chunks = Mutex(0)
         let rebuild = Task {
-            try await store.rebuildProjections(entriesPerTransaction: 10) { withUnsafeCurrentTask { $0?.cancel() } }
+            try await store.rebuildProjections(entriesPerTransaction: 10) {
+                chunks.withLock { $0 += 1 }
+                withUnsafeCurrentTask { $0?.cancel() }
+            }
         }
-        try await rebuild.value
+        await #expect(throws: CancellationError.self) { try await rebuild.value }
+        #expect(chunks.withLock { $0 } == 1)
         #expect(try store.rebuildWatermark() == nil)
+        #expect(try store.derivedTables() == expected)
+        try await store.rebuildProjections(entriesPerTransaction: 10)
         #expect(try store.derivedTables() == expected)
         store.close()
     }
