@@ -15,14 +15,22 @@ final class Replica: @unchecked Sendable {
     private var transport: any SyncTransport
     private let configuration: SyncConfiguration
 
-    init(
+    convenience init(
         _ name: String, server: TestServer, token: String = "alice-token", clock: ManualClock = ManualClock(),
+        configuration: SyncConfiguration = .init(), transport: (any SyncTransport)? = nil
+    ) throws {
+        try self.init(name, url: server.url, token: token, clock: clock, configuration: configuration, transport: transport)
+    }
+
+    /// A client of the server at `url` (a `ScriptedServer`, say).
+    init(
+        _ name: String, url: URL, token: String = "alice-token", clock: ManualClock = ManualClock(),
         configuration: SyncConfiguration = .init(), transport: (any SyncTransport)? = nil
     ) throws {
         directory = try TemporaryDirectory("replica-\(name)")
         self.clock = clock
         self.configuration = configuration
-        self.transport = transport ?? HTTPTransport(baseURL: server.url, token: token, options: loopback)
+        self.transport = transport ?? HTTPTransport(baseURL: url, token: token, options: loopback)
         store = try Store(path: directory.path, options: .init(durability: .process))
         engine = try SyncEngine(store: store, transport: self.transport, clock: clock, configuration: configuration)
     }
