@@ -15,7 +15,8 @@ enum ResultDecision: Equatable {
 enum RequestFailureDecision: Equatable {
     /// Retry every intent of the request later.
     case retryAll
-    /// The request was too large: push it in two halves.
+    /// The request, or its answer, was too large: push its intents in
+    /// smaller requests.
     case split
     /// Mark every intent failed for the app (a permanent failure that is no
     /// judgement on each operation), and end the run in error.
@@ -68,6 +69,10 @@ enum PushDecisions {
     static func decide(_ error: TransportError, batchCount: Int) -> RequestFailureDecision {
         switch error.kind {
         case .status(413, _): batchCount > 1 ? .split : .failAll
+        // An answer too long to read: one result per operation, each of at
+        // most one entity's state, so fewer operations get one that fits.
+        // It may have been applied; pushed again, it is answered duplicate.
+        case .responseTooLarge: batchCount > 1 ? .split : .retryAll
         case .protocolVersion: .stop
         default: error.isRetryable ? .retryAll : .failAll
         }

@@ -391,12 +391,21 @@ public actor SyncEngine {
     private func pull(_ report: inout SyncReport) async throws -> SyncOutcome {
         set(.pulling)
         var resyncs = 0
+        // A page too long for the transport to read halves the changes
+        // asked for, for the rest of the run (at most log2 of it times): a
+        // server may send pages of any size, but one change always fits.
+        var limit = configuration.pullPageCountMax
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
             let page: PullResponse
             do {
-                page = try await transport.pull(cursor: try store.pullCursor(), limit: configuration.pullPageCountMax)
+                page = try await transport.pull(cursor: try store.pullCursor(), limit: limit)
             } catch let error as TransportError {
+                if error.kind == .responseTooLarge, limit > 1 {
+                    breaker.recordAnswer(success: false)
+                    limit /= 2
+                    continue
+                }
                 if case .status(410, _) = error.kind {
                     breaker.recordAnswer(success: false)
                     guard resyncs < configuration.resyncsPerRunMax else { return .failed("pull: the server keeps refusing the cursor") }

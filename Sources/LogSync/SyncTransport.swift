@@ -41,6 +41,12 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         /// The server speaks another protocol version (the header's value).
         /// Permanent.
         case protocolVersion(String)
+        /// A response body longer than the transport reads
+        /// (`HTTPTransport.Options.responseBodyBytesMax`). Retryable, as a
+        /// network error; the engine asks for fewer changes or pushes fewer
+        /// operations first, since a conforming server's answer to a
+        /// smaller request fits.
+        case responseTooLarge
     }
 
     public var kind: Kind
@@ -60,7 +66,7 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
     /// Network errors, 5xx and 429 are worth retrying; everything else is not.
     public var isRetryable: Bool {
         switch kind {
-        case .network: true
+        case .network, .responseTooLarge: true
         case .status(let status, _): status >= 500 || status == 429
         case .protocolVersion: false
         }

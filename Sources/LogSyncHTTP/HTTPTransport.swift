@@ -7,8 +7,18 @@ import LogSync
 #endif
 
 /// The sync protocol over HTTP with `URLSession` (`Format/sync-protocol.md`):
-/// bearer token, timeouts, gzip accepted. It works on Linux and Apple
-/// platforms alike. It never retries; the engine decides that.
+/// bearer token, timeouts, gzip accepted, bodies read up to a limit. It
+/// works on Linux and Apple platforms alike. It never retries; the engine
+/// decides that.
+///
+/// Caveats: on Linux, FoundationNetworking (libcurl) inflates a compressed
+/// body whatever the request accepted, and cannot cancel a transfer while
+/// its data comes faster than it inflates it. A server that sends a
+/// compressed stream without end fails its request at
+/// `responseBodyBytesMax`, and the memory held stays within it, but the
+/// transfer keeps a core busy, and the process's later requests wait,
+/// until the server stops. A process that must not depend on its server
+/// for that can give `SyncEngine` a `SyncTransport` of its own.
 public final class HTTPTransport: SyncTransport {
     public struct Options: Sendable {
         /// Seconds a request may wait for data before it fails as a network error.
@@ -17,12 +27,29 @@ public final class HTTPTransport: SyncTransport {
         public var resourceTimeout: TimeInterval = 120
         /// Connect directly, ignoring proxy settings (a loopback server).
         public var ignoreProxies = false
+        /// The longest response body read, counted after decompression; a
+        /// longer one fails its request as `.responseTooLarge`.
+        public var responseBodyBytesMax = HTTPTransport.responseBodyBytesDefault
 
         public init() {}
     }
 
+    /// The default `responseBodyBytesMax`, 32 MiB. The protocol bounds no
+    /// response (section 16, point 14), but it bounds what one holds: one
+    /// change, or one result's `server_state`, carries at most
+    /// `Wire.entityFieldsBytesMax` bytes of fields, which JSON writes in at
+    /// most six times as many (`false` for a one-byte tag, `\u0001` for a
+    /// control character in a string), about 24 MiB. A page or a push answer
+    /// over the limit holds more than one such, and the engine asks again
+    /// for fewer; a body over it that no request can shrink breaks the
+    /// protocol. Without a limit, a broken server or proxy could make the
+    /// client hold a body without end in memory.
+    public static let responseBodyBytesDefault = 32 * 1024 * 1024
+
     private let baseURL: URL
     private let token: String
+    private let options: Options
+    private let reader: ResponseReader
     private let session: URLSession
 
     /// - Parameters:
@@ -31,13 +58,15 @@ public final class HTTPTransport: SyncTransport {
     public init(baseURL: URL, token: String, options: Options = .init()) {
         self.baseURL = baseURL
         self.token = token
+        self.options = options
+        reader = ResponseReader(bytesMax: options.responseBodyBytesMax)
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = options.requestTimeout
         configuration.timeoutIntervalForResource = options.resourceTimeout
         configuration.httpAdditionalHeaders = ["Accept-Encoding": "gzip", "Sync-Protocol-Version": "\(Wire.protocolVersion)"]
         configuration.urlCache = nil
         if options.ignoreProxies { configuration.connectionProxyDictionary = [:] }
-        session = URLSession(configuration: configuration)
+        session = URLSession(configuration: configuration, delegate: reader, delegateQueue: nil)
     }
 
     deinit { session.finishTasksAndInvalidate() }
@@ -102,7 +131,11 @@ public final class HTTPTransport: SyncTransport {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await session.data(for: request)
+            (data, response) = try await reader.data(for: request, on: session)
+        } catch GiveUp.tooLarge(let declared) {
+            let length = declared.map { "a body of \($0) bytes" } ?? "a body"
+            throw TransportError(
+                .responseTooLarge, "\(method) \(path): \(length) over responseBodyBytesMax (\(options.responseBodyBytesMax)); not read")
         } catch {
             throw TransportError(.network, "\(method) \(path): \(error.localizedDescription)")
         }

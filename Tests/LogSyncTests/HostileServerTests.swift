@@ -1,0 +1,243 @@
+import Foundation
+import LogFormat
+import LogStore
+import LogSync
+import LogSyncHTTP
+import LogTesting
+import Synchronization
+import Testing
+
+/// The client against a server that breaks the protocol in ways the
+/// reference server cannot be made to: bodies without end, compressed
+/// bodies that inflate without end, answers that never come. Each must end
+/// the request or the run with an error that says what went wrong, and lose
+/// nothing.
+@Suite struct HostileServerTests {
+    /// Longer than any scripted body below: the client must stop reading
+    /// long before it, at `responseBodyBytesMax`, and a client that does not
+    /// stops here rather than taking all memory.
+    static let bodyBytesSentMax = 48 * 1024 * 1024
+
+    /// A pull page, valid JSON, followed by `padding` spaces (valid JSON
+    /// too): a client without a limit reads it whole and takes it.
+    static func paddedPage(padding: Int) -> Data {
+        Data(#"{"changes": [], "cursor": "c1", "has_more": false, "force_resync": false}"#.utf8)
+            + Data(repeating: UInt8(ascii: " "), count: padding)
+    }
+
+    static let protocolHeaders = ["Sync-Protocol-Version": "1", "Content-Type": "application/json"]
+    static let health = Data(#"{"status": "ok", "protocol_version": 1, "server_id": "01KAQ3H2M4Z8X0V6T5R7P9N1B3"}"#.utf8)
+
+    static func change(_ id: String, version: UInt64) -> PullChange {
+        PullChange(
+            entityType: "task", entityID: id, operation: .upsert, data: ["v": .int(Int64(version))], serverVersion: version,
+            updatedAt: "2026-11-25T12:00:00.000000Z")
+    }
+
+    /// `count` bytes of `data` over and over, in chunks, then nil.
+    static func chunks(of data: Data, upTo count: Int) -> @Sendable () -> Data? {
+        let sent = Atomic<Int>(0)
+        return {
+            let offset = sent.load(ordering: .relaxed)
+            guard offset < count else { return nil }
+            let start = offset % data.count
+            let chunk = data[start..<min(data.count, start + count - offset)]
+            sent.store(offset + chunk.count, ordering: .relaxed)
+            return Data(chunk)
+        }
+    }
+
+    func pullFailure(_ server: ScriptedServer, options: HTTPTransport.Options = loopback) async -> TransportError? {
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: options)
+        do {
+            let page = try await transport.pull(cursor: nil, limit: 100)
+            Issue.record("expected the pull to fail, got a page with cursor \(page.cursor)")
+            return nil
+        } catch { return error }
+    }
+
+    /// A body whose declared length is over the limit is refused as soon
+    /// as its header arrives. Here it declares 2 GiB.
+    @Test func aBodyDeclaredOverTheLimitIsRefused() async throws {
+        let body = Self.paddedPage(padding: 1024 * 1024)
+        let server = try ScriptedServer { _ in
+            .stream(headers: Self.protocolHeaders, contentLength: 2 << 30, chunks: Self.chunks(of: body, upTo: Self.bodyBytesSentMax))
+        }
+        defer { server.stop() }
+        let error = try #require(await pullFailure(server))
+        #expect(error.kind == .responseTooLarge && error.isRetryable)
+        #expect(error.message.contains("responseBodyBytesMax"), "\(error)")
+    }
+
+    /// A body of no declared length (it ends with the connection) is
+    /// counted as it arrives.
+    @Test func aBodyWithoutALengthIsCountedAsItArrives() async throws {
+        let body = Self.paddedPage(padding: Self.bodyBytesSentMax)
+        let server = try ScriptedServer { _ in
+            .stream(headers: Self.protocolHeaders, contentLength: nil, chunks: Self.chunks(of: body, upTo: body.count))
+        }
+        defer { server.stop() }
+        let error = try #require(await pullFailure(server))
+        #expect(error.kind == .responseTooLarge && error.isRetryable)
+        #expect(error.message.contains("responseBodyBytesMax"), "\(error)")
+    }
+
+    /// A body within the limit is read whole, however it arrives.
+    @Test func aBodyWithinTheLimitIsRead() async throws {
+        let body = Self.paddedPage(padding: 8 * 1024 * 1024)
+        let server = try ScriptedServer { _ in
+            .stream(headers: Self.protocolHeaders, contentLength: nil, chunks: Self.chunks(of: body, upTo: body.count))
+        }
+        defer { server.stop() }
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        #expect(try await transport.pull(cursor: nil, limit: 100).cursor == "c1")
+    }
+
+    /// A gzip body is counted after decompression: a few hundred kilobytes
+    /// that inflate to gigabytes (here 48 MiB of spaces after a page, from
+    /// about 300 KB) fail the request at the limit.
+    @Test func aCompressedBodyIsCountedAfterDecompression() async throws {
+        let bomb = GzipBomb(prefix: Data(#"{"changes": [], "cursor": "c1", "has_more": false, "force_resync": false}"#.utf8))
+        let sent = Atomic<Int>(0)
+        let server = try ScriptedServer { _ in
+            var headers = Self.protocolHeaders
+            headers["Content-Encoding"] = "gzip"
+            return .stream(headers: headers, contentLength: nil) {
+                guard sent.add(1, ordering: .relaxed).oldValue < 2 + Self.bodyBytesSentMax / GzipBomb.inflatedBytesPerChunk else {
+                    return nil
+                }
+                return bomb.next()
+            }
+        }
+        defer { server.stop() }
+        let error = try #require(await pullFailure(server))
+        #expect(error.kind == .responseTooLarge && error.isRetryable)
+        #expect(error.message.contains("responseBodyBytesMax"), "\(error)")
+    }
+
+    /// A pull page too long to read is asked for again with half the
+    /// changes, until one fits: the protocol bounds no page, only what one
+    /// change holds. Here pages of more than 10 changes are too long.
+    @Test func aPageTooLongToReadIsPulledInSmallerPages() async throws {
+        let asked = Mutex<[Int]>([])
+        let server = try ScriptedServer { request in
+            guard request.path == "/v1/pull" else {
+                return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health)
+            }
+            let limit = URLComponents(string: request.target)?.queryItems?.first { $0.name == "limit" }?.value.flatMap { Int($0) } ?? 0
+            asked.withLock { $0.append(limit) }
+            guard limit <= 10 else { return .answer(status: 200, headers: Self.protocolHeaders, body: Self.paddedPage(padding: 100_000)) }
+            let page = PullResponse(changes: [Self.change("t1", version: 1)], cursor: "c1", hasMore: false)
+            return .answer(status: 200, headers: Self.protocolHeaders, body: try! page.encodeJSON())
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.responseBodyBytesMax = 64 * 1024
+        var configuration = SyncConfiguration()
+        configuration.pullPageCountMax = 100
+        let a = try Replica(
+            "long-page", url: server.url, configuration: configuration,
+            transport: HTTPTransport(baseURL: server.url, token: "alice-token", options: options))
+        let report = await a.sync()
+        #expect(report.outcome == .completed && report.pages == 1, "\(report)")
+        #expect(asked.withLock { $0 } == [100, 50, 25, 12, 6])
+        #expect(try a.store.get(type: "task", id: "t1")?.fields == ["v": 1])
+    }
+
+    /// A push answer too long to read is asked for again in smaller
+    /// requests, as a 413 is; the operations it may have applied are
+    /// answered duplicate.
+    @Test func aPushAnswerTooLongToReadIsPushedInSmallerRequests() async throws {
+        let server = try await TestServer("long-push-answer")
+        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let a = try Replica("long-push-answer", server: server, transport: LongAnswers(inner: inner))
+        for n in 0..<3 { try await a.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        let report = await a.sync()
+        #expect(report.outcome == .completed && report.acknowledged == 3, "\(report)")
+        #expect(try a.store.outboxCount() == 0)
+        await server.stop()
+    }
+}
+
+/// A gzip stream that inflates to `prefix` and then spaces without end:
+/// one fixed-Huffman deflate block (RFC 1951, section 3.2.6) of literals,
+/// then copies of 258 bytes at distance 1, 13 bits each, so about 160
+/// inflated bytes per byte sent. The block never ends; the stream has no
+/// trailer, as a client that stops at its limit never needs one.
+final class GzipBomb: @unchecked Sendable {
+    /// Copies per chunk after the first: 8 copies take 13 bytes, so a
+    /// multiple of 8 keeps every chunk on a byte boundary.
+    static let copiesPerChunk = 8 * 4096
+    static let inflatedBytesPerChunk = copiesPerChunk * 258
+    private var first: Data?
+    private let repeated: Data
+
+    init(prefix: Data) {
+        var bits = BitWriter()
+        bits.bytes = [0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 3]  // gzip header: deflate, no flags, Unix
+        bits.write(0, count: 1)  // BFINAL: not the last block
+        bits.write(1, count: 2)  // BTYPE: fixed Huffman codes
+        for byte in prefix + [UInt8(ascii: " ")] { bits.writeCode(0x30 + UInt32(byte), count: 8) }
+        // 3 + 8n header and literal bits, plus 13 per copy, must end on a
+        // byte boundary before the repeated chunks: 13c = -(3 + 8n) mod 8.
+        var copies = 0
+        while (3 + 8 * (prefix.count + 1) + 13 * copies) % 8 != 0 { copies += 1 }
+        for _ in 0..<copies { bits.writeCopy() }
+        first = Data(bits.bytes)
+        var chunk = BitWriter()
+        for _ in 0..<Self.copiesPerChunk { chunk.writeCopy() }
+        repeated = Data(chunk.bytes)
+    }
+
+    func next() -> Data {
+        defer { first = nil }
+        return first ?? repeated
+    }
+
+    private struct BitWriter {
+        var bytes: [UInt8] = []
+        var used = 8
+
+        /// `count` bits of `value`, least significant first (header fields).
+        mutating func write(_ value: UInt32, count: Int) {
+            for bit in 0..<count { append((value >> bit) & 1) }
+        }
+
+        /// A Huffman code, most significant bit first.
+        mutating func writeCode(_ code: UInt32, count: Int) {
+            for bit in (0..<count).reversed() { append((code >> bit) & 1) }
+        }
+
+        /// Length 258 (code 285: 11000101, no extra bits), distance 1
+        /// (code 0: 00000).
+        mutating func writeCopy() {
+            writeCode(0b1100_0101, count: 8)
+            writeCode(0, count: 5)
+        }
+
+        private mutating func append(_ bit: UInt32) {
+            if used == 8 {
+                bytes.append(0)
+                used = 0
+            }
+            bytes[bytes.count - 1] |= UInt8(bit) << used
+            used += 1
+        }
+    }
+}
+
+/// The real server's push, whose answer to more than one operation the
+/// transport finds too long to read (after the server applied it).
+struct LongAnswers: SyncTransport {
+    let inner: HTTPTransport
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        let response = try await inner.push(request)
+        guard request.operations.count == 1 else { throw TransportError(.responseTooLarge, "push: too long to read") }
+        return response
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        try await inner.pull(cursor: cursor, limit: limit)
+    }
+}
