@@ -131,11 +131,17 @@ public final class HTTPTransport: SyncTransport {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await reader.data(for: request, on: session)
-        } catch GiveUp.tooLarge(let declared) {
-            let length = declared.map { "a body of \($0) bytes" } ?? "a body"
-            throw TransportError(
-                .responseTooLarge, "\(method) \(path): \(length) over responseBodyBytesMax (\(options.responseBodyBytesMax)); not read")
+            (data, response) = try await reader.data(for: request, on: session, deadlineSeconds: options.resourceTimeout)
+        } catch let reason as GiveUp {
+            switch reason {
+            case .tooLarge(let declared):
+                let length = declared.map { "a body of \($0) bytes" } ?? "a body"
+                throw TransportError(
+                    .responseTooLarge,
+                    "\(method) \(path): \(length) over responseBodyBytesMax (\(options.responseBodyBytesMax)); not read")
+            case .deadline:
+                throw TransportError(.network, "\(method) \(path): no whole answer within resourceTimeout (\(options.resourceTimeout) s)")
+            }
         } catch {
             throw TransportError(.network, "\(method) \(path): \(error.localizedDescription)")
         }

@@ -10,17 +10,22 @@ enum GiveUp: Error {
     /// The body passed the reader's `bytesMax`; `declaredBytes` is the
     /// length the response declared, when that is what was refused.
     case tooLarge(declaredBytes: Int64?)
+    /// The exchange took longer than its deadline.
+    case deadline
 }
 
 /// Reads response bodies for `HTTPTransport` as they arrive, within a limit
-/// of bytes.
+/// of bytes and of time.
 ///
 /// `URLSession.data(for:)` keeps a whole body in memory, however long,
 /// before it returns; this reader gives up on a request whose body passes
 /// `bytesMax`. The bytes counted are the ones the session delivers, after
 /// it undoes a `Content-Encoding` (libcurl does on Linux, whatever the
 /// request accepted), so a few kilobytes of gzip that inflate to gigabytes
-/// are cut off at the limit as a plain body is.
+/// are cut off at the limit as a plain body is. It also gives up on an
+/// exchange that passes its deadline: FoundationNetworking ignores
+/// `timeoutIntervalForResource`, so a server that trickles its answer, a
+/// byte at a time, would hold the request forever.
 ///
 /// A request given up on ends at once for its caller, and its later data is
 /// dropped as it comes. Its task is cancelled too, but FoundationNetworking
@@ -57,9 +62,14 @@ final class ResponseReader: NSObject, URLSessionDataDelegate, Sendable {
     /// Sends `request` on `session`, whose delegate this must be, and
     /// returns the whole body.
     /// - Throws: `GiveUp`, or the session's error.
-    func data(for request: URLRequest, on session: URLSession) async throws -> (Data, URLResponse) {
+    func data(for request: URLRequest, on session: URLSession, deadlineSeconds: TimeInterval) async throws -> (Data, URLResponse) {
         precondition(session.delegate === self, "the session's events must come to this reader")
         let task = session.dataTask(with: request)
+        let timer = Task { [weak self] in
+            try await Task.sleep(for: .seconds(deadlineSeconds))
+            self?.giveUp(task, .deadline)
+        }
+        defer { timer.cancel() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 exchanges.withLock { $0[ObjectIdentifier(task)] = Exchange(continuation: continuation) }

@@ -157,6 +157,54 @@ import Testing
         #expect(try a.store.outboxCount() == 0)
         await server.stop()
     }
+
+    /// A server that takes the request and never answers: the request
+    /// fails after `requestTimeout` as a network error, and the run ends in
+    /// error with the intents kept for a retry, rather than waiting forever.
+    @Test func aServerThatNeverAnswersFailsTheRun() async throws {
+        let server = try ScriptedServer { request in
+            guard request.path == "/v1/health" else { return .silence }
+            return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health)
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.requestTimeout = 1
+        let a = try Replica(
+            "silent", url: server.url, transport: HTTPTransport(baseURL: server.url, token: "alice-token", options: options))
+        try await a.store.create(type: "task", fields: ["title": "kept"])
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("expected the run to fail, got \(report.outcome)")
+            return
+        }
+        #expect(message.hasPrefix("push: "), "\(message)")
+        let pending = try a.store.outbox()
+        #expect(pending.count == 1 && pending.first?.state.attempts == 1, "\(pending)")
+    }
+
+    /// A server that answers a byte at a time, never pausing for
+    /// `requestTimeout`, is cut off after `resourceTimeout`.
+    @Test func aServerThatTricklesItsAnswerIsCutOff() async throws {
+        let server = try ScriptedServer { _ in
+            let sent = Atomic<Int>(0)
+            return .stream(headers: Self.protocolHeaders, contentLength: nil) {
+                // A client that does not cut it off gets a whole page after 30 s.
+                switch sent.add(1, ordering: .relaxed).oldValue {
+                case 0: return Self.paddedPage(padding: 0)
+                case 300...: return nil
+                default:
+                    Thread.sleep(forTimeInterval: 0.1)
+                    return Data(" ".utf8)
+                }
+            }
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.requestTimeout = 1
+        options.resourceTimeout = 2
+        let error = try #require(await pullFailure(server, options: options))
+        #expect(error.isRetryable, "\(error)")
+    }
 }
 
 /// A gzip stream that inflates to `prefix` and then spaces without end:
