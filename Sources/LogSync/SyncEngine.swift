@@ -395,12 +395,14 @@ public actor SyncEngine {
         // asked for, for the rest of the run (at most log2 of it times): a
         // server may send pages of any size, but one change always fits.
         var limit = configuration.pullPageCountMax
+        var progress = FeedProgress()
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
+            let sent = try store.pullCursor()
             let page: PullResponse
-            do {
-                page = try await transport.pull(cursor: try store.pullCursor(), limit: limit)
-            } catch let error as TransportError {
+            do throws(TransportError) {
+                page = try await transport.pull(cursor: sent, limit: limit)
+            } catch {
                 if error.kind == .responseTooLarge, limit > 1 {
                     breaker.recordAnswer(success: false)
                     limit /= 2
@@ -412,17 +414,14 @@ public actor SyncEngine {
                     resyncs += 1
                     report.resyncs += 1
                     try await store.resync(reason: "the server refused the pull cursor: \(error.message)")
+                    progress.restart()
                     continue
                 }
                 return noteFailure(error) ?? .failed("pull: \(error.message)")
             }
-            // An upsert carries the entity's full fields (section 8): one
-            // without them is a body the protocol does not define, retryable
-            // as a network error, and never applied as an entity emptied.
-            if let index = page.changes.firstIndex(where: { $0.operation == .upsert && $0.data == nil }) {
+            if let problem = Self.problem(with: page, pulledFrom: sent, &progress) {
                 breaker.recordAnswer(success: false)
-                let change = page.changes[index]
-                return .failed("pull: changes[\(index)] (\(change.entityType) \(change.entityID)) is an upsert without data")
+                return .failed("pull: \(problem)")
             }
             breaker.recordAnswer(success: true)
             if page.forceResync {
@@ -430,6 +429,7 @@ public actor SyncEngine {
                 resyncs += 1
                 report.resyncs += 1
                 try await store.resync(reason: "the server forced a full resync")
+                progress.restart()
                 continue
             }
             let changes = page.changes.map {
@@ -441,10 +441,30 @@ public actor SyncEngine {
             report.pages += 1
             report.changes += changes.count
             if !page.hasMore { return .completed }
-            // A server must return a change when more exist (section 8).
-            guard !changes.isEmpty else { return .failed("pull: an empty page with has_more") }
         }
         return .failed("pull: more than \(SyncEngine.pullPagesPerRunMax) pages in one run")
+    }
+
+    /// Why `page`, pulled from `sent`, breaks the protocol in a way that
+    /// ends the run before any of it is applied; nil when it does not. The
+    /// cursor stays where it was, and what earlier pages applied stays.
+    private static func problem(with page: PullResponse, pulledFrom sent: String?, _ progress: inout FeedProgress) -> String? {
+        // An upsert carries the entity's full fields (section 8): one
+        // without them is a body the protocol does not define, retryable as
+        // a network error, and never applied as an entity emptied.
+        if let index = page.changes.firstIndex(where: { $0.operation == .upsert && $0.data == nil }) {
+            let change = page.changes[index]
+            return "changes[\(index)] (\(change.entityType) \(change.entityID)) is an upsert without data"
+        }
+        guard page.hasMore, !page.forceResync else { return nil }
+        // A server returns a change when more exist (section 8); without
+        // one, or with a cursor it returned before, the next page would be
+        // this one again, until the run's page bound.
+        guard !page.changes.isEmpty else { return "an empty page with has_more" }
+        guard !progress.isRepeated(page.cursor, pulledFrom: sent) else {
+            return "the server answered cursor \(page.cursor.prefix(64)) again, with has_more: its feed makes no progress"
+        }
+        return nil
     }
 
     /// Pages one run pulls at most: a bound, far above any real feed.
