@@ -30,11 +30,22 @@ enum PushDecisions {
     /// Codes the protocol defines as permanent for one operation.
     static let permanentCodes: Set<WireErrorCode> = [.validationError, .permissionDenied, .entityNotFound]
 
-    static func decide(_ result: PushResult) -> ResultDecision {
+    /// - Parameter baseVersion: the `base_version` the operation was pushed with.
+    static func decide(_ result: PushResult, baseVersion: UInt64) -> ResultDecision {
         switch result.status {
         case .applied, .duplicate:
             // `PushResponse.decode` guarantees a version for these.
             let version = result.serverVersion ?? 0
+            // An applied operation makes a version past the one it was made
+            // against (section 7, "Rules"), and a duplicate answers with the
+            // version its first application made. An ack at or below the
+            // base (0 above all) would settle the intent as if the store
+            // already had its change (`storage.md` section 15), taking the
+            // change out of what the app sees; it is tried again as a
+            // malformed answer, and ends `failed` for the app if it stays.
+            guard version > baseVersion else {
+                return .retry("\(result.status.rawValue) with server_version \(version), not above the base_version \(baseVersion) pushed")
+            }
             return .record(.acknowledged(result.status == .applied ? .applied : .duplicate, serverVersion: version))
         case .rejected:
             let code = result.errorCode ?? WireErrorCode(rawValue: "")

@@ -327,7 +327,7 @@ public actor SyncEngine {
         var outcomes: [(offset: UInt64, outcome: PushOutcome)] = []
         var retries: [(PendingIntent, String)] = []
         for (item, result) in zip(batch, response.results) {
-            switch PushDecisions.decide(result) {
+            switch PushDecisions.decide(result, baseVersion: item.intent.baseVersion) {
             case .record(let outcome): outcomes.append((item.offset, outcome))
             case .retry(let message): retries.append((item, message))
             }

@@ -8,8 +8,10 @@ import Synchronization
 import Testing
 
 /// The engine against answers that break the protocol's rules of
-/// progress and matching: a feed that never ends. Each ends the run with an
-/// error that says what was wrong, and a pull keeps what it applied.
+/// progress and matching: a feed that never ends, push results that answer
+/// other operations or make no version. Each ends the run, or the one
+/// operation, with an error that says what was wrong; no intent takes an
+/// answer that is not its own, and a pull keeps what it applied.
 @Suite struct HostileAnswersTests {
     /// Pulls a scripted feed answers before it says `has_more: false`, so
     /// that a client that never notices the lack of progress still ends.
@@ -66,6 +68,79 @@ import Testing
         #expect(message.hasPrefix("pull: ") && message.contains(named), "\(message)")
         #expect(try a.store.pullCursor() == "c1")
         #expect(try a.store.get(type: "task", id: "t1")?.fields == ["v": 1])
+    }
+
+    /// Results that do not answer the request's operations one for one
+    /// (fewer, more, a key of no operation, one operation answered twice)
+    /// are recorded against no intent: the run fails naming the mismatch,
+    /// and once the server answers properly each intent gets its own answer.
+    @Test(arguments: ["fewer", "more", "unknown key", "answered twice"])
+    func resultsThatDoNotMatchTheOperationsAreRecordedAgainstNoIntent(_ shape: String) async throws {
+        let server = try await TestServer("results-\(shape.replacingOccurrences(of: " ", with: "-"))")
+        let broken = RewritingTransport(server, pushes: { response in
+            switch shape {
+            case "fewer": response.results.removeLast()
+            case "more": response.results.append(response.results[0])
+            case "unknown key": response.results[1].idempotencyKey = "0195a3b2-7c4e-7d01-8a2b-3c4d5e6f7a81"
+            default: response.results[1] = response.results[0]
+            }
+        })
+        let a = try Replica("results", server: server, transport: broken)
+        try await a.store.create(type: "task", fields: ["title": "one"])
+        try await a.store.create(type: "task", fields: ["title": "two"])
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("\(shape): expected the run to fail, got \(report.outcome)")
+            return
+        }
+        #expect(message.hasPrefix("push: "), "\(message)")
+        #expect(report.acknowledged == 0)
+        #expect(try a.entries(.ack).isEmpty)
+        #expect(try a.store.outboxCount() == 2)
+        try a.connect(to: server)
+        try await a.syncUntilQuiet()
+        #expect(try a.entries(.ack).count == 2)
+        await server.stop()
+    }
+
+    /// An `applied` or `duplicate` whose `server_version` is not above the
+    /// `base_version` pushed (0 above all: versions start at 1) cannot be
+    /// true: every applied operation makes a version past the one it was
+    /// made against (section 7). Recorded, it would take the change out of
+    /// what the app sees, as if the store already had it. It is retried as
+    /// a malformed answer, for that operation alone.
+    @Test(arguments: [(UInt64(0), "create"), (UInt64(1), "update"), (UInt64(0), "update")])
+    func anAckNotAboveTheBaseVersionIsRetried(version: UInt64, intent: String) async throws {
+        let server = try await TestServer("ack-below-base")
+        let lying = Atomic<Bool>(false)
+        let lowered = RewritingTransport(server, pushes: { response in
+            guard lying.load(ordering: .relaxed) else { return }
+            // The task's intent is the first of the batch; the note's is
+            // answered as the server answered it.
+            response.results[0].serverVersion = version
+        })
+        let a = try Replica("ack-below-base", server: server, transport: lowered)
+        let id = try await a.store.create(type: "task", fields: ["title": "one"])
+        if intent == "update" {
+            try await a.syncUntilQuiet()
+            try await a.store.update(type: "task", id: id, changes: ["title": "two"])
+        }
+        try await a.store.create(type: "note", fields: ["text": "answered properly"])
+        lying.store(true, ordering: .relaxed)
+        let acksBefore = try a.entries(.ack).count
+        let report = await a.sync()
+        #expect(report.acknowledged == 1 && report.retried == 1, "\(report)")
+        #expect(try a.entries(.ack).count == acksBefore + 1)
+        let pending = try a.store.outbox()
+        #expect(pending.map(\.intent.entityID) == [id])
+        let lastError = pending.first?.state.lastError ?? ""
+        #expect(lastError.contains("server_version \(version)"), "\(lastError)")
+        lying.store(false, ordering: .relaxed)
+        a.clock.advance(by: 600_000)
+        try await a.syncUntilQuiet()
+        #expect(try a.store.outboxCount() == 0)
+        #expect(try a.store.get(type: "task", id: id)?.fields == ["title": intent == "update" ? "two" : "one"])
+        await server.stop()
     }
 }
 
