@@ -141,9 +141,27 @@ extension PullResponse {
         for (index, item) in list.enumerated() {
             changes.append(try PullChange(json: item, path: "changes[\(index)]"))
         }
-        return PullResponse(
-            changes: changes, cursor: try root.string("cursor"), hasMore: try root.bool("has_more"),
-            forceResync: try root.bool("force_resync"))
+        let cursor = try root.string("cursor")
+        let forceResync = try root.bool("force_resync")
+        // A client writes the cursor into the `remote` entry of every change
+        // of the page: one past the protocol's bound would multiply the
+        // log's growth by the page's changes. With `force_resync` the
+        // cursor is empty, and ignored.
+        if !forceResync, let problem = cursorProblem(cursor) { throw WireDecodingError("cursor", problem) }
+        return PullResponse(changes: changes, cursor: cursor, hasMore: try root.bool("has_more"), forceResync: forceResync)
+    }
+
+    /// Why `cursor` is not one the protocol allows (section 8: 1 to
+    /// `cursorBytesMax` bytes, each a printable ASCII character from `!` to
+    /// `~`); nil when it is.
+    private static func cursorProblem(_ cursor: String) -> String? {
+        let bytes = cursor.utf8
+        guard !bytes.isEmpty else { return "is empty" }
+        guard bytes.count <= Wire.cursorBytesMax else {
+            return "is \(bytes.count) bytes, over cursorBytesMax (\(Wire.cursorBytesMax))"
+        }
+        guard bytes.allSatisfy({ (0x21...0x7E).contains($0) }) else { return "holds a byte that is not printable ASCII (! to ~)" }
+        return nil
     }
 }
 

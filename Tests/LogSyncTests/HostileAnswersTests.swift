@@ -70,6 +70,34 @@ import Testing
         #expect(try a.store.get(type: "task", id: "t1")?.fields == ["v": 1])
     }
 
+    /// A page whose cursor is not one the protocol allows (section 8: 1 to
+    /// `cursorBytesMax` printable ASCII bytes) is not applied: the client
+    /// writes the cursor into the entry of every change of the page, so a
+    /// long one would multiply the log's growth by the page's changes.
+    @Test(arguments: ["over cursorBytesMax", "a space", "empty"])
+    func aPageWithACursorOutsideTheProtocolIsNotApplied(_ shape: String) async throws {
+        let cursor =
+            switch shape {
+            case "over cursorBytesMax": String(repeating: "x", count: Wire.cursorBytesMax + 1)
+            case "a space": "c 1"
+            default: ""
+            }
+        let server = try Self.feed(counting: Counter()) { _ in
+            PullResponse(changes: [HostileServerTests.change("t1", version: 1)], cursor: cursor, hasMore: false)
+        }
+        defer { server.stop() }
+        let a = try Replica("cursor", url: server.url)
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("expected the run to fail, got \(report.outcome)")
+            return
+        }
+        #expect(message.hasPrefix("pull: ") && message.contains("cursor"), "\(message)")
+        #expect(message.utf8.count < 300, "\(message)")
+        #expect(try a.store.pullCursor() == nil)
+        #expect(try a.store.get(type: "task", id: "t1") == nil)
+    }
+
     /// Results that do not answer the request's operations one for one
     /// (fewer, more, a key of no operation, one operation answered twice)
     /// are recorded against no intent: the run fails naming the mismatch,
