@@ -49,7 +49,9 @@ enum PushDecisions {
             return .record(.acknowledged(result.status == .applied ? .applied : .duplicate, serverVersion: version))
         case .rejected:
             let code = result.errorCode ?? WireErrorCode(rawValue: "")
-            let message = result.errorMessage ?? ""
+            // Kept in the log's `reject` and `conflict` entries, and in
+            // the outbox for a retry: a server's text is kept only in part.
+            let message = (result.errorMessage ?? "").truncated(utf8BytesMax: TransportError.messageBytesMax)
             if code == .conflict {
                 // The protocol always sends the server's state with a
                 // conflict: without it the answer is malformed, so the change
@@ -61,7 +63,7 @@ enum PushDecisions {
                 return .record(.conflict(state, message: message))
             }
             if permanentCodes.contains(code) { return .record(.rejected(code: code.rawValue, message: message)) }
-            return .retry("\(code.rawValue): \(message)")
+            return .retry("\(code.rawValue.truncated(utf8BytesMax: 64)): \(message)")
         }
     }
 

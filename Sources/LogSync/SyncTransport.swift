@@ -55,9 +55,18 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
     /// The `Retry-After` of a 429 or 503, in seconds.
     public var retryAfterSeconds: Int?
 
+    /// The most UTF-8 bytes of a message kept. A message carries text the
+    /// server wrote (an error envelope's message, a body it could not
+    /// read), which the engine copies into the outbox state of every intent
+    /// of a failed push, and into the log for a rejection: a server's
+    /// megabytes would be multiplied by the intents, or fail to fit an
+    /// entry, so they are kept only in part.
+    public static let messageBytesMax = 4_096
+
+    /// - Parameter message: kept up to `messageBytesMax` bytes.
     public init(_ kind: Kind, _ message: String, retryAfterSeconds: Int? = nil) {
         self.kind = kind
-        self.message = message
+        self.message = message.truncated(utf8BytesMax: Self.messageBytesMax)
         self.retryAfterSeconds = retryAfterSeconds
     }
 
@@ -76,5 +85,23 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
     public var isRateLimited: Bool {
         if case .status(429, _) = kind { return true }
         return false
+    }
+}
+
+extension String {
+    /// This string if it is at most `utf8BytesMax` UTF-8 bytes; otherwise
+    /// its longest prefix of whole Unicode scalars that fits with "…" after
+    /// it.
+    func truncated(utf8BytesMax: Int) -> String {
+        guard utf8.count > utf8BytesMax else { return self }
+        let ellipsis = "…"
+        var kept = String.UnicodeScalarView()
+        var bytes = ellipsis.utf8.count
+        for scalar in unicodeScalars {
+            bytes += UTF8.width(scalar)
+            guard bytes <= utf8BytesMax else { break }
+            kept.append(scalar)
+        }
+        return String(kept) + ellipsis
     }
 }

@@ -98,6 +98,51 @@ import Testing
         #expect(try a.store.get(type: "task", id: "t1") == nil)
     }
 
+    /// Text the server writes for people (an error envelope's message, a
+    /// rejection's `error_message`) is kept only in part: the engine copies
+    /// a request's failure into the outbox state of every intent of the
+    /// batch, and a rejection's message into a log entry, so a long one
+    /// would multiply into gigabytes, or fail to fit an entry and fail every
+    /// run.
+    @Test func longTextFromTheServerIsKeptInPart() async throws {
+        let long = String(repeating: "é", count: 3_000_000)
+        let envelope = try JSONEncoder().encode(ErrorEnvelope(.serviceUnavailable, long))
+        let server = try ScriptedServer { request in
+            let headers = HostileServerTests.protocolHeaders
+            guard request.path == "/v1/push" else {
+                return .answer(status: 200, headers: headers, body: HostileServerTests.health)
+            }
+            return .answer(status: 503, headers: headers, body: envelope)
+        }
+        defer { server.stop() }
+        let a = try Replica("long-failure", url: server.url)
+        for n in 0..<3 { try await a.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("expected the run to fail, got \(report.outcome)")
+            return
+        }
+        // The engine's own words ("push: ") come before the message kept.
+        let kept = TransportError.messageBytesMax + 16
+        #expect(message.utf8.count <= kept)
+        #expect(try a.store.outbox().allSatisfy { $0.state.lastError.utf8.count <= kept })
+
+        let real = try await TestServer("long-rejection")
+        let rejecting = RewritingTransport(real, pushes: { response in
+            response.results[0] = .rejected(response.results[0].idempotencyKey, .validationError, long)
+        })
+        let b = try Replica("long-rejection", server: real, transport: rejecting)
+        try await b.store.create(type: "task", fields: ["title": "one"])
+        let rejected = await b.sync()
+        #expect(rejected.outcome == .completed && rejected.rejected == 1, "\(rejected)")
+        guard case .reject(let reject)? = try b.entries(.reject).first?.body else {
+            Issue.record("no reject entry")
+            return
+        }
+        #expect(reject.message.utf8.count <= TransportError.messageBytesMax && reject.message.hasPrefix("éé"))
+        await real.stop()
+    }
+
     /// Results that do not answer the request's operations one for one
     /// (fewer, more, a key of no operation, one operation answered twice)
     /// are recorded against no intent: the run fails naming the mismatch,
