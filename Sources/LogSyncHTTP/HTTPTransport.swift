@@ -146,6 +146,13 @@ public final class HTTPTransport: SyncTransport {
             throw TransportError(.network, "\(method) \(path): \(error.localizedDescription)")
         }
         guard let http = response as? HTTPURLResponse else { throw TransportError(.network, "\(path): not an HTTP response") }
+        // The protocol has no redirects, and the session follows none
+        // (`ResponseReader`): a proxy or portal answered, or a server set
+        // up wrongly.
+        guard !(300..<400).contains(http.statusCode) else {
+            let location = http.value(forHTTPHeaderField: "Location").map { " to \($0.prefix(256))" } ?? ""
+            throw TransportError(.network, "\(path): HTTP \(http.statusCode), a redirect\(location), not followed")
+        }
         guard let version = http.value(forHTTPHeaderField: Wire.versionHeader) else {
             throw TransportError(.network, "\(path): HTTP \(http.statusCode) without \(Wire.versionHeader) (a proxy or captive portal answered)")
         }

@@ -96,6 +96,17 @@ final class ResponseReader: NSObject, URLSessionDataDelegate, Sendable {
         Thread { task.cancel() }.start()
     }
 
+    /// Follows no redirect: the protocol has none, and the session would
+    /// send the request as it is, bearer token included, wherever the
+    /// `Location` points (another host, plain HTTP). The redirect is the
+    /// answer (`HTTPTransport` fails it as a network error).
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(nil)
+    }
+
     func urlSession(
         _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void

@@ -22,6 +22,8 @@ public final class ScriptedServer: Sendable {
         public var method: String
         /// The path with its query, as sent (`/v1/pull?limit=100`).
         public var target: String
+        /// The header fields, by their names in lower case.
+        public var headers: [String: String]
         public var body: Data
 
         /// The path without its query.
@@ -165,16 +167,19 @@ private struct Connection {
                 let lines = String(decoding: buffered[..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
                 let start = lines[0].split(separator: " ")
                 guard start.count == 3 else { return nil }
-                let length = lines.dropFirst().compactMap { line -> Int? in
+                var headers: [String: String] = [:]
+                for line in lines.dropFirst() {
                     let parts = line.split(separator: ":", maxSplits: 1)
-                    guard parts.count == 2, parts[0].lowercased() == "content-length" else { return nil }
-                    return Int(parts[1].trimmingCharacters(in: .whitespaces))
-                }.first ?? 0
+                    guard parts.count == 2 else { return nil }
+                    headers[parts[0].lowercased()] = parts[1].trimmingCharacters(in: .whitespaces)
+                }
+                let length = headers["content-length"].flatMap { Int($0) } ?? 0
                 while buffered.count - end.upperBound < length {
                     guard receive() else { return nil }
                 }
                 let body = buffered[end.upperBound..<end.upperBound + length]
-                let request = ScriptedServer.Request(method: String(start[0]), target: String(start[1]), body: Data(body))
+                let request = ScriptedServer.Request(
+                    method: String(start[0]), target: String(start[1]), headers: headers, body: Data(body))
                 buffered = Data(buffered[(end.upperBound + length)...])
                 return request
             }

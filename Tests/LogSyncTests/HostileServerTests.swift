@@ -205,6 +205,30 @@ import Testing
         let error = try #require(await pullFailure(server, options: options))
         #expect(error.isRetryable, "\(error)")
     }
+
+    /// A redirect is not followed: the protocol has none, and
+    /// FoundationNetworking would send the request, bearer token included,
+    /// to wherever it points, another host or plain HTTP. It fails the
+    /// request as a network error (a proxy or portal answered).
+    @Test(arguments: [301, 302, 307])
+    func aRedirectIsNotFollowed(status: Int) async throws {
+        let elsewhere = Mutex<[String]>([])
+        let other = try ScriptedServer { request in
+            elsewhere.withLock { $0.append(request.headers["authorization"] ?? "no token") }
+            return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health)
+        }
+        defer { other.stop() }
+        let server = try ScriptedServer { _ in
+            var headers = Self.protocolHeaders
+            headers["Location"] = other.url.appendingPathComponent("v1/pull").absoluteString
+            return .answer(status: status, headers: headers, body: Data())
+        }
+        defer { server.stop() }
+        let error = try #require(await pullFailure(server))
+        #expect(error.kind == .network, "\(error)")
+        #expect(error.message.contains("\(status)"), "\(error)")
+        #expect(elsewhere.withLock { $0 }.isEmpty)
+    }
 }
 
 /// A gzip stream that inflates to `prefix` and then spaces without end:
