@@ -28,7 +28,7 @@ public final class HTTPTransport: SyncTransport {
         /// Connect directly, ignoring proxy settings (a loopback server).
         public var ignoreProxies = false
         /// The longest response body read, counted after decompression; a
-        /// longer one fails its request as `.responseTooLarge`.
+        /// longer one fails its request as `.responseTooLarge`. Not negative.
         public var responseBodyBytesMax = HTTPTransport.responseBodyBytesDefault
 
         public init() {}

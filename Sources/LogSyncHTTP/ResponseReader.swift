@@ -50,6 +50,9 @@ final class ResponseReader: NSObject, URLSessionDataDelegate, Sendable {
         }
     }
 
+    /// The longest deadline kept, a year.
+    static let deadlineSecondsMax: TimeInterval = 365 * 24 * 3_600
+
     private let bytesMax: Int
     /// The requests in flight, by their task.
     private let exchanges = Mutex<[ObjectIdentifier: Exchange]>([:])
@@ -65,11 +68,15 @@ final class ResponseReader: NSObject, URLSessionDataDelegate, Sendable {
     func data(for request: URLRequest, on session: URLSession, deadlineSeconds: TimeInterval) async throws -> (Data, URLResponse) {
         precondition(session.delegate === self, "the session's events must come to this reader")
         let task = session.dataTask(with: request)
-        let timer = Task { [weak self] in
-            try await Task.sleep(for: .seconds(deadlineSeconds))
-            self?.giveUp(task, .deadline)
-        }
-        defer { timer.cancel() }
+        // A deadline a year or more away, infinite or NaN, is none: a
+        // `Duration` cannot hold every `TimeInterval`.
+        let timer =
+            deadlineSeconds < Self.deadlineSecondsMax
+            ? Task { [weak self] in
+                try await Task.sleep(for: .seconds(deadlineSeconds))
+                self?.giveUp(task, .deadline)
+            } : nil
+        defer { timer?.cancel() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 exchanges.withLock { $0[ObjectIdentifier(task)] = Exchange(continuation: continuation) }

@@ -206,6 +206,17 @@ import Testing
         #expect(error.isRetryable, "\(error)")
     }
 
+    /// A `resourceTimeout` of `.infinity` (or any a year or more away) sets
+    /// no deadline of the transport's own, rather than one it cannot hold.
+    @Test func anInfiniteResourceTimeoutIsNone() async throws {
+        let server = try ScriptedServer { _ in .answer(status: 200, headers: Self.protocolHeaders, body: Self.paddedPage(padding: 0)) }
+        defer { server.stop() }
+        var options = loopback
+        options.resourceTimeout = .infinity
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: options)
+        #expect(try await transport.pull(cursor: nil, limit: 100).cursor == "c1")
+    }
+
     /// A redirect is not followed: the protocol has none, and
     /// FoundationNetworking would send the request, bearer token included,
     /// to wherever it points, another host or plain HTTP. It fails the
