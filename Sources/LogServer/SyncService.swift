@@ -74,6 +74,9 @@ final class SyncService: Sendable {
             let user = try self.storage.userNumberCreating(identity.user, txn)
             // Step 4: the versions this request's earlier operations produced, per entity.
             var produced: [ByteKey: UInt64] = [:]
+            // The fields of the conflicts' states so far: 500 conflicts on
+            // large entities would be gigabytes of answer, built in memory.
+            var stateBytes = 0
             return try checked.map { key, operation, problem -> PushResult in
                 if identity.readOnly { return .rejected(key, .permissionDenied, "user \(identity.user) may not change data") }
                 guard let operation, problem == nil else {
@@ -83,6 +86,15 @@ final class SyncService: Sendable {
                 let entity = ByteKey(entityKey)
                 let result = try self.apply(operation, user: user, entityKey: entityKey, raisedBase: produced[entity], now: now, txn)
                 if let version = result.serverVersion { produced[entity] = max(produced[entity] ?? 0, version) }
+                stateBytes += result.serverState?.data.encodedSize ?? 0
+                // Section 7, "Request-level failures": undone, and pushed
+                // again in smaller requests. One state alone always fits.
+                guard stateBytes <= Wire.entityFieldsBytesMax else {
+                    throw ServiceError(
+                        .payloadTooLarge,
+                        "the conflicts' server states would be over \(Wire.entityFieldsBytesMax) bytes of fields; "
+                            + "push fewer operations at a time")
+                }
                 return result
             }
         }

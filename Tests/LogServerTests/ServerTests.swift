@@ -216,6 +216,29 @@ import Testing
         let change = try #require(try await server.pullAll().first)
         #expect(change.data == fields)
     }
+
+    /// Each conflict carries the entity's state, up to entityFieldsBytesMax
+    /// of fields: a dozen conflicting creates, a kilobyte of request, made
+    /// the server build a 36 MiB answer (500 of them, gigabytes), over what
+    /// a client reads. Past entityFieldsBytesMax of states the push is undone
+    /// and answered 413, which a client pushes again in smaller requests;
+    /// one operation's answer always fits.
+    @Test func conflictsOnLargeEntitiesNeverMakeAnAnswerFarLargerThanTheRequest() async throws {
+        let server = try await TestServer("push-large-conflicts")
+        defer { Task { await server.stop() } }
+        let large = String(repeating: "x", count: 3_000_000)
+        #expect(try await server.push([operation(.create, "big", ["body": .string(large)])]).status == 200)
+        let conflicts = [operation(.create, "t1", ["n": 1])] + (0..<12).map { _ in operation(.create, "big", ["n": 1]) }
+        let reply = try await server.push(conflicts)
+        #expect(reply.body.count <= Wire.requestBodyBytesMax, "an answer of \(reply.body.count) bytes")
+        #expect(reply.status == 413 && reply.error?.error.code == .payloadTooLarge)
+        #expect(try await server.pullAll().map(\.entityID) == ["big"], "the push was undone")
+        // Two fit when their states do; one always does.
+        let two = try await server.push(Array(conflicts.prefix(2))).decode(PushResponse.self).results
+        #expect(two.map(\.status) == [.applied, .rejected] && two[1].serverState?.data == ["body": .string(large)])
+        let one = try await server.push([conflicts[2]]).decode(PushResponse.self).results
+        #expect(one.map(\.errorCode) == [.conflict] && one[0].serverState != nil)
+    }
 }
 
 @Suite struct PullTests {
