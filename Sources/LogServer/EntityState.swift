@@ -18,7 +18,9 @@ struct EntityState: Equatable {
 
     var exists: Bool { version > 0 && !deleted }
 
-    var serverState: ServerState { ServerState(serverVersion: version, deleted: deleted, data: fields) }
+    /// Deleted for an entity that never existed too (a create ahead of
+    /// the server conflicts with it).
+    var serverState: ServerState { ServerState(serverVersion: version, deleted: !exists, data: fields) }
 
     /// The version that last set `field`; a field the entity lacks counts as
     /// set when the entity was created.

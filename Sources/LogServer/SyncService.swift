@@ -173,6 +173,9 @@ final class SyncService: Sendable {
         switch operation.intent {
         case .create:
             guard !before.exists else { return conflict("it already exists") }
+            // Applied, it would answer a version not above the base, which
+            // a client retries without end.
+            guard base <= before.version else { return conflict("base version \(base) is ahead of the server's \(before.version)") }
             after.deleted = false
             after.createdVersion = after.version
             after.fields = data

@@ -239,6 +239,38 @@ import Testing
         let one = try await server.push([conflicts[2]]).decode(PushResponse.self).results
         #expect(one.map(\.errorCode) == [.conflict] && one[0].serverState != nil)
     }
+
+    /// A client retries an applied or duplicate answer whose server_version
+    /// is not above the base_version it pushed (section 10): every path
+    /// answers a version above the base, or a conflict. A create over a
+    /// tombstone at 2 with base 5 (a client that knows versions this server
+    /// lost) was applied at 3, and its repeats answered 3 for ever.
+    @Test func everyAppliedVersionIsAboveTheBasePushed() async throws {
+        let server = try await TestServer("push-above-base")
+        defer { Task { await server.stop() } }
+        var pushed: [(PushOperation, PushResult)] = []
+        func push(_ operations: [PushOperation], token: String = "alice-token") async throws {
+            let results = try await server.push(operations, token: token).decode(PushResponse.self).results
+            pushed += zip(operations, results)
+        }
+        let update = operation(.update, "t1", ["n": 2], base: 1)
+        try await push([operation(.create, "t1", ["n": 1]), update])
+        try await push([operation(.update, "t1", ["m": 3], base: 2)])
+        try await push([update])  // duplicate, after a later change
+        try await push([operation(.delete, "t1", base: 3)])
+        try await push([operation(.create, "t1", ["n": 4], base: 4)])  // over the tombstone at 4
+        try await push([operation(.delete, "t1", base: 5)])
+        let ahead = operation(.create, "t1", ["n": 5], base: 9)  // over the tombstone at 6
+        try await push([ahead, ahead])
+        let fresh = operation(.create, "t2", ["n": 1], base: 3)  // never existed
+        try await push([fresh, fresh])
+        for (operation, result) in pushed where result.status != .rejected {
+            #expect(
+                try #require(result.serverVersion) > operation.baseVersion,
+                "\(operation.intent) \(operation.entityID) base \(operation.baseVersion): \(result.status) \(result.serverVersion ?? 0)")
+        }
+        #expect(pushed.suffix(4).map(\.1.errorCode) == [.conflict, .conflict, .conflict, .conflict])
+    }
 }
 
 @Suite struct PullTests {
