@@ -374,6 +374,37 @@ import Testing
         #expect(alone == beside)
     }
 
+    /// A client refuses a page whose cursor is not 1 to cursorBytesMax
+    /// bytes from ! to ~ (but for force_resync): every cursor issued is one.
+    @Test func everyCursorIssuedIsOneAClientAccepts() async throws {
+        let server = try await TestServer("pull-cursor-rule")
+        defer { Task { await server.stop() } }
+        var pages: [PullResponse] = []
+        func pull(_ cursor: String? = nil, limit: Int? = nil, token: String = "alice-token") async throws -> PullResponse {
+            let page = try await server.pull(cursor: cursor, limit: limit, token: token).decode(PullResponse.self)
+            pages.append(page)
+            return page
+        }
+        let empty = try await pull(token: "bob-token")  // a user with no feed
+        _ = try await pull(empty.cursor, token: "bob-token")
+        _ = try await server.push((0..<3).map { operation(.create, "t\($0)", ["n": 1]) })
+        let first = try await pull(limit: 2)
+        let last = try await pull(first.cursor)
+        _ = try await pull(last.cursor)
+        #expect(try await server.send("POST", "/v1/admin/resync", token: "admin-token").status == 200)
+        let forced = try await pull(last.cursor)
+        #expect(forced.forceResync)
+        let again = try await pull()
+        _ = try await pull(again.cursor)
+        _ = try await pull(empty.cursor, token: "bob-token")
+        _ = try await pull(token: "bob-token")
+        for page in pages where !page.forceResync {
+            #expect(
+                (1...Wire.cursorBytesMax).contains(page.cursor.utf8.count)
+                    && page.cursor.utf8.allSatisfy { (UInt8(ascii: "!")...UInt8(ascii: "~")).contains($0) }, "\(page.cursor)")
+        }
+    }
+
     @Test func anOperatorResyncForcesClientsToStartOver() async throws {
         let server = try await TestServer("pull-resync")
         defer { Task { await server.stop() } }
