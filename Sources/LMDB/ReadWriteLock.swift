@@ -92,6 +92,9 @@ final class ReadWriteLock: @unchecked Sendable {
         return try body()
     }
 
+    /// Writers waiting for the lock or holding it (tests wait for one).
+    var writersWaitingOrHolding: Int { writerCount.load(ordering: .acquiring) }
+
     /// Whether the calling thread holds any `ReadWriteLock` shared: an
     /// exclusive hold it asked for would wait for itself.
     static var threadHoldsShared: Bool { sharedHolds > 0 }

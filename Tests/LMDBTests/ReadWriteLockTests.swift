@@ -48,9 +48,11 @@ import Testing
             lock.withExclusive { order.withLock { $0.append("writer") } }
             writerDone.signal()
         }.start()
-        // Time for the writer to queue, then for the reader to reach the
-        // lock (if either has not yet, the test passes without showing anything).
-        Thread.sleep(forTimeInterval: 0.1)
+        // Once the writer is counted, a new reader waits at the gate; then
+        // time for the reader to reach it (one that has not yet by the
+        // unlock comes after the writer anyway, and the test shows nothing).
+        for _ in 0..<10_000 where lock.writersWaitingOrHolding == 0 { Thread.sleep(forTimeInterval: 0.001) }
+        try #require(lock.writersWaitingOrHolding == 1, "the writer never came")
         Thread {
             lock.withShared { order.withLock { $0.append("reader") } }
             readerDone.signal()
