@@ -13,7 +13,7 @@ public struct CompactionReport: Sendable, Equatable {
     public var snapshotsWritten = 0
     /// Entries kept below the watermark: intents still pending or settled
     /// above it, and their conflicts; intents whose conflict waits for the
-    /// app, with their answers.
+    /// app, with their answers (and the last resync after such an ack).
     public var entriesKept = 0
     public var dryRun: Bool
 }
@@ -101,6 +101,12 @@ private struct CompactionPlan {
     /// (a log with repeated keys) is removed.
     var keptKeys: [String: UInt64] = [:]
     var snapshots: [Snapshot] = []
+    /// The last resync below the watermark, when it is kept (0 when not):
+    /// the snapshots go after it, or it would forget them.
+    var keptResync: UInt64 = 0
+
+    /// The freed offsets the snapshots may take, with their timestamps.
+    var slots: [(offset: UInt64, timestamp: HybridTimestamp)] { removed.filter { $0.offset > keptResync } }
 
     func report(dryRun: Bool) -> CompactionReport {
         CompactionReport(
@@ -132,6 +138,8 @@ extension Store {
         }
         plan.entriesBefore = entries.count
         let kept = try keptBelowWatermark(entries, txn)
+        plan.keptResync = entries.last { if case .resync = $0.body { true } else { false } }
+            .map { kept.contains($0.offset) ? $0.offset : 0 } ?? 0
         var confirmed: [[UInt8]: Confirmed] = [:]
         // Entities whose confirmed state a removed entry set since the last
         // resync: only they need a snapshot (the kept entries replay the rest).
@@ -196,8 +204,9 @@ extension Store {
             plan.snapshots.append(Snapshot(watermark: watermark, cursor: cursor, entityType: "", entityID: "", serverVersion: 0, fields: [:]))
         }
         // Every snapshot stands for at least one removed entry that set its
-        // entity's state (or the cursor), so the freed offsets suffice.
-        precondition(plan.snapshots.count <= plan.removed.count, "more snapshots than freed offsets")
+        // entity's state (or the cursor) after the last resync, so the freed
+        // offsets after it suffice.
+        precondition(plan.snapshots.count <= plan.slots.count, "more snapshots than freed offsets")
         return plan
     }
 
@@ -209,13 +218,17 @@ extension Store {
     ///   last resync), with its answer: replaying them gives the same
     ///   acknowledged version (`EntityRecord.ackedVersion`), the base its
     ///   pending intents are pushed with;
-    /// - conflict entries of every kept intent.
+    /// - conflict entries of every kept intent;
+    /// - the last resync, when the kept answer of a waiting conflict is an
+    ///   ack before it: replaying that ack gives the entity a base, which
+    ///   the resync must forget again.
     private func keptBelowWatermark(
         _ entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)], _ txn: borrowing Transaction
     ) throws -> Set<UInt64> {
         let waiting = try waitingConflicts(txn)
         var intents: [UInt64: ByteKey] = [:]
         var answers: [UInt64: UInt64] = [:]  // intent -> its first answer
+        var acks: Set<UInt64> = []
         var pending: [ByteKey: Set<UInt64>] = [:]
         var lastEmpty: [ByteKey: UInt64] = [:]
         var lastResync: UInt64 = 0
@@ -231,7 +244,9 @@ extension Store {
                 let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
                 intents[entry.offset] = entity
                 pending[entity, default: []].insert(entry.offset)
-            case .ack(let ack): answer(ack.intentOffset, at: entry.offset)
+            case .ack(let ack):
+                acks.insert(entry.offset)
+                answer(ack.intentOffset, at: entry.offset)
             case .reject(let reject): answer(reject.intentOffset, at: entry.offset)
             case .resync: lastResync = entry.offset
             default: break
@@ -250,6 +265,7 @@ extension Store {
                 kept.insert(answer)
             }
         }
+        if kept.contains(where: { $0 < lastResync && acks.contains($0) }) { kept.insert(lastResync) }
         for entry in entries {
             if case .conflict(let conflict) = entry.body, kept.contains(conflict.intentOffset) || intents[conflict.intentOffset] == nil {
                 kept.insert(entry.offset)
@@ -280,7 +296,7 @@ extension Store {
                 try txn.delete(idempotency, key: bytes)
             }
         }
-        for (snapshot, slot) in zip(plan.snapshots, plan.removed) {
+        for (snapshot, slot) in zip(plan.snapshots, plan.slots) {
             let entry = Entry(offset: slot.offset, timestamp: slot.timestamp, body: .snapshot(snapshot))
             try txn.put(log.logDatabase, key: OffsetKey.encode(slot.offset), value: try EntryCodec.encode(entry))
         }

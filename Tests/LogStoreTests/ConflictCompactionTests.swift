@@ -1,0 +1,82 @@
+import LogFormat
+@testable import LogStore
+import LogTesting
+import Testing
+
+/// Conflicts that wait for the app across compaction: the tables a replay
+/// of the compacted log gives must be those the store had, and the conflict
+/// must stay listable and resolvable.
+@Suite struct ConflictCompactionTests {
+    /// Compacts below `watermark` and checks the tables stay as they were
+    /// (but for the idempotency rows of removed intents), after the
+    /// compaction, a replay and a reopen.
+    private func compactKeepingTables(_ fixture: inout StoreFixture, below watermark: UInt64) async throws {
+        var before = try fixture.store.derivedTables()
+        _ = try await fixture.store.compact(below: watermark)
+        let compacted = try fixture.store.derivedTables()
+        before.idempotency = compacted.idempotency
+        #expect(compacted == before)
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.derivedTables() == compacted)
+        try fixture.reopen()
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.derivedTables() == compacted)
+    }
+
+    /// Compaction keeps the answer of an intent whose conflict waits; a
+    /// resync after that answer, below the watermark, forgot the base the
+    /// answer gave. Before, the resync was removed and a replay of the kept
+    /// ack gave the entity that base again. The resync now stays, and the
+    /// snapshots go after it (here, not at the freed offset 1).
+    @Test func aResyncAfterTheKeptAnswerOfAWaitingConflictStillForgetsItsBase() async throws {
+        var fixture = try StoreFixture("conflict-ack-resync")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1, fields: [:])], cursor: "c0")  // 1
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 2
+        try await store.record([(2, .acknowledged(.applied, serverVersion: 1))])  // 3
+        _ = try await store.log.append(
+            .conflict(
+                Conflict(
+                    intentOffset: 2, entityType: "te", entityID: "a", serverVersion: 2, serverDeleted: false,
+                    serverFields: ["n": 2], resolution: .pending, resolvedFields: [:])))  // 4
+        try await store.resync(reason: "test")  // 5
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "b", serverVersion: 1, fields: [:])], cursor: "c1")  // 6
+        try await store.create(type: "te", id: "c", fields: [:])  // 7
+        #expect(try store.get(type: "te", id: "a") == nil)
+        try await compactKeepingTables(&fixture, below: 7)
+        #expect(try scanAll(fixture.store.log).map(\.offset) == [2, 3, 4, 5, 6, 7])
+        #expect(try fixture.store.get(type: "te", id: "a") == nil)
+        #expect(try fixture.store.get(type: "te", id: "b") != nil)
+        #expect(try fixture.store.pullCursor() == "c1")
+        #expect(try fixture.store.conflicts().map(\.conflict.intentOffset) == [2])
+        try await fixture.store.resolveConflict(intentOffset: 2, .keepRemote)
+        #expect(try fixture.store.conflicts().isEmpty)
+        try await compactKeepingTables(&fixture, below: try fixture.store.log.lastOffset())
+    }
+
+    /// A conflict left for the app (answered by a reject), compacted twice,
+    /// resolved between, with pulls and a reopen: the tables stay, and the
+    /// conflict is listed until it is resolved.
+    @Test(arguments: [ConflictDecision.keepLocal, .keepRemote, .merged(["n": 9]), .custom(nil)])
+    func aWaitingConflictSurvivesRepeatedCompaction(_ decision: ConflictDecision) async throws {
+        var fixture = try StoreFixture("conflict-compacted-twice")
+        try await fixture.store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1, fields: ["n": 1])], cursor: "c1")
+        try await fixture.store.update(type: "te", id: "a", changes: ["n": 2])  // 2
+        let server = ServerState(serverVersion: 3, deleted: false, data: ["n": 3])
+        try await fixture.store.record([(2, .conflict(server, message: "newer"))]) { _ in .askApp }
+        try await fixture.store.update(type: "te", id: "a", changes: ["m": 1])
+        try await fixture.store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 3, fields: ["n": 3])], cursor: "c2")
+        try await fixture.store.create(type: "te", id: "z", fields: [:])
+        try await compactKeepingTables(&fixture, below: try fixture.store.log.lastOffset())
+        #expect(try fixture.store.conflicts().map(\.conflict.intentOffset) == [2])
+        try await fixture.store.resync(reason: "test")
+        try await fixture.store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 4, fields: ["n": 4])], cursor: "c3")
+        try await fixture.store.create(type: "te", id: "y", fields: [:])
+        try await compactKeepingTables(&fixture, below: try fixture.store.log.lastOffset())
+        #expect(try fixture.store.conflicts().map(\.conflict.intentOffset) == [2])
+        try await fixture.store.resolveConflict(intentOffset: 2, decision)
+        #expect(try fixture.store.conflicts().isEmpty)
+        try await compactKeepingTables(&fixture, below: try fixture.store.log.lastOffset())
+        #expect(try fixture.store.conflicts().isEmpty)
+    }
+}
