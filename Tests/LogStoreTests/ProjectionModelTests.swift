@@ -24,6 +24,8 @@ struct ReferenceModel {
     var confirmed: [Key: Confirmed] = [:]
     var pending: [(offset: UInt64, key: Key, intent: Intent)] = []
     var cursor: String?
+    /// Offsets of the intents whose conflict waits for the app, ascending.
+    var waiting: [UInt64] = []
 
     static func apply(_ intent: Intent, to state: Fields?) -> Fields? {
         switch intent.operation {
@@ -90,7 +92,7 @@ struct ReferenceModel {
             try await run(seed: sequenceSeed, stats: &stats, label: "SEED=\(seed) sequence \(sequence) (SEQUENCE_SEED=\(sequenceSeed) replays it alone)")
         }
         // Every kind of step happened often enough to mean something.
-        for step in ["create", "update", "delete", "ack", "reject", "pull", "resync", "reopen", "compact"] {
+        for step in ["create", "update", "delete", "ack", "reject", "conflict", "resolve", "pull", "resync", "reopen", "compact"] {
             #expect(stats[step, default: 0] > Self.sequenceCount / 4, "\(step): \(stats[step, default: 0])")
         }
     }
@@ -135,11 +137,33 @@ struct ReferenceModel {
                 let version = random.int(0...5) == 0 ? UInt64(random.int(1...3)) : serverVersions[item.key]!
                 try await fixture.store.record([(item.offset, .acknowledged(.applied, serverVersion: version))])
                 model.settle(item.offset, ackVersion: version)
-            case 62..<68 where !model.pending.isEmpty:
+                if random.int(0...2) == 0 {
+                    // A conflict that waits on an acknowledged intent: only
+                    // a raw append writes one; an empty record projects it.
+                    let conflict = Conflict(
+                        intentOffset: item.offset, entityType: item.key.type, entityID: item.key.id,
+                        serverVersion: version + 1, serverFields: random.storeFields(countMax: 2), resolution: .pending)
+                    _ = try await fixture.store.log.append(.conflict(conflict))
+                    try await fixture.store.record([])
+                    model.waiting.append(item.offset)
+                    model.waiting.sort()
+                }
+            case 62..<65 where !model.pending.isEmpty:
                 name = "reject"
                 let item = model.pending[random.int(0...model.pending.count - 1)]
                 try await fixture.store.record([(item.offset, .rejected(code: "VALIDATION_ERROR", message: "no"))])
                 model.settle(item.offset, ackVersion: nil)
+            case 65..<68 where !model.pending.isEmpty:
+                name = "conflict"
+                let item = model.pending[random.int(0...model.pending.count - 1)]
+                serverVersions[item.key, default: 0] += 1
+                let deleted = random.int(0...3) == 0
+                let server = ServerState(
+                    serverVersion: serverVersions[item.key]!, deleted: deleted, data: deleted ? [:] : random.storeFields(countMax: 2))
+                try await fixture.store.record([(item.offset, .conflict(server, message: "newer"))]) { _ in .askApp }
+                model.settle(item.offset, ackVersion: nil)
+                model.waiting.append(item.offset)
+                model.waiting.sort()
             case 68..<86:
                 name = "pull"
                 cursorNumber += 1
@@ -165,10 +189,21 @@ struct ReferenceModel {
                 try await fixture.store.resync(reason: "test")
                 model.resync()
                 serverVersions = [:]
-            case 90..<95:
+            case 90..<92:
                 name = "reopen"
                 try fixture.reopen()
-            case 95..<99:
+            case 92..<96 where !model.waiting.isEmpty:
+                name = "resolve"
+                let offset = model.waiting.remove(at: random.int(0...model.waiting.count - 1))
+                let decisions: [ConflictDecision] = [.keepLocal, .keepRemote, .merged(random.storeFields(countMax: 2)), .custom(nil)]
+                let last = try fixture.store.log.lastOffset()
+                try await fixture.store.resolveConflict(intentOffset: offset, decisions[random.int(0...3)])
+                // A resolution that pushes something appends its intent after the conflict entry.
+                let resolution = try fixture.store.log.lastOffset()
+                if resolution == last + 2, let intent = try intent(at: resolution, in: fixture.store) {
+                    model.pending.append((resolution, .init(type: intent.entityType, id: intent.entityID), intent))
+                }
+            case 96..<99:
                 name = "compact"
                 let last = try fixture.store.log.lastOffset()
                 let watermark = UInt64(random.int(1...max(Int(last), 1)))
@@ -200,6 +235,7 @@ struct ReferenceModel {
         let after = try store.derivedTables()
         #expect(after.entities == before.entities, "\(label): compaction changed the projections")
         #expect(after.counts == before.counts && after.outboxKeys == before.outboxKeys && after.cursor == before.cursor, "\(label)")
+        #expect(after.conflicts == before.conflicts, "\(label): compaction changed the waiting conflicts")
         #expect(Set(after.idempotency).isSubset(of: Set(before.idempotency)), "\(label)")
         let entriesAfter = try scanAll(store.log)
         #expect(entriesAfter.filter { $0.offset >= watermark } == entriesBefore.filter { $0.offset >= watermark }, "\(label): entries above the watermark changed")
@@ -215,6 +251,7 @@ struct ReferenceModel {
         if a.idempotency != b.idempotency { names.append("idempotency") }
         if a.outboxKeys != b.outboxKeys { names.append("outbox") }
         if a.cursor != b.cursor { names.append("cursor") }
+        if a.conflicts != b.conflicts { names.append("conflicts") }
         if a.watermark != b.watermark { names.append("watermark \(a.watermark) vs \(b.watermark)") }
         return names
     }
@@ -237,6 +274,7 @@ struct ReferenceModel {
         }
         #expect(try store.outbox().map(\.offset) == model.pending.map(\.offset), "\(label): outbox")
         #expect(try store.pullCursor() == model.cursor, "\(label): cursor")
+        #expect(try store.conflicts().map(\.conflict.intentOffset) == model.waiting, "\(label): waiting conflicts")
         let incremental = try store.derivedTables()
         try await store.rebuildProjections(entriesPerTransaction: replayChunk)
         let replayed = try store.derivedTables()
