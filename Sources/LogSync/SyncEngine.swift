@@ -309,7 +309,7 @@ public actor SyncEngine {
         do {
             response = try await transport.push(PushRequest(operations: batch.map(PushDecisions.operation)))
             guard response.results.count == batch.count else {
-                throw TransportError(.network, "push: \(response.results.count) results for \(batch.count) operations")
+                throw TransportError(.network, "\(response.results.count) results for \(batch.count) operations")
             }
             // Results answer the operations in order, each naming its
             // operation's key (section 7): one that does not would record an
@@ -317,7 +317,7 @@ public actor SyncEngine {
             if let index = batch.indices.first(where: { batch[$0].intent.idempotencyKey != response.results[$0].idempotencyKey }) {
                 throw TransportError(
                     .network,
-                    "push: result \(index) answers idempotency key \(response.results[index].idempotencyKey.prefix(64)), "
+                    "result \(index) answers idempotency key \(response.results[index].idempotencyKey.prefix(64)), "
                         + "not \(batch[index].intent.idempotencyKey)")
             }
         } catch let error as TransportError {

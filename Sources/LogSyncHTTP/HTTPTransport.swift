@@ -81,7 +81,7 @@ public final class HTTPTransport: SyncTransport {
 
     public func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
         let body: Data
-        do { body = try request.encodeJSON() } catch { throw TransportError(.network, "push: cannot encode: \(error)") }
+        do { body = try request.encodeJSON() } catch { throw TransportError(.network, "POST /v1/push: cannot encode: \(error)") }
         // Section 10: a request is at most this many bytes. A larger one is
         // never sent: the engine splits it as it splits one the server
         // refused, and a proxy's own 413 (which the engine cannot tell from
@@ -89,12 +89,12 @@ public final class HTTPTransport: SyncTransport {
         guard body.count <= Wire.requestBodyBytesMax else {
             throw TransportError(
                 .status(413, .payloadTooLarge),
-                "push: \(request.operations.count) operations make a body of \(body.count) bytes, over requestBodyBytesMax "
+                "POST /v1/push: \(request.operations.count) operations make a body of \(body.count) bytes, over requestBodyBytesMax "
                     + "(\(Wire.requestBodyBytesMax)); not sent")
         }
         let (data, _) = try await exchange("POST", "/v1/push", body: body)
         do { return try PushResponse.decode(json: data) } catch {
-            throw TransportError(.network, "push: the answer is not a push response: \(error)")
+            throw TransportError(.network, "POST /v1/push: the answer is not a push response: \(error)")
         }
     }
 
@@ -103,7 +103,7 @@ public final class HTTPTransport: SyncTransport {
         if let cursor { query.append(URLQueryItem(name: "cursor", value: cursor)) }
         let (data, _) = try await exchange("GET", "/v1/pull", query: query)
         do { return try PullResponse.decode(json: data) } catch {
-            throw TransportError(.network, "pull: the answer is not a pull page: \(error)")
+            throw TransportError(.network, "GET /v1/pull: the answer is not a pull page: \(error)")
         }
     }
 
