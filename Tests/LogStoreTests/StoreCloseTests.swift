@@ -145,24 +145,6 @@ private func finishes(within seconds: Double = 10, _ body: @escaping @Sendable (
     return done.wait(timeout: .now() + seconds) == .success
 }
 
-/// Whether `stream` ends within `seconds`.
-private func ends<S: AsyncSequence & Sendable>(_ stream: S, within seconds: Double = 5) async -> Bool
-where S.Element: Sendable {
-    await withTaskGroup(of: Bool.self) { group in
-        group.addTask {
-            do { for try await _ in stream {} } catch {}
-            return true
-        }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(seconds))
-            return false
-        }
-        let first = await group.next() ?? false
-        group.cancelAll()
-        return first
-    }
-}
-
 extension StoreCloseTests {
     /// A store closed between two chunks of `rebuildProjections` refuses the
     /// next chunk with `.closed`; the next open finishes the rebuild from

@@ -16,24 +16,6 @@ private struct FailingExchanges: SyncTransport {
     }
 }
 
-/// Whether `stream` ends within `seconds`: a guard that keeps a stream
-/// that never ends from hanging the run, not a measure of time.
-private func ends(_ stream: AsyncStream<SyncState>, within seconds: Double = 5) async -> Bool {
-    await withTaskGroup(of: Bool.self) { group in
-        group.addTask {
-            for await _ in stream {}
-            return true
-        }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(seconds))
-            return false
-        }
-        let first = await group.next() ?? false
-        group.cancelAll()
-        return first
-    }
-}
-
 @Suite struct StateFeedTests {
     /// An engine released while an app reads its states ends the stream:
     /// a `for await` over `states()` does not wait forever for an engine
