@@ -1069,17 +1069,9 @@ private func rawExchange(
     port: Int, untilClosed: Bool = false, closeWriting: Bool = false, receiveTimeoutSeconds: Int = 10,
     onEnd: (_ closedByServer: Bool) -> Void = { _ in }, _ write: ((Data) -> Bool) -> Void
 ) throws -> String {
-    #if canImport(Glibc)
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    #else
-        let descriptor = socket(AF_INET, SOCK_STREAM, 0)
-    #endif
-    guard descriptor >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+    let descriptor = try LoopbackSocket.make()
     defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var address = LoopbackSocket.address(port: port)
     let connected = withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     }
