@@ -9,9 +9,17 @@ public struct ToolRun: Sendable {
 
     public var lines: [String] { output.split(separator: "\n").map(String.init) }
 
-    /// The path of the debug build of `product`, under the package `root`.
+    /// The path of `product` as built with the tests running now: beside
+    /// the test executable, where `swift build` puts every product of one
+    /// build (`-c release` and `--scratch-path` move them all). Only when
+    /// the tests run from somewhere else, the debug build under the package
+    /// `root`. Not that one first: it may be another build's, and stale.
     public static func builtProduct(_ product: String, root: URL) -> String {
-        root.appendingPathComponent(".build/debug/\(product)").path
+        if let runner = Bundle.main.executableURL?.resolvingSymlinksInPath() {
+            let beside = runner.deletingLastPathComponent().appendingPathComponent(product).path
+            if FileManager.default.isExecutableFile(atPath: beside) { return beside }
+        }
+        return root.appendingPathComponent(".build/debug/\(product)").path
     }
 
     /// Runs `executable` with `arguments` (stdin /dev/null) and waits for it

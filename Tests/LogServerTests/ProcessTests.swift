@@ -13,8 +13,9 @@ import Testing
 @Suite struct SyncServerProcessTests {
     /// The built executable, beside the test bundle's build products.
     static var executable: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent(".build/debug/syncserver")
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        return URL(fileURLWithPath: ToolRun.builtProduct("syncserver", root: root))
     }
 
     @Test(arguments: [SIGTERM, SIGINT])

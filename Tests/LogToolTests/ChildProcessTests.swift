@@ -14,6 +14,17 @@ import Testing
     /// of this process, even with over a thousand open (plain pipes, which
     /// exec would not close): Foundation's `Process` could crash listing
     /// that many, and a child holding another's pipe would keep it open.
+    /// The tools the tests run are the ones built with them, found beside
+    /// the test executable: not `.build/debug` under the package, which a
+    /// `swift test -c release` or `--scratch-path` build does not write
+    /// (and may hold an older build's).
+    @Test func theToolsRunAreTheOnesBuiltWithTheTests() throws {
+        let runner = try #require(Bundle.main.executableURL?.resolvingSymlinksInPath())
+        let logtool = ToolRun.builtProduct("logtool", root: URL(fileURLWithPath: "/nonexistent-package"))
+        #expect(logtool == runner.deletingLastPathComponent().appendingPathComponent("logtool").path)
+        #expect(FileManager.default.isExecutableFile(atPath: logtool))
+    }
+
     @Test func aChildInheritsNoDescriptorEvenWithManyOpen() throws {
         var held: [Int32] = []
         defer { held.forEach { close($0) } }
