@@ -48,8 +48,9 @@ public struct SyncConfigurationError: Error, Equatable, Sendable, CustomStringCo
     init(_ description: String) { self.description = "sync configuration: " + description }
 }
 
-/// Stops a running sync at its next page boundary: when `cancel()` is
-/// called from anywhere, or once a deadline on a clock has passed.
+/// Stops a running sync before its next push request or pulled page: when
+/// `cancel()` is called from anywhere, or once a deadline on a clock has
+/// passed.
 public final class SyncCancellation: Sendable {
     private let flag = Atomic(false)
     private let deadline: (clock: any SyncClock, milliseconds: UInt64)?

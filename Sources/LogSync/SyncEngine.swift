@@ -19,7 +19,7 @@ import LogStore
 ///   completed run resets it. A pull's failure has no intent to carry its
 ///   retry time, so the run carries it. An explicit `sync()` runs at once.
 /// - Every pulled page is applied with its cursor in one transaction;
-///   cancellation is checked between pages.
+///   cancellation is checked between pages, and between push requests.
 /// - Every wait (an intent's retry, the run backoff, the breaker) is kept on
 ///   the clock's monotonic reading, so a step of the wall clock neither
 ///   lengthens nor shortens it; the times the engine shows are moved to the
@@ -85,9 +85,10 @@ public actor SyncEngine {
     public static let stateBufferCountMax = 64
 
     /// Runs a sync, or joins the one running.
-    /// - Parameter cancellation: checked between pulled pages. A caller that
-    ///   joins a running sync adds its cancellation to that run's: either
-    ///   stops it, and every caller gets the `.cancelled` report.
+    /// - Parameter cancellation: checked between push requests and between
+    ///   pulled pages. A caller that joins a running sync adds its
+    ///   cancellation to that run's: either stops it, and every caller gets
+    ///   the `.cancelled` report.
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
         cancellations.append(cancellation)
@@ -273,6 +274,11 @@ public actor SyncEngine {
         var limit = configuration.pushBatchCountMax
         var batches = 0
         while batches < 2 * (total / limit + 1) + 8 {
+            // Between requests, as between pulled pages: the answers so far
+            // are recorded, and the pull's first check ends the run as
+            // cancelled. An outbox after days offline takes many requests,
+            // more than a background task's budget may allow.
+            if isCancelled { return nil }
             let batch = try store.pushBatch(
                 limit: limit, now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds)
             guard !batch.isEmpty else { return nil }

@@ -96,7 +96,8 @@ public actor SyncScheduler {
 
     /// A sync that must end within `budgetMilliseconds` (an OS background
     /// window): once the budget has passed on the scheduler's clock it
-    /// stops at the next page boundary, keeping what it applied. A sync
+    /// stops before the next push request or pulled page, keeping what it
+    /// recorded and applied. A sync
     /// already running is joined, and stopped by the budget all the same.
     /// Unlike the app's own `engine.sync()`, it keeps to a failed run's
     /// backoff (`SyncEngine.nextRunAt`), as the scheduler's own runs do: it

@@ -39,8 +39,9 @@ public enum SyncOutcome: Sendable, Equatable {
     /// The health check failed (no real connectivity): nothing was tried,
     /// and nothing counts as a failure.
     case offline
-    /// Stopped at a page boundary by cancellation; what was applied stays,
-    /// and it does not count as a failure.
+    /// Stopped by cancellation before a push request or a pulled page;
+    /// what was recorded and applied stays, and it does not count as a
+    /// failure.
     case cancelled
     /// The circuit breaker is open.
     case rateLimited

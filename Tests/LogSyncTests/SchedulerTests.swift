@@ -145,6 +145,37 @@ import Testing
         await server.stop()
     }
 
+    /// "App backgrounded" after a long time offline: the outbox takes many
+    /// push requests, each 400 ms, and a budget of 1 s stops the run at a
+    /// request boundary, as it does between pulled pages (the budget is
+    /// checked before each request, so three are sent). The answers of
+    /// those sent are recorded, the run is no failure, and the next sync
+    /// pushes the rest. Before, the push ignored the budget and sent all.
+    @Test func aBackgroundRunStopsBetweenPushRequestsOnceItsBudgetIsSpent() async throws {
+        let server = try await TestServer("background-push")
+        var configuration = SyncConfiguration()
+        configuration.pushBatchCountMax = 2
+        let clock = ManualClock()
+        let transport = SlowPushes(
+            inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), clock: clock, milliseconds: 400)
+        let writer = try Replica("background-push", server: server, clock: clock, configuration: configuration, transport: transport)
+        var batch = WriteBatch()
+        for n in 0..<10 { try batch.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        try await writer.store.write(batch)
+        let scheduler = SyncScheduler(engine: writer.engine, clock: clock, monitor: FixedConnectivity(online: false))
+        let report = await scheduler.runBackground(budgetMilliseconds: 1_000)
+        #expect(report.outcome == .cancelled)
+        #expect(report.acknowledged == 6, "three requests of two")
+        #expect(try writer.store.outboxCount() == 4)
+        #expect(try await server.pullAll().count == 6)
+        #expect(await writer.engine.lastError == nil)
+        #expect(await writer.engine.nextRunAt == nil)
+        #expect(await writer.engine.state == .idle)
+        let rest = await writer.sync()
+        #expect(rest.outcome == .completed && rest.acknowledged == 4)
+        await server.stop()
+    }
+
     /// A background run that finds a sync running joins it, and its budget
     /// stops that sync too.
     @Test func aBackgroundRunStopsTheSyncItJoins() async throws {
@@ -198,6 +229,22 @@ struct SlowPulls: SyncTransport {
         clock.advance(by: milliseconds)
         return page
     }
+}
+
+/// Pushes through `inner`, each one moving a manual clock by
+/// `milliseconds` (a slow network in test time).
+struct SlowPushes: SyncTransport {
+    let inner: HTTPTransport
+    let clock: ManualClock
+    let milliseconds: UInt64
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        let response = try await inner.push(request)
+        clock.advance(by: milliseconds)
+        return response
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
 }
 
 /// Holds the first pull until `release()`, and tells when it is held.
