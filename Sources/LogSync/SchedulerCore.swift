@@ -41,6 +41,9 @@ public struct SchedulerCore: Sendable, Equatable {
         case cancelTimer(Timer)
     }
 
+    /// The timers' lengths. Any length is allowed: a deadline past UInt64
+    /// (a length of `.max`, to turn periodic syncs off) saturates, and its
+    /// timer never fires.
     public var periodMilliseconds: UInt64 = 30_000
     public var localWriteDebounceMilliseconds: UInt64 = 1_000
     public var networkDebounceMilliseconds: UInt64 = 2_500
@@ -54,22 +57,22 @@ public struct SchedulerCore: Sendable, Equatable {
         switch event {
         case .started(let isOnline):
             online = isOnline
-            return online ? sync(.started, at: now) + [.setTimer(.periodic, at: now + periodMilliseconds)] : []
+            return online ? sync(.started, at: now) + [Self.set(.periodic, periodMilliseconds, after: now)] : []
         case .localWrite:
             // Offline, the write waits for the connection to come back.
-            return online ? [.setTimer(.localWrite, at: now + localWriteDebounceMilliseconds)] : []
+            return online ? [Self.set(.localWrite, localWriteDebounceMilliseconds, after: now)] : []
         case .connectivity(let isOnline):
             defer { online = isOnline }
-            if isOnline && !online { return [.setTimer(.networkRegained, at: now + networkDebounceMilliseconds)] }
+            if isOnline && !online { return [Self.set(.networkRegained, networkDebounceMilliseconds, after: now)] }
             return !isOnline && online ? Self.everyTimerCancelled : []
         case .nudge:
             return online ? sync(.nudge, at: now) : []
         case .timerFired(let timer):
             guard online else { return [] }
             switch timer {
-            case .periodic: return sync(.periodic, at: now) + [.setTimer(.periodic, at: now + periodMilliseconds)]
+            case .periodic: return sync(.periodic, at: now) + [Self.set(.periodic, periodMilliseconds, after: now)]
             case .localWrite: return sync(.localWrite, at: now)
-            case .networkRegained: return sync(.networkRegained, at: now) + [.setTimer(.periodic, at: now + periodMilliseconds)]
+            case .networkRegained: return sync(.networkRegained, at: now) + [Self.set(.periodic, periodMilliseconds, after: now)]
             case .retry: return sync(.retry, at: now)
             }
         case .syncEnded(let nextRunAt):
@@ -84,6 +87,12 @@ public struct SchedulerCore: Sendable, Equatable {
             online = false
             return Self.everyTimerCancelled
         }
+    }
+
+    /// Sets `timer` to fire `milliseconds` after `now`, or never when that
+    /// is past UInt64.
+    private static func set(_ timer: Timer, _ milliseconds: UInt64, after now: UInt64) -> Action {
+        .setTimer(timer, at: now.addingSaturating(milliseconds))
     }
 
     private static let everyTimerCancelled: [Action] = [

@@ -84,6 +84,22 @@ import Testing
         #expect(core.handle(.timerFired(.networkRegained), at: 5_500) == [.setTimer(.retry, at: 10_000), .setTimer(.periodic, at: 35_500)])
     }
 
+    /// An app may set a timer longer than it will ever wait for (`.max`, to
+    /// turn periodic syncs off): its deadline is never reached, rather than
+    /// past UInt64, which trapped.
+    @Test func timersOfAnyLengthAreSetNeverReached() {
+        var core = SchedulerCore()
+        core.periodMilliseconds = .max
+        core.localWriteDebounceMilliseconds = .max
+        core.networkDebounceMilliseconds = .max
+        #expect(core.handle(.started(online: true), at: 1_000) == [.sync(.started), .setTimer(.periodic, at: .max)])
+        #expect(core.handle(.localWrite, at: 2_000) == [.setTimer(.localWrite, at: .max)])
+        _ = core.handle(.connectivity(false), at: 4_000)
+        #expect(core.handle(.connectivity(true), at: 5_000) == [.setTimer(.networkRegained, at: .max)])
+        #expect(core.handle(.timerFired(.networkRegained), at: 6_000) == [.sync(.networkRegained), .setTimer(.periodic, at: .max)])
+        #expect(core.handle(.timerFired(.periodic), at: 7_000) == [.sync(.periodic), .setTimer(.periodic, at: .max)])
+    }
+
     /// The scheduler on a manual clock: a local write triggers one sync
     /// after the debounce, and the intent reaches the server.
     @Test func aLocalWriteIsPushedAfterTheDebounce() async throws {
