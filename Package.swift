@@ -100,7 +100,7 @@ let package = Package(
         .testTarget(name: "LogServerTests", dependencies: ["LogServer", "LogFormat", "LMDB", "LogTesting"]),
         .testTarget(
             name: "LogSyncTests",
-            dependencies: ["LogSync", "LogSyncHTTP", "LogStore", "LogServer", "LogFormat", "LogTesting"]),
+            dependencies: ["LogSync", "LogSyncHTTP", "LogStore", "LogServer", "LogFormat", "LMDB", "LogTesting"]),
         .testTarget(name: "LogToolTests", dependencies: ["LogStore", "LogFormat", "LMDB", "LogTesting"]),
         .testTarget(name: "CrashTests", dependencies: ["LogTesting"]),
     ],

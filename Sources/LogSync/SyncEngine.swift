@@ -382,7 +382,11 @@ public actor SyncEngine {
         let policy = configuration.retry
         var byTime: [UInt64: [UInt64]] = [:]
         for item in items {
-            let delay = policy.delay(beforeRetry: item.state.attempts + 1, retryAfterSeconds: retryAfterSeconds, random: &random)
+            // Saturating, as the store counts it: a count at its maximum
+            // (damaged or forged; the store marks an intent failed long
+            // before) must not trap.
+            let retry = min(item.state.attempts, .max - 1) + 1
+            let delay = policy.delay(beforeRetry: retry, retryAfterSeconds: retryAfterSeconds, random: &random)
             byTime[now.addingSaturating(delay), default: []].append(item.offset)
         }
         for (time, offsets) in byTime.sorted(by: { $0.key < $1.key }) {

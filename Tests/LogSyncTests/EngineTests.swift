@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import LogFormat
 import LogServer
 import LogStore
@@ -161,6 +162,32 @@ import Testing
         try await server.faults(FaultSettings(failNext: 0))
         try await a.store.retryFailed()
         #expect(await a.sync().acknowledged == 1)
+        await server.stop()
+    }
+
+    /// A pending outbox row whose attempt count is at its maximum (damaged
+    /// or forged: the store marks an intent failed long before) meets a
+    /// failed push: the engine counts that attempt without a trap, as the
+    /// store does (`StoreIntegrityTests`), and the intent is marked failed.
+    /// Before, the engine computed the retry's delay from the count plus
+    /// one, and trapped.
+    @Test func anAttemptCountAtItsMaximumDoesNotTrapTheEngine() async throws {
+        let server = try await TestServer("attempts-max")
+        let a = try Replica("attempts-max", server: server, transport: Refusing(server, status: 503, retryAfterSeconds: 1))
+        try await a.store.create(type: "task", fields: ["n": 1])
+        a.store.close()
+        // Pending, attempts 0xFFFFFFFF, due now, no error (storage.md, section 15, "outbox").
+        let row: [UInt8] = [0] + [0xFF, 0xFF, 0xFF, 0xFF] + [UInt8](repeating: 0, count: 8) + [0, 0, 0, 0]
+        let environment = try Environment(path: a.directory.path)
+        let outbox = try #require(try environment.openDatabase("outbox", create: false))
+        try environment.write { txn in try txn.put(outbox, key: withUnsafeBytes(of: UInt64(1).bigEndian) { Array($0) }, value: row) }
+        environment.close()
+        try a.restart()
+        let report = await a.sync()
+        guard case .failed = report.outcome else { Issue.record("a 503 fails the run: \(report.outcome)"); return }
+        #expect(report.retried == 1)
+        let state = try #require(try a.store.outbox().first?.state)
+        #expect(state.attempts == .max && state.status == .failed)
         await server.stop()
     }
 
