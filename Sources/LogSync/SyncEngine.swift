@@ -88,16 +88,21 @@ public actor SyncEngine {
     /// - Parameter cancellation: checked between push requests and between
     ///   pulled pages. A caller that joins a running sync adds its
     ///   cancellation to that run's: either stops it, and every caller gets
-    ///   the `.cancelled` report.
+    ///   the `.cancelled` report. Cancelling the caller's task cancels it
+    ///   too (an expiring background task, as the seeds stop their sync).
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
-        cancellations.append(cancellation)
-        if let running { return await running.value }
-        // `finish` clears `running`, as it publishes the run's end: a
-        // caller that asks after seeing that end gets a run of its own.
-        let task = Task { await self.run() }
-        running = task
-        return await task.value
+        await withTaskCancellationHandler {
+            cancellations.append(cancellation)
+            if let running { return await running.value }
+            // `finish` clears `running`, as it publishes the run's end: a
+            // caller that asks after seeing that end gets a run of its own.
+            let task = Task { await self.run() }
+            running = task
+            return await task.value
+        } onCancel: {
+            cancellation.cancel()
+        }
     }
 
     /// A sync for a background task (`SyncScheduler.runBackground`), which

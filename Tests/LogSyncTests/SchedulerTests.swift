@@ -212,6 +212,28 @@ import Testing
         await server.stop()
     }
 
+    /// The seeds' background task stops its sync by cancelling the task
+    /// that awaits it (`task.expirationHandler = { syncTask.cancel() }`):
+    /// that stops the run at its next page boundary, as a cancelled
+    /// `SyncCancellation` does, keeping what it applied. Before, the run
+    /// ignored it and pulled every page.
+    @Test func cancellingTheTaskThatAwaitsASyncStopsIt() async throws {
+        let server = try await TestServer("task-cancel")
+        let (gate, reader) = try await Self.serverWithPages(server, pages: 10, slow: 0)
+        let sync = Task { await reader.sync() }
+        try await gate.waitUntilHeld()
+        sync.cancel()
+        gate.release()
+        let report = await sync.value
+        #expect(report.outcome == .cancelled)
+        #expect(report.pages == 1)
+        #expect(try reader.store.count(type: "item") == 5)
+        #expect(await reader.engine.lastError == nil)
+        let rest = await reader.sync()
+        #expect(rest.outcome == .completed && rest.changes == 45)
+        await server.stop()
+    }
+
     /// 50 items on the server, and a reader of pages of 5 whose pulls each
     /// move its clock by `slow` ms; its first pull waits at the returned gate
     /// until released when `slow` is 0.
