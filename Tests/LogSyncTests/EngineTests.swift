@@ -286,6 +286,26 @@ import Testing
         await server.stop()
     }
 
+    /// A sync cancelled before it starts sends neither a push nor a pull
+    /// (the health check aside), fails nothing, and leaves the intent for
+    /// the next run.
+    @Test func aSyncCancelledBeforeItStartsSendsNoRequest() async throws {
+        let server = try await TestServer("cancelled-before")
+        let a = try Replica("cancelled-before", server: server)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        let cancellation = SyncCancellation()
+        cancellation.cancel()
+        let report = await a.engine.sync(cancellation: cancellation)
+        #expect(report.outcome == .cancelled)
+        #expect(report.acknowledged == 0 && report.retried == 0 && report.pages == 0)
+        #expect(try await server.pullAll().isEmpty)
+        #expect(try a.store.outbox().first?.state.attempts == 0)
+        #expect(await a.engine.state == .idle)
+        #expect(await a.engine.lastError == nil)
+        #expect(await a.sync().acknowledged == 1)
+        await server.stop()
+    }
+
     /// Pagination over 10,000 changes, cancelled after the first page and resumed.
     @Test func tenThousandChangesPageWithCancellationAndResume() async throws {
         let server = try await TestServer("pages")
