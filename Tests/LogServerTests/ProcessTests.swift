@@ -2,6 +2,7 @@ import Foundation
 import LogFormat
 import LogServer
 import LogTesting
+import Synchronization
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -148,5 +149,122 @@ import Testing
         let page = try JSONDecoder().decode(PullResponse.self, from: try await send("/v1/pull").1)
         #expect(page.changes.count == 1)
         #expect(try await send("/v1/pull?cursor=\(page.cursor)").0 == 200)
+    }
+}
+
+/// `syncserver` killed with SIGKILL while several clients push: what it
+/// answered before it died is kept (`sync-protocol.md` section 9,
+/// "Durable acknowledgment"), and a push it did not answer was applied in
+/// whole or not at all (one transaction), so pushing it again answers all
+/// of it `duplicate` or all of it `applied`.
+@Suite struct KilledMidPushProcessTests {
+    static let writerCount = 4
+    /// Answers, over all writers, after which the server is killed.
+    static let answersBeforeKill = 40
+
+    struct Sent: Sendable {
+        var operations: [PushOperation]
+        /// Nil: no answer came (the server died first).
+        var results: [PushResult]?
+    }
+
+    final class Counter: Sendable {
+        private let value = Atomic(0)
+        func increment() -> Int { value.add(1, ordering: .sequentiallyConsistent).newValue }
+    }
+
+    static func start(_ data: String) async throws -> (ChildProcess, Int) {
+        let server = try ChildProcess(
+            executable: SyncServerProcessTests.executable.path,
+            arguments: ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--stop-at-stdin-end"],
+            holdingStdinOpen: true)
+        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+        let port = banner.flatMap(SyncServerBanner.port(in:))
+        if port == nil { server.kill() }
+        return (server, try #require(port, "no banner: \(server.outputText)\(server.errorText)"))
+    }
+
+    static func push(_ operations: [PushOperation], port: Int, session: URLSession) async throws -> [PushResult] {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/push")!)
+        request.httpMethod = "POST"
+        request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
+        request.httpBody = try JSONEncoder().encode(PushRequest(operations: operations))
+        let (data, response) = try await session.data(for: request)
+        try #require((response as? HTTPURLResponse)?.statusCode == 200, "\(String(decoding: data, as: UTF8.self))")
+        return try JSONDecoder().decode(PushResponse.self, from: data).results
+    }
+
+    @Test func aServerKilledMidPushKeepsEveryAnswerAndAppliesNoPushInPart() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: SyncServerProcessTests.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-killed-mid-push")
+        let data = directory.appending("data")
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = 60
+        let session = URLSession(configuration: configuration)
+        let (server, port) = try await Self.start(data)
+        defer { server.kill() }
+        _ = try await Self.push([operation(.create, "shared", [:], key: "shared")], port: port, session: session)
+        let answers = Counter()
+        // Each writer pushes until a push gets no answer: creates of its
+        // own, and its own field of a shared entity, against the version
+        // its last answer gave.
+        let sent = await withTaskGroup(of: [Sent].self) { group in
+            for writer in 0..<Self.writerCount {
+                group.addTask {
+                    var sent: [Sent] = []
+                    var base: UInt64 = 1
+                    for request in 0..<10_000 {
+                        let operations = (0..<3).map { operation(.create, "w\(writer)-\(request)-\($0)", ["n": .int(Int64($0))]) }
+                            + [operation(.update, "shared", ["w\(writer)": .int(Int64(request))], base: base)]
+                        guard let results = try? await Self.push(operations, port: port, session: session) else {
+                            sent.append(Sent(operations: operations, results: nil))
+                            break
+                        }
+                        sent.append(Sent(operations: operations, results: results))
+                        base = results.last?.serverVersion ?? base
+                        if answers.increment() == Self.answersBeforeKill { server.kill(SIGKILL) }
+                    }
+                    return sent
+                }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(await server.waitForExit(timeout: .seconds(60)))
+        #expect(server.ending == .signal(SIGKILL), "\(server.ending): \(server.errorText.suffix(300))")
+        let answered = sent.filter { $0.results != nil }
+        #expect(answered.count >= Self.answersBeforeKill)
+        #expect(answered.allSatisfy { $0.results!.allSatisfy { $0.status == .applied } })
+
+        let (restarted, again) = try await Self.start(data)
+        defer { restarted.kill() }
+        // Every answer survived: each key is remembered with its version.
+        for push in answered {
+            let repeated = try await Self.push(push.operations, port: again, session: session)
+            #expect(repeated.map(\.status) == push.operations.map { _ in .duplicate })
+            #expect(repeated.map(\.serverVersion) == push.results!.map(\.serverVersion))
+        }
+        // A push left unanswered is all there or not at all.
+        for push in sent where push.results == nil {
+            let statuses = Set(try await Self.push(push.operations, port: again, session: session).map(\.status))
+            #expect(statuses == [.duplicate] || statuses == [.applied], "\(push.operations[0].entityID): \(statuses)")
+        }
+        // The feed holds each entity's versions once, in order, up to its
+        // state, and nothing of a push in part.
+        var versions: [String: UInt64] = [:]
+        var cursor: String?
+        for _ in 0..<10_000 {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(again)/v1/pull?limit=1000\(cursor.map { "&cursor=\($0)" } ?? "")")!)
+            request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
+            let page = try JSONDecoder().decode(PullResponse.self, from: try await session.data(for: request).0)
+            for change in page.changes {
+                #expect(change.serverVersion == (versions[change.entityID] ?? 0) + 1, "\(change.entityID) \(change.serverVersion)")
+                versions[change.entityID] = change.serverVersion
+            }
+            cursor = page.cursor
+            if !page.hasMore { break }
+        }
+        let writes = sent.count
+        #expect(versions.count == 1 + 3 * writes)
+        #expect(versions["shared"] == UInt64(1 + writes))
     }
 }
