@@ -3,41 +3,58 @@ import LMDB
 import LogFormat
 
 /// An opaque pull cursor: the server's ID, the resync generation it was
-/// made in and the offset in the user's own feed it points after, in
-/// base64url. Clients never look inside; the server refuses one it did not
-/// make.
+/// made in, the offset in the user's own feed it points after, and a mark
+/// of the change at that offset, in base64url. Clients never look inside;
+/// the server refuses one it did not make.
 struct Cursor: Equatable {
     var serverID: UUIDv7
     var generation: UInt64
     var offset: UInt64
+    /// The CRC32C of the stored change at `offset` (0 at offset 0), so that
+    /// a store that lost changes (restored from a backup) and then grew
+    /// past the offset again tells the cursor apart from its own: the
+    /// change there is another one. Nil in a cursor issued before marks,
+    /// which is taken unchecked.
+    var mark: UInt32?
 
     var token: String {
         var bytes = serverID.bytes
         bytes += generation.bigEndianBytes
         bytes += offset.bigEndianBytes
+        if let mark { bytes += mark.bigEndianBytes }
         return Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }
 
-    init(serverID: UUIDv7, generation: UInt64, offset: UInt64) {
+    init(serverID: UUIDv7, generation: UInt64, offset: UInt64, mark: UInt32?) {
         self.serverID = serverID
         self.generation = generation
         self.offset = offset
+        self.mark = mark
     }
 
-    /// Nil unless `token` is one this encoding produced.
+    /// Nil unless `token` is one this encoding produced: 48 characters
+    /// (36 bytes, with a mark) or 43 (32 bytes, issued before marks).
     init?(token: String) {
-        guard token.utf8.count == 43, token.utf8.allSatisfy({ Cursor.alphabet.contains($0) }) else { return nil }
-        let standard = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + "="
-        guard let data = Data(base64Encoded: standard), data.count == 32, let id = UUIDv7(bytes: data.prefix(16)),
+        guard [Cursor.tokenCount, Cursor.unmarkedTokenCount].contains(token.utf8.count),
+            token.utf8.allSatisfy({ Cursor.alphabet.contains($0) })
+        else { return nil }
+        let marked = token.utf8.count == Cursor.tokenCount
+        let standard = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + (marked ? "" : "=")
+        guard let data = Data(base64Encoded: standard), data.count == (marked ? 36 : 32), let id = UUIDv7(bytes: data.prefix(16)),
             let generation = UInt64(bigEndianBytes: Array(data[16..<24])), let offset = UInt64(bigEndianBytes: Array(data[24..<32]))
         else { return nil }
-        self.init(serverID: id, generation: generation, offset: offset)
+        self.init(serverID: id, generation: generation, offset: offset, mark: marked ? UInt32(bigEndianBytes: Array(data[32..<36])) : nil)
         // The decoder ignores the last character's two pad bits: a token
         // that differs from this one only there was never issued.
         guard self.token == token else { return nil }
     }
+
+    /// The length of a token: 36 bytes in base64url, without padding.
+    static let tokenCount = 48
+    /// The length of a token issued before marks: 32 bytes.
+    static let unmarkedTokenCount = 43
 
     private static let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 }
@@ -72,21 +89,38 @@ extension SyncService {
             if let cursor, cursor.generation > generation || cursor.offset > end {
                 throw ServiceError(.cursorInvalid, "the cursor points past the end of this server's feed; pull again without one")
             }
-            let after = cursor?.offset ?? 0
-            guard let user else {
-                let same = Cursor(serverID: storage.serverID, generation: generation, offset: after)
-                return PullResponse(changes: [], cursor: same.token, hasMore: false)
+            // A store that lost changes and grew past the cursor again has
+            // another change at its offset: a page after it would skip the
+            // changes the store made in their place.
+            if let cursor, let mark = cursor.mark, try self.mark(user: user, offset: cursor.offset, txn) != mark {
+                throw ServiceError(.cursorInvalid, "the cursor names a change this server's feed does not hold; pull again without one")
             }
-            return try page(user: user, after: after, limit: limit, generation: generation, txn)
+            guard let user else {
+                let start = Cursor(serverID: storage.serverID, generation: generation, offset: 0, mark: 0)
+                return PullResponse(changes: [], cursor: token ?? start.token, hasMore: false)
+            }
+            return try page(user: user, after: cursor?.offset ?? 0, token: token, limit: limit, generation: generation, txn)
         }
     }
 
-    private func page(user: UInt32, after: UInt64, limit: Int, generation: UInt64, _ txn: borrowing Transaction) throws
-        -> PullResponse
+    /// The mark of the user's change at `offset` (`Cursor.mark`): 0 at 0,
+    /// nil when the feed holds no change there.
+    private func mark(user: UInt32?, offset: UInt64, _ txn: borrowing Transaction) throws -> UInt32? {
+        guard offset > 0 else { return 0 }
+        guard let user else { return nil }
+        return try ServerStorage.changeKey(user, offset).withUnsafeBytes { key in
+            try txn.withValue(storage.changes, key: key) { CRC32C.checksum($0) }
+        }
+    }
+
+    /// A page after `after`, where the request's cursor `token` (nil: none)
+    /// points; an empty page answers with that same token.
+    private func page(user: UInt32, after: UInt64, token: String?, limit: Int, generation: UInt64, _ txn: borrowing Transaction)
+        throws -> PullResponse
     {
         let prefix = user.bigEndianBytes
         var changes: [PullChange] = []
-        var last = after
+        var last = (offset: after, mark: UInt32(0))
         var hasMore = false
         // Entries' bytes, about what their changes take as JSON: a page of
         // 1,000 entities near the fields limit would be gigabytes, built in
@@ -116,10 +150,12 @@ extension SyncService {
                     operation: remote.operation == .delete ? .delete : .upsert,
                     data: remote.operation == .delete ? nil : remote.fields, serverVersion: remote.serverVersion,
                     updatedAt: Value.rfc3339(microseconds: Int64(entry.timestamp.milliseconds) * 1000)))
-            last = offset
+            last = (offset, CRC32C.checksum(value))
             return true
         }
-        let next = Cursor(serverID: storage.serverID, generation: generation, offset: last)
+        // Section 8: a page without changes keeps the request's cursor.
+        if changes.isEmpty, let token { return PullResponse(changes: [], cursor: token, hasMore: hasMore) }
+        let next = Cursor(serverID: storage.serverID, generation: generation, offset: last.offset, mark: last.mark)
         return PullResponse(changes: changes, cursor: next.token, hasMore: hasMore)
     }
 
