@@ -117,14 +117,21 @@ final class FaultInjector: Sendable {
     /// Replaces the faults; `{}` clears them.
     func set(_ settings: FaultSettings) throws {
         let status = settings.status ?? 503
-        guard [500, 503, 429].contains(status) else { throw ServiceError(.validationError, "status must be 500, 503 or 429") }
-        let failNext = settings.failNext ?? 0
-        let delay = settings.delayMs ?? 0
-        let drops = settings.dropAfterPush ?? 0
-        guard (0...FaultInjector.failNextMax).contains(failNext), (0...FaultInjector.delayMillisecondsMax).contains(delay),
-            (0...FaultInjector.failNextMax).contains(drops)
-        else { throw ServiceError(.validationError, "fault counts and delays must be in range") }
+        guard [500, 503, 429].contains(status) else {
+            throw ServiceError(.validationError, "status must be 500, 503 or 429, not \(status)")
+        }
+        let failNext = try FaultInjector.checked("fail_next", settings.failNext, max: FaultInjector.failNextMax)
+        let delay = try FaultInjector.checked("delay_ms", settings.delayMs, max: FaultInjector.delayMillisecondsMax)
+        let drops = try FaultInjector.checked("drop_after_push", settings.dropAfterPush, max: FaultInjector.failNextMax)
         state.withLock { $0 = State(failNext: failNext, status: status, delayMs: delay, dropAfterPush: drops) }
+    }
+
+    /// `value` (0 when absent) when it is 0 to `max`.
+    /// - Throws: `ServiceError.validationError` naming the member and its range.
+    private static func checked(_ member: String, _ value: Int?, max: Int) throws -> Int {
+        let value = value ?? 0
+        guard (0...max).contains(value) else { throw ServiceError(.validationError, "\(member) must be 0 to \(max), not \(value)") }
+        return value
     }
 
     /// The error to fail this request with, if one is due.

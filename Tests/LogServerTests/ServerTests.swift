@@ -872,6 +872,21 @@ import Testing
         #expect(try await server.pull().status == 503)
         #expect(try await server.pull().status == 200)
     }
+
+    /// Section 5: an error message names what was wrong and where. A
+    /// member out of range was answered "fault counts and delays must be in
+    /// range", naming neither the member nor its range.
+    @Test(arguments: [
+        (#"{"delay_ms": 60001}"#, "delay_ms", "0 to 60000"), (#"{"fail_next": -1}"#, "fail_next", "0 to 1000000"),
+        (#"{"drop_after_push": 1000001}"#, "drop_after_push", "0 to 1000000"), (#"{"status": 404}"#, "status", "500, 503 or 429"),
+    ])
+    func aFaultOutOfRangeIsNamedWithItsRange(body: String, member: String, range: String) async throws {
+        let server = try await TestServer("faults-range")
+        defer { Task { await server.stop() } }
+        let reply = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: Data(body.utf8))
+        let message = reply.error?.error.message ?? ""
+        #expect(reply.status == 400 && message.contains(member) && message.contains(range), "\(body): \(reply.status) \(message)")
+    }
 }
 
 @Suite struct HostileInputTests {
