@@ -4,6 +4,11 @@ import LogFormat
 
 /// Who is calling: the user a bearer token maps to.
 public struct Identity: Sendable, Equatable {
+    /// The longest user name in UTF-8 bytes: a name is a key of the
+    /// server's store (its `users` table), and LMDB caps keys at 511 bytes.
+    public static let userBytesMax = 511
+
+    /// At most `userBytesMax` bytes.
     public var user: String
     /// A read-only user may pull but every pushed operation is refused.
     public var readOnly: Bool

@@ -268,3 +268,39 @@ import Testing
         #expect(versions["shared"] == UInt64(1 + writes))
     }
 }
+
+/// A user's name is a key of the server's store, which LMDB caps at 511
+/// bytes: a longer one was taken at start, and then every push of that
+/// user was a retryable 500 (`mdb_put: MDB_BAD_VALSIZE`), which clients
+/// retry for good. It is refused at start, naming where; 511 bytes serve.
+@Suite struct UserNameProcessTests {
+    @Test func aUserNameLongerThanTheStoreTakesIsRefusedAtStart() async throws {
+        let executable = SyncServerProcessTests.executable
+        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-user-names")
+        let tokens = directory.appending("tokens")
+        let long = String(repeating: "\u{E9}", count: 256)  // 512 bytes
+        try Data("t1 alice\nt2 \(long)\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        for (arguments, place) in [(["--token", "t:\(long)"], "--token t:"), (["--tokens-file", tokens], "\(tokens):2")] {
+            let refused = try ChildProcess(
+                executable: executable.path, arguments: ["--data", directory.appending("data"), "--port", "0"] + arguments)
+            defer { refused.kill() }
+            let banner = await refused.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+            #expect(banner == nil, "it started with a user of 512 bytes")
+            if banner != nil { continue }
+            #expect(await refused.waitForExit(timeout: .seconds(60)))
+            #expect(refused.ending != .exit(0))
+            #expect(refused.errorText.contains(place) && refused.errorText.contains("511 bytes"), "\(refused.errorText)")
+        }
+
+        let server = try ChildProcess(
+            executable: executable.path,
+            arguments: ["--data", directory.appending("data"), "--port", "0", "--token", "t:\(String(repeating: "u", count: 511))"])
+        defer { server.kill() }
+        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
+        let results = try await KilledMidPushProcessTests.push(
+            [operation(.create, "t1", ["n": 1])], port: port, session: URLSession(configuration: .ephemeral))
+        #expect(results.map(\.status) == [.applied])
+    }
+}

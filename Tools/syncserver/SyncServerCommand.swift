@@ -121,6 +121,7 @@ struct SyncServerCommand: AsyncParsableCommand {
                     throw ValidationError("\(place): expected TOKEN USER [read-only]")
                 }
                 try checkToken(String(words[0]), place)
+                try checkUser(String(words[1]), place)
                 tokens[String(words[0])] = Identity(user: String(words[1]), readOnly: words.count == 3)
             }
         }
@@ -130,9 +131,17 @@ struct SyncServerCommand: AsyncParsableCommand {
                 throw ValidationError("--token \(pair): expected TOKEN:USER")
             }
             try checkToken(String(parts[0]), "--token \(pair)")
+            try checkUser(String(parts[1]), "--token \(pair)")
             tokens[String(parts[0])] = Identity(user: String(parts[1]))
         }
         return tokens
+    }
+
+    /// A longer name would make every push of its user fail (a 500).
+    private func checkUser(_ user: String, _ place: String) throws {
+        guard user.utf8.count <= Identity.userBytesMax else {
+            throw ValidationError("\(place): a user name is at most \(Identity.userBytesMax) bytes of UTF-8, not \(user.utf8.count)")
+        }
     }
 
     private func checkToken(_ token: String, _ place: String) throws {
