@@ -84,9 +84,12 @@ struct Routes: Sendable {
         return String(decoding: token, as: UTF8.self)
     }
 
-    /// The caller's identity, after the rate limit.
+    /// The caller's identity, after the rate limit. The admin token names
+    /// no user (section 3), even one configured with it too.
     private func authenticate(_ request: Request) throws -> Identity {
-        guard let token = Routes.bearerToken(request.headers[.authorization]), let identity = server.configuration.tokens[token] else {
+        guard let token = Routes.bearerToken(request.headers[.authorization]), token != server.configuration.adminToken,
+            let identity = server.configuration.tokens[token]
+        else {
             throw ServiceError(.unauthorized, "a valid bearer token is required")
         }
         if let limiter = server.limiter,

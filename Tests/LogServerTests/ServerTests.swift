@@ -890,6 +890,20 @@ import Testing
 }
 
 @Suite struct HostileInputTests {
+    /// Section 3: the admin token on push or pull is 401, as it names no
+    /// user. Configured as a user's token too, it was taken as that user's.
+    @Test func theAdminTokenIsNoUserTokenEvenWhenAUserHasIt() async throws {
+        let server = try await TestServer("admin-token-as-user")
+        defer { Task { await server.stop() } }
+        server.configuration.adminToken = "alice-token"
+        try await server.restart()
+        let push = try await server.push([operation(.create, "t1", ["n": 1])])
+        #expect(push.status == 401 && push.headers["www-authenticate"] == "Bearer", "\(push.status)")
+        #expect(try await server.pull().status == 401)
+        #expect(try await server.send("POST", "/v1/admin/resync", token: "alice-token").status == 200)
+        #expect(try await server.pullAll(token: "bob-token").isEmpty)
+    }
+
     /// Section 3: a token is one or more characters from `!` to `~`,
     /// compared exactly. Unicode spaces around it were trimmed, and a
     /// KELVIN SIGN (U+212A) matched the `K` of a configured token, as
