@@ -55,7 +55,7 @@ struct Bundle: AsyncParsableCommand {
     /// they need, and rebuilds its projections.
     private func trimCopy(keepingFrom first: UInt64) async throws -> Report {
         // Fold what lies below the tail, then find what the tail touches.
-        var touched = Set<String>()
+        var touched = Set<EntityName>()
         var dropped: [UInt64] = []
         do {
             let copy = try Store(path: output, options: .init(durability: .process))
@@ -63,7 +63,7 @@ struct Bundle: AsyncParsableCommand {
             if first > 1 { _ = try await copy.compact(below: first) }
             var scanner = copy.log.entries(from: first)
             while let entry = try scanner.next() {
-                if let entity = entry.entity { touched.insert("\(entity.type)/\(entity.id)") }
+                if let entity = entry.entity { touched.insert(EntityName(type: entity.type, id: entity.id)) }
                 switch entry.body {
                 case .ack(let ack): try touch(ack.intentOffset, in: copy, &touched)
                 case .reject(let reject): try touch(reject.intentOffset, in: copy, &touched)
@@ -73,7 +73,7 @@ struct Bundle: AsyncParsableCommand {
             var below = copy.log.entries(from: 1, through: first - 1)
             while first > 1, let entry = try below.next() {
                 let entity = try entry.entity ?? referencedEntity(entry, in: copy)
-                if entity.map({ !touched.contains("\($0.type)/\($0.id)") }) ?? false { dropped.append(entry.offset) }
+                if entity.map({ !touched.contains(EntityName(type: $0.type, id: $0.id)) }) ?? false { dropped.append(entry.offset) }
             }
         }
         try dropEntries(dropped, at: output)
@@ -97,8 +97,8 @@ struct Bundle: AsyncParsableCommand {
     }
 
     /// Adds the entity of the intent at `offset` (when it is still there).
-    private func touch(_ offset: UInt64, in store: Store, _ touched: inout Set<String>) throws {
-        if let entity = try store.log.entry(at: offset)?.entity { touched.insert("\(entity.type)/\(entity.id)") }
+    private func touch(_ offset: UInt64, in store: Store, _ touched: inout Set<EntityName>) throws {
+        if let entity = try store.log.entry(at: offset)?.entity { touched.insert(EntityName(type: entity.type, id: entity.id)) }
     }
 
     /// The entity an answer below the tail is about, through its intent.

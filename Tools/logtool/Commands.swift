@@ -127,7 +127,9 @@ struct Dump: ParsableCommand {
         while printed < (limit ?? Int.max), let entry = try scanner.next() {
             if let wanted, entry.kind != wanted { continue }
             if type != nil || id != nil {
-                guard let entity = entry.entity, type.map({ $0 == entity.type }) ?? true, id.map({ $0 == entity.id }) ?? true
+                // By bytes, as the store tells entities apart (`EntityName`).
+                guard let entity = entry.entity, type.map({ $0.utf8.elementsEqual(entity.type.utf8) }) ?? true,
+                    id.map({ $0.utf8.elementsEqual(entity.id.utf8) }) ?? true
                 else { continue }
             }
             try printEntry(entry, json: store.json)

@@ -231,7 +231,7 @@ struct Diff: ParsableCommand {
             differences += 1
             let what = x == nil ? "only in \(second)" : y == nil ? "only in \(first)" : "differs"
             if json {
-                try Output.line(["entity": key, "difference": what])
+                try Output.line(["entity": key.description, "difference": what])
             } else {
                 print("\(key): \(what)" + (x != nil && y != nil ? "\n  \(x!)\n  \(y!)" : ""))
             }
@@ -242,11 +242,11 @@ struct Diff: ParsableCommand {
 
     /// type/id -> the fields the app sees, all from one snapshot (an app
     /// writing meanwhile cannot make the comparison mix two commits).
-    static func visible(_ store: Store) throws -> [String: Fields] {
+    static func visible(_ store: Store) throws -> [EntityName: Fields] {
         try store.read { snapshot in
-            var result: [String: Fields] = [:]
+            var result: [EntityName: Fields] = [:]
             for type in try snapshot.entityTypes() {
-                for entity in try Entities.all(type, in: snapshot) { result["\(type)/\(entity.id)"] = entity.fields }
+                for entity in try Entities.all(type, in: snapshot) { result[EntityName(type: type, id: entity.id)] = entity.fields }
             }
             return result
         }
