@@ -887,3 +887,15 @@ extension LogToolExportTests {
         }
     }
 }
+
+extension LogToolTests {
+    /// `--seconds` past what a `Duration` holds (`inf`, `1e300`) is a usage
+    /// error, not a trap when `tail --follow` computes its deadline.
+    @Test(arguments: ["inf", "1e300", "nan"])
+    func tailRefusesSecondsItCannotWaitFor(seconds: String) async throws {
+        let directory = try TemporaryDirectory("logtool-tail-seconds")
+        try EventLog(path: directory.path, options: .init(durability: .process)).close()
+        let run = try Tool.run(["tail", directory.path, "--follow", "--seconds", seconds])
+        #expect(run.status == 2 && run.errors.contains("--seconds"), "exit \(run.status): \(run.errors.prefix(300))")
+    }
+}

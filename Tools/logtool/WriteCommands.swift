@@ -10,6 +10,9 @@ struct Tail: AsyncParsableCommand {
 
     /// How often --follow looks for new entries.
     static let pollInterval = Duration.milliseconds(100)
+    /// The longest --seconds (about 31 years): a `Duration` holds at most
+    /// about 1.7e20 s, and a deadline past it trapped. 0 is for "never".
+    static let secondsMax = 1e9
 
     @OptionGroup var store: StoreOptions
     @Option(name: [.customShort("n"), .customLong("count")], help: "How many of the last entries.") var count = 10
@@ -17,7 +20,10 @@ struct Tail: AsyncParsableCommand {
     @Option(help: "With --follow, stop after this many seconds (0: never).") var seconds = 0.0
 
     func validate() throws {
-        guard count >= 0, seconds >= 0 else { throw ValidationError("--count and --seconds must be 0 or more") }
+        guard count >= 0 else { throw ValidationError("--count must be 0 or more") }
+        guard seconds >= 0, seconds <= Tail.secondsMax else {
+            throw ValidationError("--seconds must be from 0 (never stop) to \(Int(Tail.secondsMax))")
+        }
     }
 
     func run() async throws {
