@@ -27,13 +27,13 @@ struct Export: ParsableCommand {
     func run() throws {
         let log = try store.openLog()
         defer { log.close() }
-        guard let output else { return try write(log, to: FileHandle.standardOutput) }
+        guard let output else { return try write(log, to: FileHandle.standardOutput, named: "standard output") }
         if let type = try? FileManager.default.attributesOfItem(atPath: output)[.type] as? FileAttributeType,
             type != .typeRegular
         {
             // A pipe or a device (`-o /dev/stdout`) is written as it is.
             guard let sink = FileHandle(forWritingAtPath: output) else { throw LogToolError("cannot write to \(output)") }
-            return try write(log, to: sink)
+            return try write(log, to: sink, named: output)
         }
         // Written beside the file and renamed over it when complete: a
         // failed export never leaves a file that looks like a whole one.
@@ -44,8 +44,12 @@ struct Export: ParsableCommand {
         do {
             let sink = try FileHandle(forWritingTo: URL(fileURLWithPath: partial))
             defer { try? sink.close() }
-            try write(log, to: sink)
-            try sink.synchronize()
+            try write(log, to: sink, named: output)
+            do {
+                try sink.synchronize()
+            } catch {
+                throw LogToolError("cannot write \(output): \(Export.reason(error))")
+            }
             guard rename(partial, output) == 0 else {
                 throw LogToolError("cannot rename \(partial) to \(output): \(String(cString: strerror(errno)))")
             }
@@ -58,14 +62,33 @@ struct Export: ParsableCommand {
     /// Line by line, so it never holds the whole log in memory, and from one
     /// snapshot, so a compaction by another process cannot change the log
     /// halfway through.
-    private func write(_ log: EventLog, to sink: FileHandle) throws {
+    private func write(_ log: EventLog, to sink: FileHandle, named name: String) throws {
         let newline = Data("\n".utf8)
         try log.readSnapshot { compactedBelow, lastOffset in
             let header = ExportHeader(compactedBelow: compactedBelow, lastOffset: lastOffset)
-            try sink.write(contentsOf: try Output.encoder.encode(header) + newline)
+            try Export.write(try Output.encoder.encode(header) + newline, to: sink, named: name)
         } visit: { entry in
-            try sink.write(contentsOf: try Output.encoder.encode(EntryJSON(entry: entry)) + newline)
+            try Export.write(try Output.encoder.encode(EntryJSON(entry: entry)) + newline, to: sink, named: name)
         }
+    }
+
+    /// Writes `data` to `sink`; a failure (a full disk) names the file and
+    /// the reason, not Foundation's error as it stands.
+    private static func write(_ data: Data, to sink: FileHandle, named name: String) throws {
+        do {
+            try sink.write(contentsOf: data)
+        } catch {
+            throw LogToolError("cannot write \(name): \(reason(error))")
+        }
+    }
+
+    /// The operating system's reason for a failed write, which Foundation
+    /// wraps in an error of its own.
+    static func reason(_ error: any Error) -> String {
+        let error = error as NSError
+        let posix = error.domain == NSPOSIXErrorDomain ? error : error.userInfo[NSUnderlyingErrorKey] as? NSError
+        guard let posix, posix.domain == NSPOSIXErrorDomain else { return error.localizedDescription }
+        return String(cString: strerror(Int32(posix.code)))
     }
 }
 

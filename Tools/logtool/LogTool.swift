@@ -29,7 +29,9 @@ struct LogTool: AsyncParsableCommand {
             } else {
                 try command.run()
             }
+            checkStandardOutput()
         } catch let code as ExitCode {
+            checkStandardOutput()
             Foundation.exit(code.rawValue)
         } catch {
             let code = exitCode(for: error)
@@ -43,6 +45,22 @@ struct LogTool: AsyncParsableCommand {
             FileHandle.standardError.write(Data("logtool: \(error)\n".utf8))
             Foundation.exit(2)
         }
+    }
+
+    /// Exits 2 when what the command printed did not all reach standard
+    /// output (a full disk, a file too large): `print` ignores a failed
+    /// write, and `dump --json > file` must not exit 0 with the file cut short.
+    ///
+    /// It flushes every stream, as Swift 6 refuses `ferror(stdout)`
+    /// (`stdout` is a mutable C global). Output still buffered fails here
+    /// as it did before: a full disk stays full. What this cannot see is a
+    /// write that failed earlier when nothing is left to flush.
+    private static func checkStandardOutput() {
+        errno = 0
+        guard fflush(nil) != 0 else { return }
+        let reason = String(cString: strerror(errno))
+        FileHandle.standardError.write(Data("logtool: cannot write standard output: \(reason)\n".utf8))
+        Foundation.exit(2)
     }
 }
 
