@@ -899,3 +899,22 @@ extension LogToolTests {
         #expect(run.status == 2 && run.errors.contains("--seconds"), "exit \(run.status): \(run.errors.prefix(300))")
     }
 }
+
+extension LogToolExportTests {
+    /// The header's `format` and `version` are read before anything else
+    /// in it: an export of a newer version (whose header may have other
+    /// members) is named as such, and a file of another kind as not an export.
+    @Test func anImportNamesAnExportVersionItDoesNotRead() async throws {
+        let directory = try TemporaryDirectory("logtool-import-version")
+        let cases = [
+            (#"{"format":"syncstore-export","version":2,"last_offset":0}"#, "v2.jsonl:1: export version 2; this logtool reads version 1"),
+            (#"{"format":"syncstore-export","version":1,"entry_format":2,"compacted_below":0,"last_offset":0}"#, "v2.jsonl:1: entries of format version 2; this logtool reads version 1"),
+            (#"{"format":"something-else","version":1,"entry_format":1,"compacted_below":0,"last_offset":0}"#, "v2.jsonl:1: not a syncstore export"),
+        ]
+        for (header, message) in cases {
+            let run = try Tool.importLines([header], file: directory.appending("v2.jsonl"), into: directory.appending("copy"))
+            #expect(run.status == 2 && run.errors.contains(message), "\(run.errors)")
+            #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
+        }
+    }
+}

@@ -5,8 +5,13 @@ import LogStore
 
 /// The first line of an export: what it is and what the store was.
 struct ExportHeader: Codable {
-    var format = "syncstore-export"
-    var version = 1
+    static let formatName = "syncstore-export"
+    /// The version of this file's layout (the header and the entry lines),
+    /// apart from the entry format version of the entries it describes.
+    static let currentVersion = 1
+
+    var format = ExportHeader.formatName
+    var version = ExportHeader.currentVersion
     var entryFormat = Int(EntryCodec.formatVersion)
     var compactedBelow: UInt64
     var lastOffset: UInt64
@@ -14,6 +19,35 @@ struct ExportHeader: Codable {
     enum CodingKeys: String, CodingKey {
         case format, version
         case entryFormat = "entry_format", compactedBelow = "compacted_below", lastOffset = "last_offset"
+    }
+}
+
+extension ExportHeader {
+    /// The header, the first line of `file`. Its `format` and `version` are
+    /// checked before the rest: an export of another version, whose header
+    /// may have other members, is named as that, not as a damaged header.
+    static func read(_ line: Substring, file: String) throws -> ExportHeader {
+        let json = try? JSONReader.parse(Array(line.utf8))
+        guard case .string(formatName)? = json?["format"] else {
+            throw LogToolError("\(file):1: not a syncstore export (no \"format\":\"\(formatName)\" header)")
+        }
+        guard case .int(let version)? = json?["version"] else {
+            throw LogToolError("\(file):1: the export header has no version number")
+        }
+        guard version == currentVersion else {
+            throw LogToolError("\(file):1: export version \(version); this logtool reads version \(currentVersion)")
+        }
+        let header: ExportHeader
+        do {
+            header = try JSONDecoder().decode(ExportHeader.self, from: Data(line.utf8))
+        } catch {
+            throw LogToolError("\(file):1: not an export header of version \(currentVersion)")
+        }
+        guard header.entryFormat == Int(EntryCodec.formatVersion) else {
+            throw LogToolError(
+                "\(file):1: entries of format version \(header.entryFormat); this logtool reads version \(EntryCodec.formatVersion)")
+        }
+        return header
     }
 }
 
@@ -109,15 +143,7 @@ struct Import: AsyncParsableCommand {
         }
         let lines = text.split(separator: "\n", omittingEmptySubsequences: true)
         guard let first = lines.first else { throw LogToolError("\(file) is empty") }
-        let header: ExportHeader
-        do {
-            header = try JSONDecoder().decode(ExportHeader.self, from: Data(first.utf8))
-        } catch {
-            throw LogToolError("\(file):1: not an export header")
-        }
-        guard header.format == "syncstore-export", header.version == 1, header.entryFormat == Int(EntryCodec.formatVersion) else {
-            throw LogToolError("\(file):1: export version \(header.version) of entry format \(header.entryFormat) is not one this logtool reads")
-        }
+        let header = try ExportHeader.read(first, file: file)
         var entries: [Entry] = []
         for (index, line) in lines.dropFirst().enumerated() {
             do {
