@@ -918,3 +918,23 @@ extension LogToolExportTests {
         }
     }
 }
+
+extension LogToolExportTests {
+    /// An export whose lines end in CRLF (it went through an editor on
+    /// Windows) imports as the same log: the CR is JSON whitespace. It was
+    /// one line, since Swift's `Character` "\r\n" is not "\n".
+    @Test func anExportWithCRLFLineEndsImports() async throws {
+        let directory = try TemporaryDirectory("logtool-import-crlf")
+        let source = directory.appending("source")
+        let lines = try await Tool.exportOfNewStore(at: source) { store in
+            try await store.create(type: "te", id: "a", fields: ["text": "two\r\nlines"])
+            try await store.update(type: "te", id: "a", changes: ["n": 1])
+        }
+        let copy = directory.appending("copy")
+        let imported = try Tool.importLines(lines.map { $0 + "\r" }, file: directory.appending("crlf.jsonl"), into: copy)
+        #expect(imported.status == 0, "\(imported.errors)")
+        let dumped = try Tool.run(["dump", source, "--json"]).output
+        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
+        #expect(!dumped.isEmpty && dumped == dumpedCopy)
+    }
+}

@@ -26,8 +26,8 @@ extension ExportHeader {
     /// The header, the first line of `file`. Its `format` and `version` are
     /// checked before the rest: an export of another version, whose header
     /// may have other members, is named as that, not as a damaged header.
-    static func read(_ line: Substring, file: String) throws -> ExportHeader {
-        let json = try? JSONReader.parse(Array(line.utf8))
+    static func read(_ line: [UInt8], file: String) throws -> ExportHeader {
+        let json = try? JSONReader.parse(line)
         guard case .string(formatName)? = json?["format"] else {
             throw LogToolError("\(file):1: not a syncstore export (no \"format\":\"\(formatName)\" header)")
         }
@@ -39,7 +39,7 @@ extension ExportHeader {
         }
         let header: ExportHeader
         do {
-            header = try JSONDecoder().decode(ExportHeader.self, from: Data(line.utf8))
+            header = try JSONDecoder().decode(ExportHeader.self, from: Data(line))
         } catch {
             throw LogToolError("\(file):1: not an export header of version \(currentVersion)")
         }
@@ -141,13 +141,17 @@ struct Import: AsyncParsableCommand {
         } catch {
             throw LogToolError("cannot read \(file): \(error.localizedDescription)")
         }
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: true)
+        // Split at each LF byte, not at each `Character` "\n": a CRLF is one
+        // `Character`, so a file with CRLF line ends (from an editor on
+        // Windows) was one line. The CR left at a line's end is JSON
+        // whitespace.
+        let lines = text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true)
         guard let first = lines.first else { throw LogToolError("\(file) is empty") }
-        let header = try ExportHeader.read(first, file: file)
+        let header = try ExportHeader.read(Array(first), file: file)
         var entries: [Entry] = []
         for (index, line) in lines.dropFirst().enumerated() {
             do {
-                entries.append(try EntryJSON.entry(from: try JSONReader.parse(Array(line.utf8))))
+                entries.append(try EntryJSON.entry(from: try JSONReader.parse(line)))
             } catch {
                 throw LogToolError("\(file):\(index + 2): \(error)")
             }
