@@ -938,3 +938,26 @@ extension LogToolExportTests {
         #expect(!dumped.isEmpty && dumped == dumpedCopy)
     }
 }
+
+extension LogToolExportTests {
+    /// `-o` naming a link to an older, longer export replaces the file the
+    /// link names, and the link stays. It was taken for a pipe or a device
+    /// (not a regular file) and written in place without truncation: the
+    /// old export's tail stayed after the new one, a file import refuses.
+    @Test func anExportThroughALinkReplacesTheFileItNames() async throws {
+        let directory = try TemporaryDirectory("logtool-export-link")
+        let source = directory.appending("source")
+        let lines = try await Tool.exportOfNewStore(at: source) { store in
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+        }
+        let file = directory.appending("old.jsonl")
+        let link = directory.appending("link.jsonl")
+        try String(repeating: "x", count: 100_000).write(toFile: file, atomically: true, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: file)
+        let exported = try Tool.run(["export", source, "-o", link])
+        #expect(exported.status == 0, "\(exported.errors)")
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: link) == file)
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == lines.joined(separator: "\n") + "\n")
+        #expect(try Tool.run(["import", link, directory.appending("copy")]).status == 0)
+    }
+}

@@ -62,7 +62,14 @@ struct Export: ParsableCommand {
         let log = try store.openLog()
         defer { log.close() }
         guard let output else { return try write(log, to: FileHandle.standardOutput, named: "standard output") }
-        if let type = try? FileManager.default.attributesOfItem(atPath: output)[.type] as? FileAttributeType,
+        // A link to a file is followed: the file it names is replaced, and
+        // the link stays a link. (Written in place as a device is, an older,
+        // longer export kept its tail after the new one.)
+        let target = realpath(output, nil).map { path in
+            defer { free(path) }
+            return String(cString: path)
+        } ?? output
+        if let type = try? FileManager.default.attributesOfItem(atPath: target)[.type] as? FileAttributeType,
             type != .typeRegular
         {
             // A pipe or a device (`-o /dev/stdout`) is written as it is.
@@ -71,7 +78,7 @@ struct Export: ParsableCommand {
         }
         // Written beside the file and renamed over it when complete: a
         // failed export never leaves a file that looks like a whole one.
-        let partial = output + ".partial-\(ProcessInfo.processInfo.processIdentifier)"
+        let partial = target + ".partial-\(ProcessInfo.processInfo.processIdentifier)"
         guard FileManager.default.createFile(atPath: partial, contents: nil) else {
             throw LogToolError("cannot create \(partial): \(String(cString: strerror(errno)))")
         }
@@ -84,8 +91,8 @@ struct Export: ParsableCommand {
             } catch {
                 throw LogToolError("cannot write \(output): \(Export.reason(error))")
             }
-            guard rename(partial, output) == 0 else {
-                throw LogToolError("cannot rename \(partial) to \(output): \(String(cString: strerror(errno)))")
+            guard rename(partial, target) == 0 else {
+                throw LogToolError("cannot rename \(partial) to \(target): \(String(cString: strerror(errno)))")
             }
         } catch {
             try? FileManager.default.removeItem(atPath: partial)
