@@ -961,3 +961,29 @@ extension LogToolExportTests {
         #expect(try Tool.run(["import", link, directory.appending("copy")]).status == 0)
     }
 }
+
+extension LogToolTests {
+    /// Below the compaction watermark a log has holes (storage.md, section
+    /// 4): `tail -n N` and `bundle --tail N` count entries, not offsets.
+    /// They took the last N offsets, holes included, so a log of entries
+    /// at 1 and 20 (compacted below 20) had one "last 2 entries".
+    @Test func tailAndBundleCountEntriesNotHoles() async throws {
+        let directory = try TemporaryDirectory("logtool-tail-holes")
+        let store = directory.appending("store")
+        let lines = [
+            #"{"compacted_below":20,"entry_format":1,"format":"syncstore-export","last_offset":20,"version":1}"#,
+            #"{"kind":"resync","offset":1,"reason":"first","timestamp":5}"#,
+            #"{"kind":"resync","offset":20,"reason":"last","timestamp":6}"#,
+        ]
+        let imported = try Tool.importLines(lines, file: directory.appending("holes.jsonl"), into: store)
+        #expect(imported.status == 0, "\(imported.errors)")
+        for (count, offsets) in [(1, [20]), (2, [1, 20]), (5, [1, 20])] {
+            let tail = try Tool.run(["tail", store, "-n", "\(count)", "--json"])
+            #expect(try tail.objects().compactMap { $0["offset"] as? Int } == offsets, "-n \(count): \(tail.errors)")
+        }
+        let bundle = directory.appending("bundle")
+        let bundled = try Tool.run(["bundle", store, "--tail", "2", "-o", bundle])
+        #expect(bundled.status == 0, "\(bundled.errors)")
+        #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [1, 20])
+    }
+}

@@ -101,7 +101,18 @@ extension EventLog {
         guard UInt64(count) <= last else { return 1 }
         // last - count + 1 overflows only for count 0 at the last offset.
         let (start, overflow) = (last - UInt64(count)).addingReportingOverflow(1)
-        return overflow ? nil : start
+        if overflow { return nil }
+        // Offsets are dense from the compaction watermark on (storage.md,
+        // section 4); below it compaction leaves holes, which hold no
+        // entry to count: the entries still wanted come from below it.
+        let compactedBelow = try compactedBelow()
+        guard start < compactedBelow else { return start }
+        let wanted = Int(clamping: UInt64(count) - (last - compactedBelow + 1))
+        // Bounded by the entries below the watermark.
+        var below: [UInt64] = []
+        var scanner = entries(from: 1, through: compactedBelow - 1)
+        while let entry = try scanner.next() { below.append(entry.offset) }
+        return below.count > wanted ? below[below.count - wanted] : 1
     }
 }
 
