@@ -7,7 +7,7 @@ extension Value: CustomStringConvertible {
         case .bool(let flag): flag ? "true" : "false"
         case .int(let number): String(number)
         case .double(let number): String(number)
-        case .string(let text): "\"" + text.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        case .string(let text): "\"" + Value.printable(text).replacingOccurrences(of: "\"", with: "\\\"") + "\""
         case .bytes(let data): "<\(data.count) bytes>"
         case .timestamp(let micros): Value.iso8601(microseconds: micros)
         case .array(let elements): "[" + elements.map(\.description).joined(separator: ", ") + "]"
@@ -24,19 +24,22 @@ extension EntryBody {
         case .intent(let intent):
             let fields = intent.fields.isEmpty ? "" : " " + intent.fields.description
             let base = intent.baseVersion == 0 ? "" : " base v\(intent.baseVersion)"
-            return "\(intent.operation) \(intent.entityType)/\(intent.entityID)\(base)\(fields)"
+            return "\(intent.operation) \(Value.printable(intent.entityType))/\(Value.printable(intent.entityID))\(base)\(fields)"
         case .ack(let ack):
             return "#\(ack.intentOffset) \(ack.outcome) v\(ack.serverVersion)"
         case .reject(let reject):
-            return "#\(reject.intentOffset) \(reject.code): \(reject.message)"
+            return "#\(reject.intentOffset) \(Value.printable(reject.code)): \(Value.printable(reject.message))"
         case .remote(let remote):
-            return "\(remote.operation) \(remote.entityType)/\(remote.entityID) v\(remote.serverVersion) cursor \(remote.cursor)"
+            return "\(remote.operation) \(Value.printable(remote.entityType))/\(Value.printable(remote.entityID)) v\(remote.serverVersion) "
+                + "cursor \(Value.printable(remote.cursor))"
         case .conflict(let conflict):
-            return "#\(conflict.intentOffset) \(conflict.entityType)/\(conflict.entityID) server v\(conflict.serverVersion) \(conflict.resolution)"
+            return "#\(conflict.intentOffset) \(Value.printable(conflict.entityType))/\(Value.printable(conflict.entityID)) "
+                + "server v\(conflict.serverVersion) \(conflict.resolution)"
         case .resync(let reason):
-            return reason
+            return Value.printable(reason)
         case .snapshot(let snapshot):
-            return "\(snapshot.entityType)/\(snapshot.entityID) v\(snapshot.serverVersion) below #\(snapshot.watermark)"
+            return "\(Value.printable(snapshot.entityType))/\(Value.printable(snapshot.entityID)) v\(snapshot.serverVersion) "
+                + "below #\(snapshot.watermark)"
         }
     }
 }
@@ -46,6 +49,32 @@ extension Entry: CustomStringConvertible {
 }
 
 extension Value {
+    /// `text` kept to one line and free of terminal controls, for the
+    /// renderings above: a backslash, the line breaks and tab (`\\`,
+    /// `\n`, `\r`, `\t`), the other control characters (C0, DEL, C1) and
+    /// the line and paragraph separators are escaped (`\u{1B}`). Strings
+    /// come from apps and servers: one holding a line break or an escape
+    /// sequence split a `logtool dump` line, or reached the terminal.
+    public static func printable(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
+        var escaped = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\\": escaped += "\\\\"
+            case "\n": escaped += "\\n"
+            case "\r": escaped += "\\r"
+            case "\t": escaped += "\\t"
+            case _ where needsEscape(scalar): escaped += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            default: escaped.unicodeScalars.append(scalar)
+            }
+        }
+        return escaped
+    }
+
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        scalar == "\\" || scalar.properties.generalCategory == .control || scalar == "\u{2028}" || scalar == "\u{2029}"
+    }
+
     /// `2026-11-22T08:19:56.123456Z` for microseconds since the Unix epoch
     /// (proleptic Gregorian calendar, UTC).
     public static func iso8601(microseconds: Int64) -> String {

@@ -174,7 +174,7 @@ extension Fields {
 
 extension Fields: CustomStringConvertible {
     public var description: String {
-        "[" + storage.map { "\($0.name): \($0.value)" }.joined(separator: ", ") + "]"
+        "[" + storage.map { "\(Value.printable($0.name)): \($0.value)" }.joined(separator: ", ") + "]"
     }
 }
 

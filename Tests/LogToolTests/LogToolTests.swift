@@ -987,3 +987,31 @@ extension LogToolTests {
         #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [1, 20])
     }
 }
+
+extension LogToolTests {
+    /// Strings come from apps and servers. The text renderings of `dump`,
+    /// `entities` and `outbox` keep each entry on its line and let no
+    /// control character reach the terminal (an ESC starts an escape
+    /// sequence): they are escaped, as `\n` and `\u{1B}`.
+    @Test func textOutputKeepsOneLinePerEntryWhateverTheStrings() async throws {
+        let directory = try TemporaryDirectory("logtool-one-line")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "id\nwith a break", fields: ["text": "two\nlines \u{1B}[31mred", "a\tb": 1])
+            try await store.create(type: "te", id: "b", fields: [:])
+            let pending = try store.outbox()
+            try await store.record([(pending[1].offset, .rejected(code: "VALIDATION_ERROR", message: "bad\r\nanswer\u{85}"))])
+            store.close()
+        }
+        for command in [["dump"], ["tail"], ["entities", "te"], ["outbox"]] {
+            let run = try Tool.run([command[0], directory.path] + command.dropFirst())
+            #expect(run.status == 0, "\(command): \(run.errors)")
+            let expected = ["dump": 3, "tail": 3, "entities": 1, "outbox": 1][command[0]]
+            #expect(run.lines.count == expected, "\(command): \(run.output)")
+            #expect(!run.output.unicodeScalars.contains { $0.properties.generalCategory == .control && $0 != "\n" }, "\(command)")
+        }
+        let dump = try Tool.run(["dump", directory.path]).output
+        #expect(dump.contains(#"te/id\nwith a break [a\tb: 1, text: "two\nlines \u{1B}[31mred"]"#), "\(dump)")
+        #expect(dump.contains(#"VALIDATION_ERROR: bad\r\nanswer\u{85}"#), "\(dump)")
+    }
+}

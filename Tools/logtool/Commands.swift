@@ -192,7 +192,7 @@ struct Entities: ParsableCommand {
         }
         for entity in entities {
             let row = Row(type: entity.type, id: entity.id, fields: entity.fields, serverVersion: entity.serverVersion, pendingIntents: entity.pendingIntentCount)
-            if store.json { try Output.line(row) } else { print("\(row.id)  v\(row.serverVersion)\(row.pendingIntents > 0 ? " +\(row.pendingIntents) pending" : "")  \(row.fields)") }
+            if store.json { try Output.line(row) } else { print("\(Value.printable(row.id))  v\(row.serverVersion)\(row.pendingIntents > 0 ? " +\(row.pendingIntents) pending" : "")  \(row.fields)") }
         }
     }
 }
@@ -239,8 +239,8 @@ struct Outbox: ParsableCommand {
             if store.json {
                 try Output.line(Row(offset: pending.offset, status: status, attempts: pending.state.attempts, nextAttemptAt: pending.state.nextAttemptAt, lastError: pending.state.lastError, entry: EntryJSON(entry: entry)))
             } else {
-                let error = pending.state.lastError.isEmpty ? "" : "  last error: \(pending.state.lastError)"
-                print("#\(pending.offset)  \(status), \(pending.state.attempts) attempts  \(pending.intent.operation) \(pending.intent.entityType)/\(pending.intent.entityID)\(error)")
+                let error = pending.state.lastError.isEmpty ? "" : "  last error: \(Value.printable(pending.state.lastError))"
+                print("#\(pending.offset)  \(status), \(pending.state.attempts) attempts  \(pending.intent.operation) \(Value.printable(pending.intent.entityType))/\(Value.printable(pending.intent.entityID))\(error)")
             }
         }
     }

@@ -1,3 +1,5 @@
+import LogFormat
+
 /// An entity named by its type and id, compared by their UTF-8 bytes, as
 /// the store compares them (`Format/storage.md`, section 1). Swift's
 /// `String` equality follows canonical equivalence, so "café" written with
@@ -13,6 +15,9 @@ struct EntityName: Hashable, Comparable, CustomStringConvertible {
     /// In byte order.
     static func < (lhs: EntityName, rhs: EntityName) -> Bool { lhs.bytes.lexicographicallyPrecedes(rhs.bytes) }
 
-    /// `type/id`.
-    var description: String { String(decoding: bytes, as: UTF8.self) }
+    /// `type/id`, exactly (for JSON, which escapes what it must).
+    var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// `type/id`, on one line (`Value.printable`).
+    var description: String { Value.printable(text) }
 }

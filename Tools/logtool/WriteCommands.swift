@@ -237,7 +237,7 @@ struct Diff: ParsableCommand {
             differences += 1
             let what = x == nil ? "only in \(second)" : y == nil ? "only in \(first)" : "differs"
             if json {
-                try Output.line(["entity": key.description, "difference": what])
+                try Output.line(["entity": key.text, "difference": what])
             } else {
                 print("\(key): \(what)" + (x != nil && y != nil ? "\n  \(x!)\n  \(y!)" : ""))
             }
