@@ -264,7 +264,14 @@ extension Store {
                         "entry \(index + 1) of the import has offset \(entry.offset) where \(expected) comes next "
                             + "(offsets may skip only up to the compaction watermark, \(compactedBelow))")
                 }
-                try context.restore(entry, in: txn)
+                do {
+                    try context.restore(entry, in: txn)
+                } catch var error as LogStoreError where error.code == .invalidArgument {
+                    // Named as the density error above is: which entry, at which offset.
+                    error.offset = entry.offset
+                    error.detail = "entry \(index + 1) of the import, at offset \(entry.offset): \(error.detail)"
+                    throw error
+                }
             }
             if compactedBelow > 0 {
                 try txn.put(self.log.metaDatabase, key: StoreFormat.compactedBelowKey, value: compactedBelow.bigEndianBytes)

@@ -1015,3 +1015,31 @@ extension LogToolTests {
         #expect(dump.contains(#"VALIDATION_ERROR: bad\r\nanswer\u{85}"#), "\(dump)")
     }
 }
+
+extension LogToolExportTests {
+    /// An entry the store refuses (a bad entity type, a timestamp that does
+    /// not rise) is named by its place in the import and its offset, as a
+    /// hole is; the message named neither.
+    @Test func anImportNamesTheEntryTheStoreRefuses() async throws {
+        let directory = try TemporaryDirectory("logtool-import-refused")
+        let lines = try await Tool.exportOfNewStore(at: directory.appending("source")) { store in
+            for number in 0..<3 { try await store.create(type: "te", id: "e\(number)", fields: [:]) }
+        }
+        let first = try #require(try JSONSerialization.jsonObject(with: Data(lines[1].utf8)) as? [String: Any])
+        let timestamp = try #require(first["timestamp"] as? UInt64)
+        var typed = lines
+        typed[2] = typed[2].replacingOccurrences(of: #""entity_type":"te""#, with: #""entity_type":"TE""#)
+        var early = lines
+        early[3] = try early[3].replacing(Regex(#""timestamp":\d+"#), with: #""timestamp":\#(timestamp)"#)
+        let cases = [
+            ("type.jsonl", typed, "entry 2 of the import, at offset 2: entity type \"TE\""),
+            ("early.jsonl", early, "entry 3 of the import, at offset 3: entries must follow offset 2 in order, with later timestamps"),
+        ]
+        for (name, changed, message) in cases {
+            #expect(changed != lines)
+            let imported = try Tool.importLines(changed, file: directory.appending(name), into: directory.appending("copy"))
+            #expect(imported.status == 2 && imported.errors.contains("\(name): \(message)"), "\(imported.errors)")
+            #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
+        }
+    }
+}
