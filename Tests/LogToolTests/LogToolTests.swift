@@ -964,7 +964,8 @@ extension LogToolExportTests {
 
 extension LogToolTests {
     /// Below the compaction watermark a log has holes (storage.md, section
-    /// 4): `tail -n N` and `bundle --tail N` count entries, not offsets.
+    /// 4): `tail -n N` and `bundle --tail N` count entries, not offsets, and
+    /// `show` names a hole as one.
     /// They took the last N offsets, holes included, so a log of entries
     /// at 1 and 20 (compacted below 20) had one "last 2 entries".
     @Test func tailAndBundleCountEntriesNotHoles() async throws {
@@ -981,6 +982,11 @@ extension LogToolTests {
             let tail = try Tool.run(["tail", store, "-n", "\(count)", "--json"])
             #expect(try tail.objects().compactMap { $0["offset"] as? Int } == offsets, "-n \(count): \(tail.errors)")
         }
+        // `show` of a hole says what made it, not that the log ends at 20.
+        let hole = try Tool.run(["show", store, "5"])
+        #expect(hole.status == 2 && hole.errors == "logtool: no entry at offset 5 (compaction below 20 removed it)\n", "\(hole.errors)")
+        let past = try Tool.run(["show", store, "21"])
+        #expect(past.status == 2 && past.errors == "logtool: no entry at offset 21 (the log ends at 20)\n", "\(past.errors)")
         let bundle = directory.appending("bundle")
         let bundled = try Tool.run(["bundle", store, "--tail", "2", "-o", bundle])
         #expect(bundled.status == 0, "\(bundled.errors)")

@@ -153,7 +153,12 @@ struct Show: ParsableCommand {
         let log = try store.openLog()
         defer { log.close() }
         guard let entry = try log.entry(at: offset) else {
-            throw LogToolError("no entry at offset \(offset) (the log ends at \(try log.lastOffset()))")
+            // Below the compaction watermark a missing entry is a hole
+            // compaction left, not an offset past the end.
+            let compactedBelow = try log.compactedBelow()
+            let why = offset < compactedBelow
+                ? "compaction below \(compactedBelow) removed it" : "the log ends at \(try log.lastOffset())"
+            throw LogToolError("no entry at offset \(offset) (\(why))")
         }
         try printEntry(entry, json: store.json)
     }
