@@ -3,7 +3,7 @@ import LogStore
 
 /// App writes through `Store`: batches of creates, updates and deletes,
 /// each an intent plus its projection update in one commit, from
-/// concurrent tasks.
+/// concurrent tasks, on a map that keeps growing (`Worker.smallMapSize`).
 ///
 /// Reports: `try BATCH OP...` and `ack BATCH` (see `AppWriter`).
 enum AppWritesWorkload: StoreWorkload {
@@ -14,7 +14,7 @@ enum AppWritesWorkload: StoreWorkload {
     static let writerCount = 3
 
     static func work(_ worker: Worker) async throws {
-        let store = try worker.openStore()
+        let store = try worker.openStore(smallMap: true)
         try await Worker.runAll((0..<writerCount).map { AppWriter.loop(task: $0, store, worker) })
     }
 

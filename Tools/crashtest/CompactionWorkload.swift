@@ -5,7 +5,7 @@ import LogTesting
 /// Compaction (`Store.compact`) again and again while creates come and
 /// are acknowledged: settled intents below the watermark fold into
 /// snapshots, so an acknowledged create may leave the log, but never what
-/// the app sees.
+/// the app sees. The map keeps growing meanwhile (`Worker.smallMapSize`).
 ///
 /// Reports: those of `AppWriter` (creates only), `settled OFFSET ID` for
 /// each intent recorded as applied, and `compacted WATERMARK`.
@@ -21,7 +21,7 @@ enum CompactionWorkload: StoreWorkload {
     static let pauseMillisecondsMax = 30
 
     static func work(_ worker: Worker) async throws {
-        let store = try worker.openStore()
+        let store = try worker.openStore(smallMap: true)
         let writer = AppWriter.loop(task: 0, store, worker, createsOnly: true)
         try await Worker.runAll([writer, { try await settle(store, worker) }, { try await compact(store, worker) }])
     }

@@ -5,7 +5,8 @@ import LogStore
 /// writes go on. A replay fills the second set of derived tables, a chunk
 /// per transaction, and switches to it in the last, so a kill can leave
 /// that set half full; the reopen must finish it and bring the tables in
-/// line with the log.
+/// line with the log. The map keeps growing meanwhile
+/// (`Worker.smallMapSize`).
 ///
 /// Reports: those of `AppWriter`, and `rebuilt` after each replay.
 enum ReplayWorkload: StoreWorkload {
@@ -18,7 +19,7 @@ enum ReplayWorkload: StoreWorkload {
     static let seedBatchCount = 50
 
     static func work(_ worker: Worker) async throws {
-        let store = try worker.openStore(reportingReady: false)
+        let store = try worker.openStore(reportingReady: false, smallMap: true)
         var seeder = AppWriter(task: 0, worker: worker, createsOnly: true, operationsMax: seedBatchCount)
         // Each batch adds at least one entry, so this ends.
         while try store.log.lastOffset() < seedEntryCount { try await seeder.writeBatch(store, worker) }

@@ -23,10 +23,19 @@ struct Worker: Sendable {
     /// Short and unique per worker, for keys and entity ids.
     var tag: String { String(seed, radix: 36) }
 
-    /// Opens the store as a `Store` and tells the parent it is ready.
+    /// A map for workloads whose commits should find it full (16 pages):
+    /// a new store outgrows it in its first worker, and a reopened one is
+    /// mapped at its pages in use (LMDB rounds the size up to them), so
+    /// commits grow the map and run their group again, the first ones after
+    /// each reopen among them, and kills land in that too.
+    static let smallMapSize = 64 << 10
+
     /// Opens the store and, unless the workload says it later (after
     /// setting up what its kills should land in), reports `ready`.
-    func openStore(reportingReady: Bool = true) throws -> Store {
+    /// - Parameter smallMap: start with `smallMapSize`, not the default map.
+    func openStore(reportingReady: Bool = true, smallMap: Bool = false) throws -> Store {
+        var options = options
+        if smallMap { options.initialMapSize = Worker.smallMapSize }
         let opened = try Store(path: store, options: options)
         if reportingReady { reporter.send("ready") }
         return opened
