@@ -5,7 +5,9 @@ import LogTesting
 /// Compaction (`Store.compact`) again and again while creates come and
 /// are acknowledged: settled intents below the watermark fold into
 /// snapshots, so an acknowledged create may leave the log, but never what
-/// the app sees. The map keeps growing meanwhile (`Worker.smallMapSize`).
+/// the app sees. A rebuild runs meanwhile, in small chunks: each compaction
+/// starts it over, so kills land in rebuilds restarted by a compaction. The
+/// map keeps growing meanwhile (`Worker.smallMapSize`).
 ///
 /// Reports: those of `AppWriter` (creates only), `settled OFFSET ID` for
 /// each intent recorded as applied, and `compacted WATERMARK`.
@@ -19,11 +21,16 @@ enum CompactionWorkload: StoreWorkload {
     static let watermarkLagMax: UInt64 = 40
     /// The pause between compactions, in milliseconds.
     static let pauseMillisecondsMax = 30
+    /// Entries a rebuild applies per transaction (see `ReplayWorkload`).
+    static let rebuildChunkCount = 100
 
     static func work(_ worker: Worker) async throws {
         let store = try worker.openStore(smallMap: true)
         let writer = AppWriter.loop(task: 0, store, worker, createsOnly: true)
-        try await Worker.runAll([writer, { try await settle(store, worker) }, { try await compact(store, worker) }])
+        let rebuilder: Worker.Loop = {
+            for _ in 0..<worker.writesMax { try await store.rebuildProjections(entriesPerTransaction: rebuildChunkCount) }
+        }
+        try await Worker.runAll([writer, { try await settle(store, worker) }, { try await compact(store, worker) }, rebuilder])
     }
 
     /// Acknowledges pending intents as applied, and reports each.
@@ -97,7 +104,8 @@ enum CompactionWorkload: StoreWorkload {
 
     /// Compaction keeps every entry at or above its watermark at its
     /// offset: each settled intent there is still in the log, where the
-    /// outbox said it was.
+    /// outbox said it was. Below it an intent is folded away or kept where
+    /// it was: no other intent takes its offset.
     private static func checkOffsetsKept(
         _ ledger: Ledger, _ log: [Entry], compactedBelow: UInt64, _ context: inout IterationContext
     ) {
@@ -107,8 +115,10 @@ enum CompactionWorkload: StoreWorkload {
                 return (entry.offset, intent.entityID)
             }, uniquingKeysWith: { first, _ in first })
         for report in ledger.with("settled") {
-            guard report.words.count == 2, let offset = UInt64(report.words[0]), offset >= compactedBelow else { continue }
-            if intents[offset] != report.words[1] {
+            guard report.words.count == 2, let offset = UInt64(report.words[0]) else { continue }
+            if offset < compactedBelow, let found = intents[offset], found != report.words[1] {
+                context.violation("log at offset \(offset), below the watermark \(compactedBelow): the intent on te/\(found), not te/\(report.words[1])'s settled create")
+            } else if offset >= compactedBelow, intents[offset] != report.words[1] {
                 let found = intents[offset].map { "the intent on te/\($0)" } ?? "no intent"
                 context.violation("log at offset \(offset), at or above the watermark \(compactedBelow): \(found), not te/\(report.words[1])'s settled create")
             }
