@@ -72,7 +72,7 @@ public final class Environment: @unchecked Sendable {
         var failed: LMDBError?
         var readPool: [PooledTransaction] = []
         /// What `info()` reports once the environment is closed (its handle
-        /// is freed then).
+        /// is freed then), or has lost its map (`setMapSize`).
         var closedInfo: Info?
     }
 
@@ -246,7 +246,7 @@ public final class Environment: @unchecked Sendable {
                 mdb_txn_abort(spare)
             }
             for txn in pool { mdb_txn_abort(txn.handle) }
-            let last = currentInfo()
+            let last = state.withLock { $0.closedInfo } ?? currentInfo()
             state.withLock { $0.closedInfo = last }
             mdb_env_close(handle)
             Environment.unregister(path)
@@ -258,7 +258,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     /// Why the environment can serve no transaction (closed, or failed
-    /// after an unsuccessful commit), or nil when it can.
+    /// after an unsuccessful commit or map growth), or nil when it can.
     public var problem: LMDBError? { problem("use") }
 
     private func problem(_ operation: StaticString) -> LMDBError? {
@@ -289,7 +289,8 @@ extension Environment {
     /// Runs `body` in a write transaction: it commits when `body` returns
     /// and aborts when it throws. When the map is full the transaction is
     /// aborted, the map grows, and `body` runs again.
-    /// - Throws: what `body` throws, or `LMDBError`; after a failed commit the
+    /// - Throws: what `body` throws, or `LMDBError`; after a failed commit,
+    ///   or a growth of the map that `mmap` refused (`ENOMEM`), the
     ///   environment answers `.environmentFailed` until it is reopened.
     public func write<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
         precondition(!options.readOnly, "write on a read-only environment")
@@ -419,7 +420,7 @@ extension Environment {
         try checkNoReadHeld(.mapResized, "another process grew the map, and a read inside another cannot take the new size: end the outer read and read again")
         try resizeLock.withExclusive { () throws(LMDBError) in
             try checkUsable("mdb_env_set_mapsize")
-            try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize", path: path)
+            try setMapSize(0)
         }
     }
 
@@ -433,8 +434,30 @@ extension Environment {
             let step = min(current, 1 << 30)
             guard current < options.mapSizeMax else { throw error }
             let next = min(current + step, options.mapSizeMax)
-            try check(mdb_env_set_mapsize(handle, next), "mdb_env_set_mapsize", path: path)
+            try setMapSize(next)
         }
+    }
+
+    /// Maps the data file again at `size` bytes (0: the size another
+    /// process set), holding the resize lock exclusively. LMDB unmaps the
+    /// map before it maps it again, and is left with none when that fails
+    /// (`mmap` refusing the size, `ENOMEM` where the address space is
+    /// small, or limited): every later use of the environment, its close
+    /// included, would read unmapped memory. It fails then, as after an
+    /// unsuccessful commit, keeping the numbers `info()` had.
+    /// - Throws: `LMDBError` from `mdb_env_set_mapsize`.
+    private func setMapSize(_ size: Int) throws(LMDBError) {
+        let before = currentInfo()
+        let result = mdb_env_set_mapsize(handle, size)
+        guard result != 0 else { return }
+        state.withLock {
+            $0.failed = LMDBError(
+                code: .environmentFailed, operation: "mdb_env_set_mapsize", path: path,
+                detail: "the map could not be mapped again at \(size == 0 ? "another process's size" : "\(size) bytes")")
+            $0.closedInfo = before
+            usable.store(false, ordering: .releasing)
+        }
+        throw LMDBError(code: LMDBError.Code(rawValue: result), operation: "mdb_env_set_mapsize", path: path)
     }
 
     /// The map can change size only while this process has no transaction

@@ -38,8 +38,8 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
         /// The same environment is already open in this process (LMDB forbids
         /// it: closing either copy would drop the other's file locks).
         public static let alreadyOpen = Code(rawValue: -40_001)
-        /// A commit failed earlier; the environment must be closed and reopened
-        /// before it is trusted again.
+        /// A commit (or a growth of the map) failed earlier; the environment
+        /// must be closed and reopened before it is trusted again.
         public static let environmentFailed = Code(rawValue: -40_002)
         /// The environment was closed.
         public static let closed = Code(rawValue: -40_003)
@@ -50,7 +50,7 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
         public var description: String {
             switch self {
             case .alreadyOpen: "environment already open in this process"
-            case .environmentFailed: "environment failed after an unsuccessful commit; reopen it"
+            case .environmentFailed: "environment failed after an unsuccessful commit or map growth; reopen it"
             case .closed: "environment is closed"
             case .truncated: "data file truncated"
             default: String(cString: mdb_strerror(rawValue))

@@ -140,6 +140,19 @@ import Testing
         #expect(run.output.contains("no write was acknowledged in 10 iterations: nothing was checked"), "\(run.output)")
     }
 
+    /// A growth of the map that `mmap` refuses (the worker caps its own
+    /// address space) leaves LMDB with no map: the store must fail the
+    /// append with an `LMDBError` and refuse the next one, where it touched
+    /// the unmapped pages and died with SIGSEGV. `map-limit` runs only when
+    /// named (each iteration takes seconds), so `--iterations 30` in CI
+    /// leaves it to this test.
+    @Test func aMapThatCannotGrowFailsTheWriteAndRefusesTheNext() async throws {
+        let run = try await Self.run(["--workload", "map-limit", "--iterations", "1", "--seed", "14"])
+        #expect(run.status == 0, "\(run.output)\(run.errors)")
+        let summary = try Self.summary(run)
+        #expect(summary.iterations == 1 && summary.faults == 1 && summary.acknowledged > 0 && summary.violations == 0, "\(run.output)")
+    }
+
     @Test func anUnknownWorkloadIsAUsageError() async throws {
         let run = try await Self.run(["--workload", "append,nonsense"])
         #expect(run.status == 64)

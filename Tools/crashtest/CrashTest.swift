@@ -11,7 +11,8 @@ struct CrashTest: AsyncParsableCommand {
         commandName: "crashtest",
         abstract: "Kill a store's writer at random moments and check that nothing acknowledged is lost.",
         discussion: """
-            Workloads: \(Workloads.all.map { "\($0.name) (\($0.summary))" }.joined(separator: "; ")).
+            Workloads: \(Workloads.all.map { "\($0.name) (\($0.summary))" }.joined(separator: "; ")). \
+            Run only when named: \(Workloads.onRequest.map { "\($0.name) (\($0.summary))" }.joined(separator: "; ")).
             Exit status: 0 every check passed, 1 a violation (its seed and iteration are printed), \
             2 the harness could not run, 64 usage.
             """,
@@ -29,7 +30,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "The seed of every random choice (default: from the clock). A failing run prints it.")
     var seed: UInt64?
 
-    @Option(help: ArgumentHelp("The workloads, comma-separated, or all.", discussion: "One or more of: \(Workloads.names)."))
+    @Option(help: ArgumentHelp("The workloads, comma-separated, or all (all but those run only when named).", discussion: "One or more of: \(Workloads.names)."))
     var workload = "all"
 
     @Option(help: "Durability of the stores and the server: full, metaAsync or process.")

@@ -40,19 +40,23 @@ enum Workloads {
 
     /// Those whose worker process the workload starts itself, with more
     /// around it than `KilledWriter` has (a server).
-    static var ownWorkers: [any StoreWorkload.Type] { [SyncWorkload.self] }
+    static var ownWorkers: [any StoreWorkload.Type] { [SyncWorkload.self, MapLimitWorkload.self] }
 
     static var all: [any Workload.Type] {
         stores.map { killed($0) } + [ServerWorkload.self, SyncWorkload.self, IOFaultWorkload.self]
     }
 
+    /// Workloads that run only when named: each iteration takes seconds
+    /// and checks what one iteration shows (`CrashTestTests` runs them).
+    static var onRequest: [any Workload.Type] { [MapLimitWorkload.self] }
+
     private static func killed<Recipe: StoreWorkload>(_: Recipe.Type) -> any Workload.Type { KilledWriter<Recipe>.self }
 
-    static func named(_ name: String) -> (any Workload.Type)? { all.first { $0.name == name } }
+    static func named(_ name: String) -> (any Workload.Type)? { (all + onRequest).first { $0.name == name } }
 
     /// The worker of a workload, for `crashtest worker --workload NAME`.
     static func worker(named name: String) -> (any StoreWorkload.Type)? { (stores + ownWorkers).first { $0.name == name } }
 
     /// The names, comma-separated, for help texts.
-    static var names: String { all.map { $0.name }.joined(separator: ", ") }
+    static var names: String { (all + onRequest).map { $0.name }.joined(separator: ", ") }
 }
