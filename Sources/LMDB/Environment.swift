@@ -101,6 +101,7 @@ public final class Environment: @unchecked Sendable {
             try Environment.register(resolved)
             let lockFile = resolved + "/lock.mdb"
             let hadLockFile = access(lockFile, F_OK) == 0
+            if options.createIfMissing && !options.readOnly { UnfinishedCreation.discard(directory: resolved) }
             do {
                 try check(mdb_env_open(env, resolved, Environment.flags(options), 0o644), "mdb_env_open", path: resolved)
                 try Environment.checkDataFileSize(env, path: resolved)
@@ -165,7 +166,8 @@ public final class Environment: @unchecked Sendable {
     /// read-only open fails at that write with a bare EBADF). Where one may
     /// be, an empty file becomes a new environment as LMDB makes it: it
     /// holds nothing to lose, and LMDB leaves one behind when a process is
-    /// killed while it creates an environment.
+    /// killed while it creates an environment (and one holding a page of
+    /// two when the disk fills meanwhile: `UnfinishedCreation` empties it).
     private static func checkDataFileExists(_ directory: String, options: Options) throws(LMDBError) {
         guard options.readOnly || !options.createIfMissing else { return }
         var file = stat()

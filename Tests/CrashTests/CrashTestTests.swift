@@ -153,6 +153,37 @@ import Testing
         #expect(summary.iterations == 1 && summary.faults == 1 && summary.acknowledged > 0 && summary.violations == 0, "\(run.output)")
     }
 
+    static let prlimit = "/usr/bin/prlimit"
+
+    /// A disk that fills while a store is created leaves LMDB's first meta
+    /// page alone in `data.mdb` (LMDB writes both in one `pwrite`, cut short
+    /// and reported as `ENOSPC`), as does a writer killed between the two
+    /// pages. Every later open refused the directory as "not a sync store",
+    /// also once there was space again; the page says nothing was ever
+    /// committed, so the next open makes the store there. The full disk is
+    /// a file size limit of one page on the writer (`prlimit --fsize`).
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: prlimit), "prlimit is not installed"))
+    func aStoreWhoseCreationFilledTheDiskIsMadeAgain() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the crashtest product first")
+        let store = try TemporaryDirectory("crashtest-creation-enospc")
+        defer { store.remove() }
+        // LMDB makes the lock file first, bigger than the limit; one made
+        // here, bigger than it needs, it takes as it is.
+        try Data(count: 65_536).write(to: URL(fileURLWithPath: store.appending("lock.mdb")))
+        let worker = ["worker", "--workload", "app", "--store", store.path, "--seed", "1"]
+        let full = try await ToolRun.running(Self.prlimit, ["--fsize=4096", Self.executable] + worker)
+        #expect(full.status == 3 && full.errors.contains("No space left on device"), "\(full.status): \(full.errors)")
+        let size = try FileManager.default.attributesOfItem(atPath: store.appending("data.mdb"))[.size] as? Int
+        try #require(size == 4_096, "data.mdb is \(size ?? -1) bytes, not the first page alone")
+
+        let writer = try ChildProcess("worker", executable: Self.executable, arguments: worker)
+        defer { writer.kill() }
+        let acknowledged = await writer.waitForLine(timeout: .seconds(60)) { $0.hasPrefix("ack ") }
+        writer.kill()
+        #expect(await writer.waitForExit(timeout: .seconds(60)))
+        #expect(acknowledged != nil, "the store was not made again: \(writer.ending) \(writer.errorText)")
+    }
+
     @Test func anUnknownWorkloadIsAUsageError() async throws {
         let run = try await Self.run(["--workload", "append,nonsense"])
         #expect(run.status == 64)
