@@ -79,9 +79,16 @@ final class ServerStorage: Sendable {
     }
 
     /// The user's number, assigning the next one on first use.
+    /// - Throws: `ServiceError.internalError` when every number of a
+    ///   `UInt32`, the first 4 bytes of the user's keys, has been assigned.
     func userNumberCreating(_ user: String, _ txn: borrowing Transaction) throws -> UInt32 {
         if let number = try userNumber(user, txn) { return number }
-        let number = (try txn.get(meta, key: MetaKey.nextUser).flatMap { UInt32(bigEndianBytes: $0) } ?? 0) + 1
+        let last = try txn.get(meta, key: MetaKey.nextUser).flatMap { UInt32(bigEndianBytes: $0) } ?? 0
+        // A trap here would take every other user's requests down with it.
+        guard last < .max else {
+            throw ServiceError(.internalError, "the server has no user number left for a new user: all \(last) are taken")
+        }
+        let number = last + 1
         try txn.put(meta, key: MetaKey.nextUser, value: number.bigEndianBytes)
         try txn.put(users, key: Array(user.utf8), value: number.bigEndianBytes)
         return number

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import LogFormat
 import LogServer
 import LogTesting
@@ -302,5 +303,46 @@ import Testing
         let results = try await KilledMidPushProcessTests.push(
             [operation(.create, "t1", ["n": 1])], port: port, session: URLSession(configuration: .ephemeral))
         #expect(results.map(\.status) == [.applied])
+    }
+}
+
+/// A user's keys start with a 4-byte number, given when the user first
+/// writes (`ServerStorage`). Past the last one, the next user's push made
+/// the number overflow, and the trap took the whole server down; it is a
+/// 500 for that push, and the other users are served. The store's counter
+/// is forged so that one number is left.
+@Suite struct UserNumberProcessTests {
+    @Test func aServerOutOfUserNumbersRefusesANewUserAndServesTheOthers() async throws {
+        let executable = SyncServerProcessTests.executable
+        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-user-numbers")
+        let data = directory.appending("data")
+        do {
+            let environment = try Environment(path: data)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: true))
+            try environment.write { txn in try txn.put(meta, key: Array("next-user".utf8), value: (UInt32.max - 1).bigEndianBytes) }
+        }
+        let server = try ChildProcess(
+            executable: executable.path, arguments: ["--data", data, "--port", "0", "--token", "a:alice", "--token", "b:bob"])
+        defer { server.kill() }
+        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
+        let session = URLSession(configuration: .ephemeral)
+        func push(_ token: String, _ id: String) async -> (status: Int, body: String)? {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/push")!)
+            request.httpMethod = "POST"
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            request.httpBody = try? JSONEncoder().encode(PushRequest(operations: [operation(.create, id, ["n": 1])]))
+            guard let (body, response) = try? await session.data(for: request) else { return nil }
+            return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: body, as: UTF8.self))
+        }
+        // Alice takes the last number, 2^32 - 1.
+        #expect(await push("a", "t1")?.status == 200)
+        let refused = await push("b", "t1")
+        #expect(refused?.status == 500, "\(refused.map { "\($0)" } ?? "no answer"): \(server.errorText.suffix(300))")
+        #expect(refused?.body.contains("no user number left") == true)
+        #expect(server.isRunning, "the server died: \(server.errorText.suffix(300))")
+        #expect(await push("a", "t2")?.status == 200)
     }
 }
