@@ -70,6 +70,13 @@ final class SyncService: Sendable {
             throw ServiceError(
                 .validationError, "a push carries 1 to \(Wire.pushOperationCountMax) operations, not \(request.operations.count)")
         }
+        // Step 1 refuses every operation of a read-only user, so nothing
+        // is written: not even the user's number, which a write transaction
+        // (a durable commit) would otherwise assign to no purpose.
+        if identity.readOnly {
+            let message = "user \(identity.user) may not change data"
+            return PushResponse(results: request.operations.map { .rejected($0.idempotencyKey, .permissionDenied, message) })
+        }
         let checked = request.operations.map { received -> (key: String, operation: PushOperation?, problem: String?) in
             guard let operation = received.operation else { return (received.idempotencyKey, nil, received.problem) }
             return (operation.idempotencyKey, operation, received.problem ?? SyncService.problem(with: operation))
@@ -83,7 +90,6 @@ final class SyncService: Sendable {
             // large entities would be gigabytes of answer, built in memory.
             var stateBytes = 0
             return try checked.map { key, operation, problem -> PushResult in
-                if identity.readOnly { return .rejected(key, .permissionDenied, "user \(identity.user) may not change data") }
                 guard let operation, problem == nil else {
                     return .rejected(key, .validationError, problem ?? "the operation is malformed")
                 }

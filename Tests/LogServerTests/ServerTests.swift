@@ -204,6 +204,31 @@ import Testing
         #expect(try await server.pull(token: "reader-token").status == 200)
     }
 
+    /// Step 1 of section 7 refuses every operation of a read-only user, so
+    /// such a push writes nothing. It used to open a durable write
+    /// transaction all the same, to give the user a number, and commit it.
+    @Test func aReadOnlyUsersPushCommitsNothing() async throws {
+        let server = try await TestServer("push-denied-writes-nothing", durability: .full)
+        defer { Task { await server.stop() } }
+        /// The commits the stopped server's store has had.
+        func commits() throws -> Int {
+            var options = Environment.Options()
+            options.readOnly = true
+            let environment = try Environment(path: server.configuration.dataDirectory, options: options)
+            defer { environment.close() }
+            return environment.info().lastTransactionID
+        }
+        await server.stop()
+        let before = try commits()
+        try await server.restart()
+        let results = try await server.push([operation(.create, "t1", ["n": 1]), operation(.update, "t2", ["n": 2])], token: "reader-token")
+            .decode(PushResponse.self).results
+        #expect(results.map(\.errorCode) == [.permissionDenied, .permissionDenied])
+        await server.stop()
+        let after = try commits()
+        #expect(after == before)
+    }
+
     @Test func valuesRoundTripExactly() async throws {
         let server = try await TestServer("push-values")
         defer { Task { await server.stop() } }
