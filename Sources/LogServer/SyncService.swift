@@ -114,7 +114,7 @@ final class SyncService: Sendable {
 
     /// What is wrong with an operation before it meets any state, or nil.
     static func problem(with operation: PushOperation) -> String? {
-        let name = "operation \(operation.idempotencyKey)"
+        let name = "operation \(SyncService.quoted(operation.idempotencyKey))"
         if let problem = NameRules.idempotencyKeyProblem(operation.idempotencyKey)
             ?? NameRules.entityTypeProblem(operation.entityType) ?? NameRules.entityIDProblem(operation.entityID)
         {
@@ -132,6 +132,24 @@ final class SyncService: Sendable {
             guard operation.data?.isEmpty ?? true else { return "\(name): a delete carries no data" }
             return nil
         }
+    }
+
+    /// The longest part of an idempotency key a message quotes, in UTF-8
+    /// bytes: the result echoes the whole key in `idempotency_key` already,
+    /// and a key far over `Wire.idempotencyKeyBytesMax` (the body may hold
+    /// megabytes of it) would otherwise be in the answer twice.
+    static let quotedKeyBytesMax = 64
+
+    /// `key` for a message: whole, or its first `quotedKeyBytesMax` bytes
+    /// (whole scalars) and "…".
+    static func quoted(_ key: String) -> String {
+        guard key.utf8.count > quotedKeyBytesMax else { return key }
+        var bytes = 0
+        let kept = key.unicodeScalars.prefix { scalar in
+            bytes += UTF8.width(scalar)
+            return bytes <= quotedKeyBytesMax
+        }
+        return String(Substring(kept)) + "…"
     }
 
     private func apply(
@@ -294,7 +312,7 @@ struct ReceivedOperation: Sendable {
 
     init(json: JSONValue, path: String) {
         if case .string(let key)? = json["idempotency_key"] { idempotencyKey = key } else { idempotencyKey = "" }
-        let name = "operation \(idempotencyKey.isEmpty ? "without a key" : idempotencyKey)"
+        let name = "operation \(idempotencyKey.isEmpty ? "without a key" : SyncService.quoted(idempotencyKey))"
         do {
             operation = try PushOperation(json: json, path: path)
             if json["data"] == .null { problem = "\(name): data is null; omit it or send an object" }

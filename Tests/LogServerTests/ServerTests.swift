@@ -229,6 +229,29 @@ import Testing
         #expect(after == before)
     }
 
+    /// An idempotency key far over its 256 bytes comes back whole in the
+    /// result's `idempotency_key`; the message quotes its first 64 bytes
+    /// (whole scalars) and "…", where it used to repeat all of it, doubling
+    /// the answer.
+    @Test func aMessageQuotesTheStartOfAnOverlongKey() async throws {
+        let server = try await TestServer("push-overlong-key")
+        defer { Task { await server.stop() } }
+        let long = String(repeating: "k", count: 100_000)
+        let accented = String(repeating: "\u{E9}", count: 50_000)  // 2 bytes each
+        let first = String(decoding: try JSONEncoder().encode(operation(.create, "t1", ["n": 1], key: long)), as: UTF8.self)
+        let body = #"{"operations": [\#(first), {"idempotency_key": "\#(accented)", "intent": "explode"}]}"#
+        let reply = try await server.send("POST", "/v1/push", body: Data(body.utf8))
+        let results = try reply.decode(PushResponse.self).results
+        #expect(results.map(\.idempotencyKey) == [long, accented])
+        #expect(results.map(\.errorCode) == [.validationError, .validationError])
+        for (result, quoted) in zip(results, [String(repeating: "k", count: 64), String(repeating: "\u{E9}", count: 32)]) {
+            let message = try #require(result.errorMessage)
+            #expect(message.contains(quoted + "…"), "\(message.prefix(200))")
+            #expect(message.utf8.count < 400, "\(message.utf8.count) bytes: \(message.prefix(200))")
+        }
+        #expect(reply.body.count < long.utf8.count + accented.utf8.count + 2_000)
+    }
+
     @Test func valuesRoundTripExactly() async throws {
         let server = try await TestServer("push-values")
         defer { Task { await server.stop() } }
