@@ -15,7 +15,14 @@ struct Routes: Sendable {
 
     func push(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let identity = try authenticate(request)
-        let body = try await collect(request)
+        // Held from the body's first byte until the push is done: the body,
+        // what it parses to, and its wait for the store's one writer.
+        var held = 0
+        defer { server.pushBuffer.release(held) }
+        let body = try await collect(request) { count in
+            try server.pushBuffer.take(count, holding: held)
+            held += count
+        }
         let pushRequest = try ReceivedPush(body: body)
         let response = try await server.service.push(pushRequest, as: identity)
         if server.configuration.faultInjection, server.faults.takeDrop() {
@@ -108,8 +115,9 @@ struct Routes: Sendable {
         }
     }
 
-    /// The body, refusing more than `Wire.requestBodyBytesMax` bytes.
-    private func collect(_ request: Request) async throws -> Data {
+    /// The body, refusing more than `Wire.requestBodyBytesMax` bytes; `take`
+    /// is told the size of each part before it is kept, and may refuse it.
+    private func collect(_ request: Request, taking take: (Int) throws -> Void = { _ in }) async throws -> Data {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > Wire.requestBodyBytesMax {
             throw ServiceError(.payloadTooLarge, "the body is \(length) bytes; the limit is \(Wire.requestBodyBytesMax)")
         }
@@ -118,6 +126,7 @@ struct Routes: Sendable {
             guard data.count + buffer.readableBytes <= Wire.requestBodyBytesMax else {
                 throw ServiceError(.payloadTooLarge, "the body is over \(Wire.requestBodyBytesMax) bytes")
             }
+            try take(buffer.readableBytes)
             data.append(contentsOf: buffer.readableBytesView)
         }
         return data

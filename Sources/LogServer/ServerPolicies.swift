@@ -45,6 +45,53 @@ final class RateLimiter: Sendable {
     }
 }
 
+/// The bytes of push bodies the server holds at once, from their first
+/// byte received until their answer is made: bodies being received, parsed,
+/// and waiting for the store's one writer, which applies one push at a
+/// time. Without a bound, many clients each sending a body of up to
+/// `Wire.requestBodyBytesMax` at once would have the server hold them all.
+final class PushBuffer: Sendable {
+    /// The most bytes held at once, but for a push that is the only one held
+    /// (which is always taken, whatever its size, so that no push is refused
+    /// for good).
+    let bytesMax: Int
+    private let held = Mutex(0)
+
+    init(bytesMax: Int) {
+        precondition(bytesMax > 0, "a push buffer needs room for some bytes")
+        self.bytesMax = bytesMax
+    }
+
+    /// The bytes held now.
+    var bytes: Int { held.withLock { $0 } }
+
+    /// Takes `count` more bytes for a push that holds `holding` already.
+    /// - Throws: `ServiceError.serviceUnavailable` (503, `Retry-After: 1`,
+    ///   section 5), taking nothing, when other pushes hold bytes and the
+    ///   total would exceed `bytesMax`.
+    func take(_ count: Int, holding: Int) throws {
+        precondition(count >= 0 && holding >= 0, "a push holds no negative bytes")
+        let taken = held.withLock { held in
+            precondition(held >= holding, "a push holds more bytes than the buffer")
+            guard held == holding || held + count <= bytesMax else { return false }
+            held += count
+            return true
+        }
+        guard taken else {
+            throw ServiceError(
+                .serviceUnavailable, "the server holds as many pushes as it takes at once; try again shortly", retryAfter: 1)
+        }
+    }
+
+    /// Gives back every byte a push took, once its answer is made.
+    func release(_ count: Int) {
+        held.withLock { held in
+            precondition(held >= count, "a push gives back more bytes than the buffer holds")
+            held -= count
+        }
+    }
+}
+
 extension FaultSettings {
     /// Reads a `POST /v1/admin/faults` body (section 12) by the protocol's
     /// JSON rules, which `JSONDecoder` does not keep (it takes a byte order

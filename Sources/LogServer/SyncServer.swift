@@ -43,6 +43,13 @@ public final class SyncServer: Sendable {
         /// as long as the client kept sending. The default lets a body of
         /// `Wire.requestBodyBytesMax` arrive at 14 KB/s.
         public var bodyTimeout: Duration? = .seconds(300)
+        /// The most bytes of push bodies the server holds at once, being
+        /// received or waiting for the store's one writer (`PushBuffer`).
+        /// A push that would go over it, while others hold bytes, is answered
+        /// `503 SERVICE_UNAVAILABLE` with `Retry-After: 1`, which clients
+        /// retry; a push alone is always taken, whatever its size. The
+        /// default holds 16 bodies of `Wire.requestBodyBytesMax`.
+        public var pushBufferBytesMax = 16 * Wire.requestBodyBytesMax
         /// The least severe message the server logs.
         public var logLevel = Logger.Level.info
 
@@ -53,6 +60,7 @@ public final class SyncServer: Sendable {
     let service: SyncService
     let limiter: RateLimiter?
     let faults = FaultInjector()
+    let pushBuffer: PushBuffer
 
     /// Opens (or creates) the server's store.
     /// - Throws: `LMDBError` when the data directory cannot be used.
@@ -61,9 +69,14 @@ public final class SyncServer: Sendable {
         let storage = try ServerStorage(path: configuration.dataDirectory, durability: configuration.durability)
         service = SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }
         limiter = configuration.rateLimit.map { RateLimiter(rate: $0.rate, burst: $0.burst) }
+        pushBuffer = PushBuffer(bytesMax: configuration.pushBufferBytesMax)
     }
 
     public var serverID: String { service.serverID }
+
+    /// The bytes of push bodies the server holds now (see
+    /// `Configuration.pushBufferBytesMax`).
+    public var pushBufferBytes: Int { pushBuffer.bytes }
 
     /// Whether `token` can be a bearer token (section 3): one or more
     /// characters from `!` to `~`. A configured token that is not one could

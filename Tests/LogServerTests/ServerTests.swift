@@ -653,6 +653,54 @@ import Testing
         #expect(try await server.pull().status == 200)
     }
 
+    /// The server holds at most `pushBufferBytesMax` bytes of push bodies
+    /// at once (being received, or waiting for the store's one writer): a
+    /// push that would take it over while another holds bytes is answered
+    /// 503 with `Retry-After`, which clients retry, and applies nothing; the
+    /// server used to hold every body sent to it at once. A push alone is
+    /// taken whatever its size. Here one push holds all but the last byte
+    /// of its body while a second is sent.
+    @Test func pushBodiesOverTheBufferAreAnswered503() async throws {
+        let server = try await TestServer("push-buffer")
+        defer { Task { await server.stop() } }
+        server.configuration.pushBufferBytesMax = 32 * 1024
+        try await server.restart()
+        func body(_ id: String, bytes: Int) throws -> Data {
+            try JSONEncoder().encode(PushRequest(operations: [operation(.create, id, ["s": .string(String(repeating: "x", count: bytes))])]))
+        }
+        // Alone, a push over the buffer is taken.
+        #expect(try await server.send("POST", "/v1/push", body: try body("alone", bytes: 48 * 1024)).status == 200)
+        #expect(server.server.pushBufferBytes == 0)
+
+        let held = try body("held", bytes: 24 * 1024)
+        let head = "POST /v1/push HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer alice-token\r\nContent-Type: application/json\r\n"
+            + "Content-Length: \(held.count)\r\n\r\n"
+        let lastByte = DispatchSemaphore(value: 0)
+        let port = server.port
+        async let heldReply = onAThreadOfItsOwn {
+            try rawExchange(port: port, receiveTimeoutSeconds: 60) { sendAll in
+                guard sendAll(Data(head.utf8) + held.dropLast()) else { return }
+                // A hang guard: the test signals once the second push is answered.
+                _ = lastByte.wait(timeout: .now() + 120)
+                _ = sendAll(held.suffix(1))
+            }
+        }
+        // Waits for the server to hold all but the last byte (a hang guard, no timing).
+        for _ in 0..<12_000 where server.server.pushBufferBytes < held.count - 1 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(server.server.pushBufferBytes == held.count - 1)
+        let refused = try await server.send("POST", "/v1/push", body: try body("refused", bytes: 16 * 1024))
+        lastByte.signal()
+        #expect(refused.status == 503, "\(String(decoding: refused.body, as: UTF8.self))")
+        #expect(refused.error?.error.code == .serviceUnavailable && refused.error?.error.retryable == true)
+        #expect(refused.headers["retry-after"] == "1")
+        let reply = try await heldReply
+        #expect(statuses(reply) == [200], "\(reply.prefix(300))")
+        #expect(server.server.pushBufferBytes == 0)
+        // Retried once the buffer has room, it is applied.
+        #expect(try await server.send("POST", "/v1/push", body: try body("refused", bytes: 16 * 1024)).status == 200)
+        #expect(try await server.pullAll().map(\.entityID) == ["alone", "held", "refused"])
+    }
+
     /// What HTTP's parser refuses (a method HTTP does not know, a header
     /// line without a colon, a chunk size that is not hex) is answered with
     /// the error envelope (section 5) and the connection closed, where the

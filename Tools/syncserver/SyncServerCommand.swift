@@ -51,6 +51,14 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds a request may take to send its body, from its head on, before its connection is closed unanswered; 0 for never.")
     var bodyTimeout = 300
 
+    @Option(
+        help: """
+            MiB of push bodies held at once, being received or waiting for the store's one writer; a push that would go \
+            over it while others are held is answered 503 SERVICE_UNAVAILABLE with Retry-After: 1, which clients retry. \
+            A push alone is always taken.
+            """)
+    var pushBufferMib = 64
+
     @Flag(help: "Stop (as on SIGTERM) when stdin reaches its end: a parent process that holds a pipe to it takes the server with it when it ends, even by SIGKILL.")
     var stopAtStdinEnd = false
 
@@ -59,6 +67,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         guard rateLimit >= 0, burst > 0 else { throw ValidationError("--rate-limit must be >= 0 and --burst > 0") }
         guard (0...86_400).contains(idleTimeout) else { throw ValidationError("--idle-timeout must be 0...86400 seconds") }
         guard (0...86_400).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be 0...86400 seconds") }
+        guard (1...1_048_576).contains(pushBufferMib) else { throw ValidationError("--push-buffer-mib must be 1...1048576") }
         guard ["full", "metaAsync", "process"].contains(durability) else {
             throw ValidationError("--durability must be full, metaAsync or process")
         }
@@ -77,6 +86,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.idleTimeout = idleTimeout > 0 ? .seconds(idleTimeout) : nil
         configuration.bodyTimeout = bodyTimeout > 0 ? .seconds(bodyTimeout) : nil
         configuration.durability = .init(rawValue: durability) ?? .full
+        configuration.pushBufferBytesMax = pushBufferMib << 20
         let server = try SyncServer(configuration: configuration)
         defer { server.close() }
         if stopAtStdinEnd { ParentWatch.onStdinEnd { kill(getpid(), SIGTERM) } }
