@@ -19,6 +19,11 @@ public final class SyncServer: Sendable {
         /// 0 picks a free port (see `onRunning`).
         public var port = 8080
         public var dataDirectory: String
+        /// Only `.full` keeps the protocol's promise that a push answered
+        /// "applied" survives a power loss (`sync-protocol.md` section 7):
+        /// under `.metaAsync` a power loss may undo the last commit, and
+        /// under `.process` any commit, answered pushes included (and may
+        /// corrupt the store). The other two are for tests and benchmarks.
         public var durability = LMDB.Environment.Durability.full
         /// Bearer token -> who it is.
         public var tokens: [String: Identity] = [:]

@@ -42,7 +42,13 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Flag(help: "Enable POST /v1/admin/faults (tests only; never in production).")
     var faultInjection = false
 
-    @Option(help: "Durability: full, metaAsync or process.")
+    @Option(
+        help: """
+            Durability of each commit: full (the default), metaAsync or process. Only full keeps the protocol's promise \
+            that a push answered "applied" survives a power loss: under metaAsync a power loss may undo the last commit, \
+            pushes already answered applied included; under process it may undo any of them and corrupt the store. Use \
+            the other two only for tests and benchmarks.
+            """)
     var durability = "full"
 
     @Option(help: "Seconds a connection may send no part of a request, answer pending aside, before it is closed; 0 for never.")
