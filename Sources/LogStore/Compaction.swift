@@ -98,8 +98,10 @@ private struct CompactionPlan {
     var removedKeys: [(key: String, offset: UInt64)] = []
     /// The last kept intent below the watermark with each key: what a
     /// replay leaves in a key's row when a later intent with the same key
-    /// (a log with repeated keys) is removed.
-    var keptKeys: [String: UInt64] = [:]
+    /// (a log with repeated keys) is removed. Keyed by bytes, as the
+    /// idempotency table is: `String` equality would merge two keys that
+    /// are canonically equivalent Unicode but different bytes.
+    var keptKeys: [ByteKey: UInt64] = [:]
     var snapshots: [Snapshot] = []
     /// The last resync below the watermark, when it is kept (0 when not):
     /// the snapshots go after it, or it would forget them.
@@ -151,7 +153,7 @@ extension Store {
             let keep = kept.contains(entry.offset)
             if case .intent(let intent) = entry.body {
                 if keep {
-                    plan.keptKeys[intent.idempotencyKey] = entry.offset
+                    plan.keptKeys[ByteKey(Array(intent.idempotencyKey.utf8))] = entry.offset
                 } else {
                     plan.removedKeys.append((intent.idempotencyKey, entry.offset))
                 }
@@ -290,7 +292,7 @@ extension Store {
         for (key, offset) in plan.removedKeys {
             let bytes = Array(key.utf8)
             guard try txn.get(idempotency, key: bytes) == OffsetKey.encode(offset) else { continue }
-            if let kept = plan.keptKeys[key] {
+            if let kept = plan.keptKeys[ByteKey(bytes)] {
                 try txn.put(idempotency, key: bytes, value: OffsetKey.encode(kept))
             } else {
                 try txn.delete(idempotency, key: bytes)

@@ -240,6 +240,32 @@ import Testing
         #expect(try await store.verifyProjections(scratchDirectory: scratch.path).isEmpty)
     }
 
+    /// Two idempotency keys that are canonically equivalent Unicode but
+    /// different bytes (U+00E9, and U+0065 U+0301) are two keys, as the
+    /// idempotency table keys them by bytes. Compaction removed the
+    /// acknowledged intent of one and, its kept keys keyed by `String`,
+    /// pointed that key's row at the kept intent of the other: a row no
+    /// replay of the compacted log writes.
+    @Test func canonicallyEquivalentKeysStayApartThroughCompaction() async throws {
+        let fixture = try StoreFixture("compact-equivalent-keys")
+        let store = fixture.store
+        let (precomposed, decomposed) = ("caf\u{E9}", "cafe\u{301}")
+        #expect(precomposed == decomposed && !precomposed.utf8.elementsEqual(decomposed.utf8))
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: precomposed, entityType: "a", entityID: "x", fields: [:])))  // 1, pending
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: decomposed, entityType: "b", entityID: "y", fields: [:])))  // 2
+        _ = try await store.log.append(.ack(Ack(intentOffset: 2, outcome: .applied, serverVersion: 1)))  // 3
+        try await store.create(type: "c", id: "z", fields: [:])  // 4: projects 1-3 first
+        #expect(try store.intentOffset(idempotencyKey: precomposed) == 1)
+        #expect(try store.intentOffset(idempotencyKey: decomposed) == 2)
+        let report = try await store.compact(below: 4)
+        #expect(report.entriesRemoved == 2)
+        #expect(try store.intentOffset(idempotencyKey: precomposed) == 1)
+        #expect(try store.intentOffset(idempotencyKey: decomposed) == nil)
+        let compacted = try store.derivedTables()
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == compacted)
+    }
+
     /// Entries appended to the log directly are projected before a
     /// compaction folds them away, as before any store write: otherwise the
     /// outbox keeps a row for an intent the compaction removed.
