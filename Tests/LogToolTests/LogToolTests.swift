@@ -1049,3 +1049,20 @@ extension LogToolExportTests {
         }
     }
 }
+
+extension LogToolExportTests {
+    /// `export` writes JSON lines whatever it is told: it took `--json`
+    /// and did nothing with it. The option is gone: asked for, it is
+    /// refused (exit 2), and `--help` does not offer it.
+    @Test func exportHasNoJSONOption() async throws {
+        let directory = try TemporaryDirectory("logtool-export-json")
+        let source = directory.appending("source")
+        _ = try await Tool.exportOfNewStore(at: source) { store in try await store.create(type: "te", id: "a", fields: [:]) }
+        let refused = try Tool.run(["export", source, "--json"])
+        #expect(refused.status == 2 && refused.errors.contains("--json"), "exit \(refused.status): \(refused.errors)")
+        #expect(refused.output.isEmpty)
+        let help = try Tool.run(["export", "--help"])
+        let offered = help.lines.filter { $0.contains("[--json]") || $0.trimmingCharacters(in: .whitespaces).hasPrefix("--json") }
+        #expect(help.status == 0 && offered.isEmpty, "\(help.output)")
+    }
+}

@@ -55,11 +55,13 @@ struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write the log as JSON lines: a header, then one entry per line (as dump --json prints them).")
 
-    @OptionGroup var store: StoreOptions
+    // The store's path alone, not `StoreOptions`: an export is JSON lines
+    // whatever it is told, and a `--json` that changed nothing misled.
+    @Argument(help: "The store directory.") var path: String
     @Option(name: .shortAndLong, help: "The file to write (default: standard output).") var output: String?
 
     func run() throws {
-        let log = try store.openLog()
+        let log = try EventLog(path: path, options: .inspecting)
         defer { log.close() }
         guard let output else { return try write(log, to: FileHandle.standardOutput, named: "standard output") }
         // A link to a file is followed: the file it names is replaced, and
