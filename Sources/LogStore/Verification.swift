@@ -231,6 +231,10 @@ extension Store {
 }
 
 extension Store {
+    /// Makes one pass over the entries of an import, from the first: a
+    /// function that returns the next entry, nil after the last.
+    package typealias ImportEntries = @Sendable () throws -> () throws -> Entry?
+
     /// Writes exported entries into this empty store as they were (offsets
     /// and timestamps kept), sets the compaction watermark the export had,
     /// and rebuilds the projections: an exact copy of the exported log.
@@ -239,44 +243,74 @@ extension Store {
     ///   refuse (offsets are dense except below `compactedBelow`); nothing
     ///   is written then.
     package func restore(_ entries: [Entry], compactedBelow: UInt64) async throws {
-        try await log.perform { txn, context in
+        try await restore(compactedBelow: compactedBelow) {
+            var iterator = entries.makeIterator()
+            return { iterator.next() }
+        }
+    }
+
+    /// `restore(_:compactedBelow:)` for entries read one at a time, so an
+    /// import of any length holds one entry in memory, not all of them.
+    /// - Parameters:
+    ///   - entries: makes a pass over the entries. It runs again, for a
+    ///     pass from the first entry, when the transaction does (the map
+    ///     was full, and grew). What a pass throws ends the restore, with
+    ///     nothing written.
+    /// - Returns: the number of entries restored.
+    /// - Throws: as `restore(_:compactedBelow:)`, and what `entries` throws.
+    @discardableResult
+    package func restore(compactedBelow: UInt64, entries: @escaping ImportEntries) async throws -> Int {
+        let count = try await log.perform { txn, context in
             guard context.position.lastOffset == 0 else {
                 throw LogStoreError(.invalidArgument, path: self.path, "import needs an empty store")
             }
+            let next = try entries()
+            var count = 0
+            // Bounded by the import's entries.
+            while let entry = try next() {
+                count += 1
+                try self.restore(entry, number: count, compactedBelow: compactedBelow, txn, &context)
+            }
             // Compaction's watermark is at most the last offset (1 for an
             // empty log); past it, holes would hide entries appended later.
-            let last = entries.last?.offset ?? 0
+            let last = context.position.lastOffset
             guard compactedBelow <= max(last, 1) else {
                 throw LogStoreError(
                     .invalidArgument, path: self.path,
                     "the compaction watermark \(compactedBelow) is past the last offset of the import, \(last)")
             }
-            for (index, entry) in entries.enumerated() {
-                // Past the last offset it wraps to 0, which no offset follows.
-                let expected = context.position.lastOffset &+ 1
-                do {
-                    // Replay's own rule, checked before anything commits.
-                    try EventLog.checkDensity(
-                        expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: self.path)
-                } catch {
-                    throw LogStoreError(
-                        .invalidArgument, path: self.path, offset: entry.offset,
-                        "entry \(index + 1) of the import has offset \(entry.offset) where \(expected) comes next "
-                            + "(offsets may skip only up to the compaction watermark, \(compactedBelow))")
-                }
-                do {
-                    try context.restore(entry, in: txn)
-                } catch var error as LogStoreError where error.code == .invalidArgument {
-                    // Named as the density error above is: which entry, at which offset.
-                    error.offset = entry.offset
-                    error.detail = "entry \(index + 1) of the import, at offset \(entry.offset): \(error.detail)"
-                    throw error
-                }
-            }
             if compactedBelow > 0 {
                 try txn.put(self.log.metaDatabase, key: StoreFormat.compactedBelowKey, value: compactedBelow.bigEndianBytes)
             }
+            return count
         }
         try await rebuildProjections()
+        return count
+    }
+
+    /// Writes the `number`th entry of an import, after checking it follows
+    /// the last one as replay requires.
+    private func restore(
+        _ entry: Entry, number: Int, compactedBelow: UInt64, _ txn: borrowing Transaction, _ context: inout WriteContext
+    ) throws {
+        // Past the last offset it wraps to 0, which no offset follows.
+        let expected = context.position.lastOffset &+ 1
+        do {
+            // Replay's own rule, checked before anything commits.
+            try EventLog.checkDensity(expected: expected, found: entry.offset, compactedBelow: compactedBelow, path: path)
+        } catch {
+            throw LogStoreError(
+                .invalidArgument, path: path, offset: entry.offset,
+                "entry \(number) of the import has offset \(entry.offset) where \(expected) comes next "
+                    + "(offsets may skip only up to the compaction watermark, \(compactedBelow))")
+        }
+        do {
+            try context.restore(entry, in: txn)
+        } catch var error as LogStoreError where error.code == .invalidArgument {
+            // Named as the density error above is: which entry, at which offset.
+            error.offset = entry.offset
+            error.detail = "entry \(number) of the import, at offset \(entry.offset): \(error.detail)"
+            throw error
+        }
     }
 }

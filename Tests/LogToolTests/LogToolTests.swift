@@ -1066,3 +1066,53 @@ extension LogToolExportTests {
         #expect(help.status == 0 && offered.isEmpty, "\(help.output)")
     }
 }
+
+extension LogToolExportTests {
+    /// The export lines of a log of `count` resync entries (offsets 1...count,
+    /// rising timestamps), each with `reason`, and a header that ends at `last`.
+    private static func resyncExport(count: Int, last: Int? = nil, reason: String = "r") -> [String] {
+        let header = #"{"compacted_below":0,"entry_format":1,"format":"syncstore-export","last_offset":\#(last ?? count),"version":1}"#
+        return [header] + (1...count).map { #"{"kind":"resync","offset":\#($0),"reason":"\#(reason)","timestamp":\#($0 << 16)}"# }
+    }
+
+    /// `import` reads its file a line at a time (a multi-GB export must
+    /// import in bounded memory): it held the whole file. A file larger than the new store's first map (64
+    /// MiB), which makes the import's transaction run again once the map
+    /// has grown, imports whole; an error far into a long file names its line.
+    @Test func aLargeImportWorksAndNamesTheLineOfAnError() async throws {
+        let directory = try TemporaryDirectory("logtool-import-large")
+        let big = Self.resyncExport(count: 24, reason: String(repeating: "x", count: 3 << 20))
+        let bigStore = directory.appending("big")
+        let imported = try Tool.importLines(big, file: directory.appending("big.jsonl"), into: bigStore)
+        #expect(imported.status == 0 && imported.output.contains("imported 24 entries"), "\(imported.errors)")
+        let report = try #require(try Tool.run(["stat", bigStore, "--json"]).objects().first)
+        #expect(report["entries"] as? Int == 24 && report["last_offset"] as? Int == 24)
+        // The map grew past its first 64 MiB: the transaction ran again, reading the file again from its first entry.
+        #expect((report["map_bytes"] as? Int ?? 0) > 64 << 20, "\(report)")
+        let reason = try #require(try Tool.run(["show", bigStore, "24", "--json"]).objects().first?["reason"] as? String)
+        #expect(reason.utf8.count == 3 << 20)
+
+        var long = Self.resyncExport(count: 20_000)
+        long[15_000] = #"{"kind":"resync","offset":15000,"timestamp":1}"#
+        let refused = try Tool.importLines(long, file: directory.appending("long.jsonl"), into: directory.appending("long"))
+        #expect(refused.status == 2 && refused.errors.contains("long.jsonl:15001: "), "\(refused.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("long")))
+    }
+
+    /// Blank lines are skipped but counted: a message names the line as
+    /// an editor numbers it. They were left out of the count.
+    @Test func anImportNamesTheFilesOwnLineNumbers() async throws {
+        let directory = try TemporaryDirectory("logtool-import-blank")
+        var lines = Self.resyncExport(count: 3)
+        lines[3] = #"{"kind":"resync","offset":3}"#
+        lines.insert("", at: 1)
+        lines.insert("", at: 3)
+        lines.insert("", at: 3)
+        // header, blank, entry 1, blank, blank, entry 2, damaged entry 3
+        let imported = try Tool.importLines(lines, file: directory.appending("blank.jsonl"), into: directory.appending("copy"))
+        #expect(imported.status == 2 && imported.errors.contains("blank.jsonl:7: "), "\(imported.errors)")
+        lines[6] = #"{"kind":"resync","offset":3,"reason":"r","timestamp":196608}"#
+        let fine = try Tool.importLines(lines, file: directory.appending("blank.jsonl"), into: directory.appending("copy"))
+        #expect(fine.status == 0 && fine.output.contains("imported 3 entries"), "\(fine.errors)")
+    }
+}

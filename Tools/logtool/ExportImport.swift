@@ -23,29 +23,30 @@ struct ExportHeader: Codable {
 }
 
 extension ExportHeader {
-    /// The header, the first line of `file`. Its `format` and `version` are
+    /// The header, the first line of `file` that is not empty (line
+    /// `number`). Its `format` and `version` are
     /// checked before the rest: an export of another version, whose header
     /// may have other members, is named as that, not as a damaged header.
-    static func read(_ line: [UInt8], file: String) throws -> ExportHeader {
+    static func read(_ line: [UInt8], file: String, line number: Int) throws -> ExportHeader {
         let json = try? JSONReader.parse(line)
         guard case .string(formatName)? = json?["format"] else {
-            throw LogToolError("\(file):1: not a syncstore export (no \"format\":\"\(formatName)\" header)")
+            throw LogToolError("\(file):\(number): not a syncstore export (no \"format\":\"\(formatName)\" header)")
         }
         guard case .int(let version)? = json?["version"] else {
-            throw LogToolError("\(file):1: the export header has no version number")
+            throw LogToolError("\(file):\(number): the export header has no version number")
         }
         guard version == currentVersion else {
-            throw LogToolError("\(file):1: export version \(version); this logtool reads version \(currentVersion)")
+            throw LogToolError("\(file):\(number): export version \(version); this logtool reads version \(currentVersion)")
         }
         let header: ExportHeader
         do {
             header = try JSONDecoder().decode(ExportHeader.self, from: Data(line))
         } catch {
-            throw LogToolError("\(file):1: not an export header of version \(currentVersion)")
+            throw LogToolError("\(file):\(number): not an export header of version \(currentVersion)")
         }
         guard header.entryFormat == Int(EntryCodec.formatVersion) else {
             throw LogToolError(
-                "\(file):1: entries of format version \(header.entryFormat); this logtool reads version \(EntryCodec.formatVersion)")
+                "\(file):\(number): entries of format version \(header.entryFormat); this logtool reads version \(EntryCodec.formatVersion)")
         }
         return header
     }
@@ -144,32 +145,9 @@ struct Import: AsyncParsableCommand {
 
     func run() async throws {
         guard !FileManager.default.fileExists(atPath: path) else { throw LogToolError("\(path) exists; import makes a new store") }
-        let text: String
-        do {
-            text = try String(contentsOfFile: file, encoding: .utf8)
-        } catch {
-            throw LogToolError("cannot read \(file): \(error.localizedDescription)")
-        }
-        // Split at each LF byte, not at each `Character` "\n": a CRLF is one
-        // `Character`, so a file with CRLF line ends (from an editor on
-        // Windows) was one line. The CR left at a line's end is JSON
-        // whitespace.
-        let lines = text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true)
-        guard let first = lines.first else { throw LogToolError("\(file) is empty") }
-        let header = try ExportHeader.read(Array(first), file: file)
-        var entries: [Entry] = []
-        for (index, line) in lines.dropFirst().enumerated() {
-            do {
-                entries.append(try EntryJSON.entry(from: try JSONReader.parse(line)))
-            } catch {
-                throw LogToolError("\(file):\(index + 2): \(error)")
-            }
-        }
-        // The header says where the log ended: a file cut short says less.
-        let end = entries.last?.offset ?? 0
-        guard end >= header.lastOffset else {
-            throw LogToolError("\(file): the entries end at offset \(end), the header says \(header.lastOffset): the file is cut short")
-        }
+        // The header is checked before anything is made; the entries are
+        // read as they are restored, a line at a time.
+        let header = try ExportReader(file).header
         // Built beside its destination and moved there only when complete:
         // a failed import leaves nothing behind, never a store that fails verify.
         let destination = (path as NSString).standardizingPath  // "new/" names "new", not a place inside it
@@ -181,10 +159,14 @@ struct Import: AsyncParsableCommand {
         guard !FileManager.default.fileExists(atPath: staging) else {
             throw LogToolError("\(staging) exists (left by an import that was killed?); remove it first")
         }
+        let count: Int
         do {
             let store = try Store(path: staging, options: .init(durability: .full))
             defer { store.close() }
-            try await store.restore(entries, compactedBelow: header.compactedBelow)
+            count = try await store.restore(compactedBelow: header.compactedBelow) { [file] in
+                let reader = try ExportReader(file)
+                return { try reader.nextEntry() }
+            }
         } catch let error as LogStoreError where error.code == .invalidArgument {
             try? FileManager.default.removeItem(atPath: staging)
             throw LogToolError("\(file): \(error.detail)")
@@ -198,7 +180,79 @@ struct Import: AsyncParsableCommand {
             try? FileManager.default.removeItem(atPath: staging)
             throw LogToolError("cannot move the imported store from \(staging) to \(destination): \(error.localizedDescription)")
         }
-        print("imported \(entries.count) entries into \(path)")
+        print("imported \(count) entries into \(path)")
+    }
+}
+
+/// An export file read a line at a time, so that an import holds one
+/// line in memory however long the file is. Lines end at each LF byte,
+/// not at each `Character` "\n": a CRLF is one `Character`, so a file with
+/// CRLF line ends (from an editor on Windows) was one line. The CR left at
+/// a line's end is JSON whitespace. Blank lines are skipped, and counted:
+/// a message names a line by its number in the file.
+final class ExportReader {
+    let file: String
+    /// The file's first line that is not empty.
+    private(set) var header = ExportHeader(compactedBelow: 0, lastOffset: 0)
+    private let stream: UnsafeMutablePointer<FILE>
+    private var buffer: UnsafeMutablePointer<CChar>?
+    private var capacity = 0
+    /// The number of the line read last.
+    private var lineNumber = 0
+    /// The offset of the last entry read, 0 before the first.
+    private var lastOffset: UInt64 = 0
+
+    /// Opens `file` and reads its header.
+    init(_ file: String) throws {
+        guard let stream = fopen(file, "r") else { throw LogToolError("cannot read \(file): \(String(cString: strerror(errno)))") }
+        self.file = file
+        self.stream = stream
+        // Thrown from here on, the reader is released as usual: `deinit` closes the file.
+        guard let first = try nextLine() else { throw LogToolError("\(file) is empty") }
+        header = try ExportHeader.read(first, file: file, line: lineNumber)
+    }
+
+    deinit {
+        free(buffer)
+        fclose(stream)
+    }
+
+    /// The next entry; nil after the last, which must reach the header's
+    /// last offset: the header says where the log ended, and a file cut
+    /// short says less.
+    func nextEntry() throws -> Entry? {
+        guard let line = try nextLine() else {
+            guard lastOffset >= header.lastOffset else {
+                throw LogToolError(
+                    "\(file): the entries end at offset \(lastOffset), the header says \(header.lastOffset): the file is cut short")
+            }
+            return nil
+        }
+        let entry: Entry
+        do {
+            entry = try EntryJSON.entry(from: try JSONReader.parse(line))
+        } catch {
+            throw LogToolError("\(file):\(lineNumber): \(error)")
+        }
+        lastOffset = entry.offset
+        return entry
+    }
+
+    /// The next line that is not empty, without its LF; nil at the end of
+    /// the file. Bounded by the file's length.
+    private func nextLine() throws -> [UInt8]? {
+        while true {
+            errno = 0
+            let count = getline(&buffer, &capacity, stream)
+            guard count >= 0, let line = buffer else {
+                guard ferror(stream) == 0 else { throw LogToolError("cannot read \(file): \(String(cString: strerror(errno)))") }
+                return nil
+            }
+            lineNumber += 1
+            var bytes = UnsafeRawBufferPointer(start: line, count: count)
+            if bytes.last == UInt8(ascii: "\n") { bytes = UnsafeRawBufferPointer(rebasing: bytes.dropLast()) }
+            if !bytes.isEmpty { return Array(bytes) }
+        }
     }
 }
 
