@@ -1116,3 +1116,20 @@ extension LogToolExportTests {
         #expect(fine.status == 0 && fine.output.contains("imported 3 entries"), "\(fine.errors)")
     }
 }
+
+extension LogToolExportTests {
+    /// The header's `last_offset` is the offset of the file's last entry
+    /// (export writes both from one read transaction): an entry past it is
+    /// refused, naming its line, as a file that ends before it is. Such
+    /// entries were imported.
+    @Test func anImportWithEntriesPastTheHeadersLastOffsetIsRefused() async throws {
+        let directory = try TemporaryDirectory("logtool-import-past")
+        let lines = Self.resyncExport(count: 3, last: 2)
+        let imported = try Tool.importLines(lines, file: directory.appending("past.jsonl"), into: directory.appending("copy"))
+        #expect(imported.status == 2, "exit \(imported.status): \(imported.output)")
+        #expect(imported.errors.contains("past.jsonl:4: ") && imported.errors.contains("last_offset 2"), "\(imported.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
+        let exact = try Tool.importLines(lines.dropLast(), file: directory.appending("exact.jsonl"), into: directory.appending("copy"))
+        #expect(exact.status == 0, "\(exact.errors)")
+    }
+}

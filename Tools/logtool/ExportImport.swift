@@ -201,6 +201,9 @@ final class ExportReader {
     private var lineNumber = 0
     /// The offset of the last entry read, 0 before the first.
     private var lastOffset: UInt64 = 0
+    /// The line of the last entry read, when it lies past the header's
+    /// last offset.
+    private var pastLastOffset: Int?
 
     /// Opens `file` and reads its header.
     init(_ file: String) throws {
@@ -217,12 +220,18 @@ final class ExportReader {
         fclose(stream)
     }
 
-    /// The next entry; nil after the last, which must reach the header's
-    /// last offset: the header says where the log ended, and a file cut
-    /// short says less.
+    /// The next entry; nil after the last, which must be at the header's
+    /// last offset: the header says where the log ended, exactly.
     func nextEntry() throws -> Entry? {
+        // An entry past the header's last offset is refused when the next
+        // is asked for: by then the store has checked that it follows the
+        // one before, and a hole or a step back is named as that.
+        if let line = pastLastOffset {
+            throw LogToolError(
+                "\(file):\(line): an entry at offset \(lastOffset), past the header's last_offset \(header.lastOffset)")
+        }
         guard let line = try nextLine() else {
-            guard lastOffset >= header.lastOffset else {
+            guard lastOffset == header.lastOffset else {
                 throw LogToolError(
                     "\(file): the entries end at offset \(lastOffset), the header says \(header.lastOffset): the file is cut short")
             }
@@ -234,6 +243,7 @@ final class ExportReader {
         } catch {
             throw LogToolError("\(file):\(lineNumber): \(error)")
         }
+        if entry.offset > header.lastOffset { pastLastOffset = lineNumber }
         lastOffset = entry.offset
         return entry
     }
