@@ -1133,3 +1133,21 @@ extension LogToolExportTests {
         #expect(exact.status == 0, "\(exact.errors)")
     }
 }
+
+extension LogToolTests {
+    /// A `u64` is a JSON number throughout the tool (Format/README.md), as
+    /// `stat` and `compact` print offsets: `cursors`, `replay` and `verify`
+    /// printed theirs (and replay's seconds) as strings.
+    @Test func offsetsAreJSONNumbersInEveryCommand() async throws {
+        let directory = try await makeStore("logtool-json-numbers")
+        let cursors = try #require(try Tool.run(["cursors", directory.path, "--json"]).objects().first)
+        #expect(cursors["projection_watermark"] as? Int == 6, "\(cursors)")
+        let replay = try #require(try Tool.run(["replay", directory.path, "--json"]).objects().first)
+        #expect(replay["watermark"] as? Int == 6, "\(replay)")
+        #expect(replay["seconds"] is NSNumber, "\(replay)")
+        try Tool.damageEntry(at: 2, inStore: directory.path)
+        let verify = try Tool.run(["verify", directory.path, "--json"])
+        #expect(verify.status == 1)
+        #expect(try verify.objects().first?["offset"] as? Int == 2, "\(verify.output)")
+    }
+}

@@ -256,13 +256,23 @@ struct Cursors: ParsableCommand {
 
     @OptionGroup var store: StoreOptions
 
+    /// The watermark a JSON number, as every `u64` the tool prints.
+    struct Row: Encodable {
+        var pull: String
+        var projectionWatermark: UInt64
+        enum CodingKeys: String, CodingKey {
+            case pull
+            case projectionWatermark = "projection_watermark"
+        }
+    }
+
     func run() throws {
         let opened = try store.openStore()
         defer { opened.close() }
         let cursor = try opened.pullCursor()
         let state = try opened.projectionState()
         if store.json {
-            try Output.line(["pull": cursor ?? "", "projection_watermark": String(state.watermark)])
+            try Output.line(Row(pull: cursor ?? "", projectionWatermark: state.watermark))
         } else {
             print("pull                  \(cursor ?? "none")")
             print("projection watermark  \(state.watermark)")
@@ -277,6 +287,13 @@ struct Verify: AsyncParsableCommand {
 
     @OptionGroup var store: StoreOptions
 
+    /// A problem, its offset a JSON number (left out when it has none).
+    struct Row: Encodable {
+        var table: String
+        var offset: UInt64?
+        var message: String
+    }
+
     func run() async throws {
         let scratch = NSTemporaryDirectory() + "logtool-verify-\(UUIDv7.Generator.shared.next().ulidString)"
         defer { try? FileManager.default.removeItem(atPath: scratch) }
@@ -284,7 +301,7 @@ struct Verify: AsyncParsableCommand {
         let (checked, problems) = (report.checked, report.problems)
         for problem in problems {
             if store.json {
-                try Output.line(["table": problem.table, "offset": problem.offset.map(String.init) ?? "", "message": problem.message])
+                try Output.line(Row(table: problem.table, offset: problem.offset, message: problem.message))
             } else {
                 print(problem)
             }

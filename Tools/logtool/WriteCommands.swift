@@ -132,6 +132,13 @@ struct Replay: AsyncParsableCommand {
         }
     }
 
+    /// What `replay --json` prints: numbers as JSON numbers.
+    private struct Report: Encodable {
+        var path: String
+        var watermark: UInt64
+        var seconds: Double
+    }
+
     /// Rebuilds the derived tables of the store at `path`, with progress.
     private func replay(_ path: String) async throws {
         let opened = try StoreOptions.openWritable(path)
@@ -144,7 +151,7 @@ struct Replay: AsyncParsableCommand {
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let (_, watermark) = try opened.projectionState()
-        if store.json { return try Output.line(["path": path, "watermark": String(watermark), "seconds": String(seconds)]) }
+        if store.json { return try Output.line(Report(path: path, watermark: watermark, seconds: seconds)) }
         print("replayed \(path) through offset \(watermark) in \(String(format: "%.2f", seconds)) s")
     }
 
