@@ -1151,3 +1151,27 @@ extension LogToolTests {
         #expect(try verify.objects().first?["offset"] as? Int == 2, "\(verify.output)")
     }
 }
+
+extension LogToolTests {
+    /// `conflicts` lists what waits in `Store.conflicts()`'s order, by
+    /// intent, in text and JSON; it printed the conflict entries in log
+    /// order, which differs when a later intent's conflict came first.
+    @Test func conflictsAreListedInTheStoresOrder() async throws {
+        let directory = try TemporaryDirectory("logtool-conflicts-order")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+            try await store.create(type: "te", id: "b", fields: ["n": 1])  // 2
+            try await store.record([(2, .conflict(ServerState(serverVersion: 5, deleted: false, data: ["n": 5]), message: "newer"))])
+            try await store.record([(1, .conflict(ServerState(serverVersion: 3, deleted: false, data: ["n": 3]), message: "newer"))])
+            #expect(try store.conflicts().map(\.conflict.serverVersion) == [3, 5])
+            store.close()
+        }
+        let json = try Tool.run(["conflicts", directory.path, "--json"]).objects()
+        #expect(json.map { $0["server_version"] as? Int } == [3, 5])
+        let offsets = json.compactMap { $0["offset"] as? Int }
+        let text = try Tool.run(["conflicts", directory.path])
+        let shown = try offsets.flatMap { try Tool.run(["show", directory.path, "\($0)"]).lines }
+        #expect(text.status == 0 && offsets.count == 2 && text.lines == shown, "\(text.output)")
+    }
+}

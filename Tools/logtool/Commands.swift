@@ -344,14 +344,21 @@ struct Conflicts: ParsableCommand {
     func run() throws {
         let opened = try store.openStore()
         defer { opened.close() }
-        // The conflict entries the `conflicts` table names. A conflict is
-        // recorded with the reject that settles its intent, so the intent
-        // of a waiting conflict is not in the outbox.
-        let waiting = Set(try opened.conflicts().map(\.offset))
+        guard all else {
+            // The conflict entries the `conflicts` table names, in its
+            // order (by intent), not in the order they were written.
+            for waiting in try opened.conflicts() {
+                guard let entry = try opened.log.entry(at: waiting.offset) else {
+                    throw LogToolError("no entry at offset \(waiting.offset), which the conflicts table names")
+                }
+                try printEntry(entry, json: store.json)
+            }
+            return
+        }
         var scanner = opened.log.entries()
         while let entry = try scanner.next() {
             guard case .conflict = entry.body else { continue }
-            if all || waiting.contains(entry.offset) { try printEntry(entry, json: store.json) }
+            try printEntry(entry, json: store.json)
         }
     }
 }
