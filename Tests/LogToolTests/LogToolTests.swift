@@ -1175,3 +1175,23 @@ extension LogToolTests {
         #expect(text.status == 0 && offsets.count == 2 && text.lines == shown, "\(text.output)")
     }
 }
+
+extension LogToolTests {
+    /// `stat` tells pending intents from failed ones (waiting for the
+    /// app's `retryFailed`): it called them all pending.
+    @Test func statCountsFailedIntentsApart() async throws {
+        let directory = try TemporaryDirectory("logtool-stat-failed")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            try await store.create(type: "te", id: "b", fields: [:])
+            try await store.create(type: "te", id: "c", fields: [:])
+            try await store.markFailed(offsets: [1], error: "permanent")
+            store.close()
+        }
+        let text = try Tool.run(["stat", directory.path])
+        #expect(text.output.contains("outbox      2 pending, 1 failed"), "\(text.output)")
+        let report = try #require(try Tool.run(["stat", directory.path, "--json"]).objects().first)
+        #expect(report["outbox"] as? Int == 3 && report["outbox_failed"] as? Int == 1, "\(report)")
+    }
+}

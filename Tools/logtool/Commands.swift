@@ -24,7 +24,10 @@ struct Stat: ParsableCommand {
         var projectionVersion: UInt32?
         var projectionWatermark: UInt64?
         var projections: String
+        /// The intents in the outbox: pending, or failed (waiting for the
+        /// app's `retryFailed`), of which there are `outboxFailed`.
         var outbox: Int?
+        var outboxFailed: Int?
         var oldestPendingSeconds: Double?
         var cursor: String?
         /// Each table's keys and the bytes of its pages; empty when the
@@ -44,7 +47,7 @@ struct Stat: ParsableCommand {
             case entryFormatVersion = "entry_format_version", storeFormatVersion = "store_format_version"
             case fileBytes = "file_bytes", mapBytes = "map_bytes", mapUsedBytes = "map_used_bytes"
             case projectionVersion = "projection_version", projectionWatermark = "projection_watermark"
-            case oldestPendingSeconds = "oldest_pending_seconds"
+            case outboxFailed = "outbox_failed", oldestPendingSeconds = "oldest_pending_seconds"
         }
     }
 
@@ -74,7 +77,8 @@ struct Stat: ParsableCommand {
             report.projectionWatermark = state.watermark
             let outbox = try opened.outbox()
             report.outbox = outbox.count
-            if let oldest = outbox.first {
+            report.outboxFailed = outbox.count(where: { $0.state.status == .failed })
+            if let oldest = outbox.first(where: { $0.state.status == .pending }) {
                 report.oldestPendingSeconds = max(0, Date().timeIntervalSince1970 - Double(oldest.timestamp.milliseconds) / 1000)
             }
             report.cursor = try opened.pullCursor()
@@ -90,7 +94,9 @@ struct Stat: ParsableCommand {
         print("offsets     \(report.firstOffset.map(String.init) ?? "-")...\(report.lastOffset) (\(report.entries) entries; compacted below \(report.compactedBelow))")
         print("kinds       " + report.kinds.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
         print("projections \(report.projections) (version \(report.projectionVersion.map(String.init) ?? "-"), watermark \(report.projectionWatermark.map(String.init) ?? "-"))")
-        print("outbox      \(report.outbox.map(String.init) ?? "-") pending" + (report.oldestPendingSeconds.map { String(format: ", oldest %.0f s old", $0) } ?? ""))
+        let failed = report.outboxFailed ?? 0
+        let outbox = report.outbox.map { "\($0 - failed) pending, \(failed) failed" } ?? "-"
+        print("outbox      \(outbox)" + (report.oldestPendingSeconds.map { String(format: ", oldest pending %.0f s old", $0) } ?? ""))
         print("cursor      \(report.cursor ?? "none")")
         print("file        \(report.fileBytes) bytes; map \(report.mapUsedBytes) of \(report.mapBytes) bytes used")
         let nameWidth = report.tables.map(\.name.count).max() ?? 0
