@@ -1195,3 +1195,20 @@ extension LogToolTests {
         #expect(report["outbox"] as? Int == 3 && report["outbox_failed"] as? Int == 1, "\(report)")
     }
 }
+
+extension LogToolTests {
+    /// `verify --scratch DIR` makes its scratch copy in DIR (not $TMPDIR)
+    /// and removes it; a DIR that is not a directory is refused.
+    @Test func verifyTakesAScratchDirectory() async throws {
+        let directory = try await makeStore("logtool-verify-scratch")
+        let scratch = try TemporaryDirectory("logtool-verify-scratch-dir")
+        let verify = try Tool.run(["verify", directory.path, "--scratch", scratch.path])
+        #expect(verify.status == 0 && verify.errors.contains("6 entries checked, 0 problems"), "\(verify.errors)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.path).isEmpty)
+        let file = scratch.appending("file")
+        _ = FileManager.default.createFile(atPath: file, contents: Data())
+        let refused = try Tool.run(["verify", directory.path, "--scratch", file])
+        #expect(refused.status == 2 && refused.errors.contains(file), "exit \(refused.status): \(refused.errors)")
+        #expect(try Tool.run(["verify", "--help"]).output.contains("--scratch"))
+    }
+}

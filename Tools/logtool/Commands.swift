@@ -292,6 +292,10 @@ struct Verify: AsyncParsableCommand {
         discussion: "Prints each problem with where it is, and exits 1 if there is any.")
 
     @OptionGroup var store: StoreOptions
+    @Option(
+        name: .customLong("scratch"),
+        help: ArgumentHelp("The directory to make the scratch copy in (default: $TMPDIR); it needs room for a copy of the store.", valueName: "dir"))
+    var scratchParent: String?
 
     /// A problem, its offset a JSON number (left out when it has none).
     struct Row: Encodable {
@@ -301,7 +305,12 @@ struct Verify: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let scratch = NSTemporaryDirectory() + "logtool-verify-\(UUIDv7.Generator.shared.next().ulidString)"
+        var isDirectory: ObjCBool = false
+        if let scratchParent, !FileManager.default.fileExists(atPath: scratchParent, isDirectory: &isDirectory) || !isDirectory.boolValue {
+            throw LogToolError("--scratch \(scratchParent) is not a directory")
+        }
+        let parent = scratchParent.map { $0 + "/" } ?? NSTemporaryDirectory()
+        let scratch = parent + "logtool-verify-\(UUIDv7.Generator.shared.next().ulidString)"
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let report = try await Store.verify(path: store.path, scratchDirectory: scratch)
         let (checked, problems) = (report.checked, report.problems)
