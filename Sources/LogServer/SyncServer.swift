@@ -58,7 +58,23 @@ public final class SyncServer: Sendable {
         /// The least severe message the server logs.
         public var logLevel = Logger.Level.info
 
+        /// - Throws: `ConfigurationError` for the first setting out of range.
+        func check() throws(ConfigurationError) {
+            if let limit = rateLimit, !(limit.rate > 0 && limit.rate.isFinite && limit.burst > 0) {
+                throw ConfigurationError("rateLimit needs a positive, finite rate and a positive burst, not \(limit)")
+            }
+            guard pushBufferBytesMax > 0 else {
+                throw ConfigurationError("pushBufferBytesMax must be positive, not \(pushBufferBytesMax)")
+            }
+        }
+
         public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
+    }
+
+    /// A `Configuration` setting out of range.
+    public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
+        public let description: String
+        init(_ description: String) { self.description = "sync server configuration: " + description }
     }
 
     public let configuration: Configuration
@@ -68,8 +84,10 @@ public final class SyncServer: Sendable {
     let pushBuffer: PushBuffer
 
     /// Opens (or creates) the server's store.
-    /// - Throws: `LMDBError` when the data directory cannot be used.
+    /// - Throws: `SyncServer.ConfigurationError` naming a setting out of
+    ///   range; `LMDBError` when the data directory cannot be used.
     public init(configuration: Configuration) throws {
+        try configuration.check()
         self.configuration = configuration
         let storage = try ServerStorage(path: configuration.dataDirectory, durability: configuration.durability)
         service = SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }

@@ -637,6 +637,36 @@ import Testing
     }
 }
 
+@Suite struct ServerConfigurationTests {
+    enum Setting: String, CaseIterable, Sendable {
+        case noPushBuffer, zeroRate, nanRate, zeroBurst
+
+        func apply(to configuration: inout SyncServer.Configuration) -> String {
+            switch self {
+            case .noPushBuffer: configuration.pushBufferBytesMax = 0
+            case .zeroRate: configuration.rateLimit = (rate: 0, burst: 5)
+            case .nanRate: configuration.rateLimit = (rate: .nan, burst: 5)
+            case .zeroBurst: configuration.rateLimit = (rate: 10, burst: 0)
+            }
+            return self == .noPushBuffer ? "pushBufferBytesMax" : "rateLimit"
+        }
+    }
+
+    /// An embedding app's settings out of range are an error naming the
+    /// setting, not a trap in the server's init (as a zero push buffer or
+    /// rate was), and nothing is opened.
+    @Test(arguments: Setting.allCases)
+    func aSettingOutOfRangeIsAnErrorNamingIt(setting: Setting) throws {
+        let directory = try TemporaryDirectory("server-configuration")
+        defer { directory.remove() }
+        var configuration = SyncServer.Configuration(dataDirectory: directory.appending("data"))
+        let name = setting.apply(to: &configuration)
+        let error = #expect(throws: SyncServer.ConfigurationError.self) { try SyncServer(configuration: configuration) }
+        #expect(error?.description.contains(name) == true, "\(String(describing: error))")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
+}
+
 @Suite struct ProtocolErrorTests {
     /// A body sent in chunks, with no length up front, is refused with 413
     /// once it passes the limit: the server stops reading it then, rather
