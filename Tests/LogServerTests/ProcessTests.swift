@@ -49,6 +49,22 @@ import Testing
         #expect(changes.map(\.entityID) == ["t1"])
     }
 
+    /// `--stop-at-stdin-end` with a stdin already at its end (/dev/null, a
+    /// parent gone before the server listened) stops the server as SIGTERM
+    /// does once it runs: cleanly, status 0. The watch sent SIGTERM before
+    /// the server handled it, and the signal killed the process.
+    @Test func stopsCleanlyWhenStdinIsAtItsEndFromTheStart() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-stdin-end")
+        let server = try ChildProcess(
+            executable: Self.executable.path,
+            arguments: ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--stop-at-stdin-end"])
+        defer { server.kill() }
+        #expect(await server.waitForExit(timeout: .seconds(60)), "still running with its stdin at its end")
+        #expect(server.ending == .exit(0), "\(server.ending): \(server.errorText)")
+        #expect(server.outputText.contains("listening on"), "\(server.outputText)")
+    }
+
     /// A tokens file written on Windows (CRLF line ends) reads as one with
     /// LF: "\r\n" is one `Character`, which a split on "\n" left whole, so
     /// two lines made one line of four words and the server refused to

@@ -95,13 +95,17 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.pushBufferBytesMax = pushBufferMib << 20
         let server = try SyncServer(configuration: configuration)
         defer { server.close() }
-        if stopAtStdinEnd { ParentWatch.onStdinEnd { kill(getpid(), SIGTERM) } }
         let banner = "syncserver \(server.serverID) listening on http://\(host):%d (data \(data))\n"
         let listening = Mutex(false)
+        let stopAtStdinEnd = self.stopAtStdinEnd
         let app = server.application { port in
             listening.withLock { $0 = true }
             // Unbuffered, so a parent process reading the pipe learns the port at once.
             FileHandle.standardOutput.write(Data(String(format: banner, port).utf8))
+            // Only now: `runService()` handles SIGTERM once it runs, and a
+            // stdin already at its end (a parent gone, /dev/null) sent it
+            // before then, which killed the server instead of stopping it.
+            if stopAtStdinEnd { ParentWatch.onStdinEnd { kill(getpid(), SIGTERM) } }
         }
         do {
             try await app.runService()
