@@ -10,6 +10,9 @@ public struct RetryPolicy: Sendable, Equatable {
     /// An intent is attempted at most this many times, then marked failed.
     public var attemptsMax: UInt32 = 10
     /// Each delay is multiplied by a factor from 1 - jitter to 1 + jitter.
+    /// In 0...1: `SyncEngine` refuses a configuration outside it
+    /// (`SyncConfiguration.validate()`); used on its own, the policy takes
+    /// one outside it as the nearest bound, and NaN as 0.
     public var jitter = 0.2
     /// A server's `Retry-After` is honoured up to this, here and in the
     /// circuit breaker. A server (or a proxy before it) that asks for more,
@@ -31,7 +34,8 @@ public struct RetryPolicy: Sendable, Equatable {
         // large base, and a product past UInt64 cannot be converted back.
         let (doubled, overflow) = baseDelayMilliseconds.multipliedReportingOverflow(by: 1 << UInt64(doublings))
         let backoff = overflow ? delayMaxMilliseconds : min(doubled, delayMaxMilliseconds)
-        let jittered = Self.scaled(backoff, by: 1 + Double.random(in: -jitter...jitter, using: &random))
+        let spread = jitterInRange
+        let jittered = Self.scaled(backoff, by: 1 + Double.random(in: -spread...spread, using: &random))
         return max(jittered, retryAfterMilliseconds(retryAfterSeconds))
     }
 
@@ -45,8 +49,12 @@ public struct RetryPolicy: Sendable, Equatable {
     /// gives: a retry time further off than this was not set under this
     /// policy by the clock that reads it now.
     var delayLongestMilliseconds: UInt64 {
-        max(Self.scaled(delayMaxMilliseconds, by: 1 + jitter), retryAfterMaxMilliseconds)
+        max(Self.scaled(delayMaxMilliseconds, by: 1 + jitterInRange), retryAfterMaxMilliseconds)
     }
+
+    /// `jitter` in 0...1 (NaN as 0): a range of factors from a NaN or
+    /// negative jitter would trap, and factors below 0 make no delay.
+    private var jitterInRange: Double { jitter.isNaN ? 0 : min(max(jitter, 0), 1) }
 
     /// `milliseconds × factor`, rounded, and `.max` past UInt64.
     private static func scaled(_ milliseconds: UInt64, by factor: Double) -> UInt64 {
