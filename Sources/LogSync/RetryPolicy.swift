@@ -67,7 +67,8 @@ public struct RetryPolicy: Sendable, Equatable {
 /// consecutive 429 answers, on any endpoint, stop all requests for 30 s, then
 /// 60 s after the next trip, up to 300 s, and at least the last `Retry-After`
 /// (up to `retryAfterMaxMilliseconds`). Any other answer resets the count; a
-/// successful push or pull also resets the delay.
+/// request with no answer at all (`TransportError.Kind.noAnswer`) is none,
+/// and leaves it. A successful push or pull also resets the delay.
 public struct CircuitBreaker: Sendable, Equatable {
     /// Consecutive 429s that open the breaker.
     public static let thresholdCount = 3

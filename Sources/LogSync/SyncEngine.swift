@@ -253,14 +253,15 @@ public actor SyncEngine {
     private func rateLimitedStop() -> SyncOutcome? { breaker.isOpen(at: monotonicNow) ? .rateLimited : nil }
 
     /// Records a transport failure with the circuit breaker, and its
-    /// `Retry-After` for the run's backoff.
+    /// `Retry-After` for the run's backoff. A request with no answer at all
+    /// is not an answer: it leaves the breaker's count as it is.
     /// - Returns: `.rateLimited` when it opened the breaker.
     private func noteFailure(_ error: TransportError) -> SyncOutcome? {
         retryAfterSeconds = error.retryAfterSeconds
         if error.isRateLimited {
             return breaker.recordRateLimited(retryAfterSeconds: error.retryAfterSeconds, at: monotonicNow) ? .rateLimited : nil
         }
-        breaker.recordAnswer(success: false)
+        if error.kind != .noAnswer { breaker.recordAnswer(success: false) }
         return nil
     }
 

@@ -30,10 +30,18 @@ public protocol SyncTransport: Sendable {
 /// A request that did not produce a protocol response.
 public struct TransportError: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Kind: Sendable, Equatable {
-        /// No complete, well-formed protocol response: refused, reset or
-        /// timed-out connections, a response without `Sync-Protocol-Version`
-        /// (a proxy or captive portal), or a 2xx body that is not the JSON the
-        /// protocol defines. Retryable.
+        /// No answer at all: the connection was refused, reset or closed,
+        /// or timed out, before a response's status line and headers
+        /// came. Retryable. Not an answer, so it leaves the circuit
+        /// breaker's count of consecutive 429s as it is (section 10,
+        /// "Circuit breaker").
+        case noAnswer
+        /// An answer that is no complete, well-formed protocol response: a
+        /// response without `Sync-Protocol-Version` (a proxy or captive
+        /// portal), a redirect, a body cut short or given up on after its
+        /// headers came, or a 2xx body that is not the JSON the protocol
+        /// defines. Retryable. An answer other than 429, so it resets the
+        /// circuit breaker's count.
         case network
         /// The server answered with an error status. `code` is the error
         /// envelope's code when the body had one.
@@ -75,7 +83,7 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
     /// Network errors, 5xx and 429 are worth retrying; everything else is not.
     public var isRetryable: Bool {
         switch kind {
-        case .network, .responseTooLarge: true
+        case .noAnswer, .network, .responseTooLarge: true
         case .status(let status, _): status >= 500 || status == 429
         case .protocolVersion: false
         }

@@ -139,9 +139,13 @@ public final class HTTPTransport: SyncTransport {
                 throw TransportError(
                     .responseTooLarge,
                     "\(method) \(path): \(length) over responseBodyBytesMax (\(options.responseBodyBytesMax)); not read")
-            case .deadline:
-                throw TransportError(.network, "\(method) \(path): no whole answer within resourceTimeout (\(options.resourceTimeout) s)")
+            case .deadline(let answered):
+                throw TransportError(
+                    answered ? .network : .noAnswer,
+                    "\(method) \(path): no whole answer within resourceTimeout (\(options.resourceTimeout) s)")
             }
+        } catch let failure as NoAnswer {
+            throw TransportError(.noAnswer, "\(method) \(path): \(failure.underlying.localizedDescription)")
         } catch {
             throw TransportError(.network, "\(method) \(path): \(error.localizedDescription)")
         }

@@ -10,8 +10,16 @@ enum GiveUp: Error {
     /// The body passed the reader's `bytesMax`; `declaredBytes` is the
     /// length the response declared, when that is what was refused.
     case tooLarge(declaredBytes: Int64?)
-    /// The exchange took longer than its deadline.
-    case deadline
+    /// The exchange took longer than its deadline; `answered` when the
+    /// response's status line and headers had come by then.
+    case deadline(answered: Bool)
+}
+
+/// A request that failed before its response's status line and headers
+/// came (refused, reset, timed out): no answer at all, which
+/// `HTTPTransport` tells from an answer cut short.
+struct NoAnswer: Error {
+    let underlying: any Error
 }
 
 /// Reads response bodies for `HTTPTransport` as they arrive, within a limit
@@ -74,7 +82,7 @@ final class ResponseReader: NSObject, URLSessionDataDelegate, Sendable {
             deadlineSeconds < Self.deadlineSecondsMax
             ? Task { [weak self] in
                 try await Task.sleep(for: .seconds(deadlineSeconds))
-                self?.giveUp(task, .deadline)
+                self?.giveUp(task, .deadline(answered: task.response != nil))
             } : nil
         defer { timer?.cancel() }
         return try await withTaskCancellationHandler {
@@ -138,7 +146,7 @@ final class ResponseReader: NSObject, URLSessionDataDelegate, Sendable {
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         guard let exchange = exchanges.withLock({ $0.removeValue(forKey: ObjectIdentifier(task)) }) else { return }
         if let error {
-            exchange.continuation.resume(throwing: error)
+            exchange.continuation.resume(throwing: task.response == nil ? NoAnswer(underlying: error) : error)
         } else if let response = task.response {
             exchange.continuation.resume(returning: (exchange.body, response))
         } else {

@@ -467,8 +467,8 @@ import Testing
     /// Section 10, step 3: a push request is at most `requestBodyBytesMax`
     /// bytes. The transport does not send a larger body; it fails it as the
     /// server's 413 would, so the engine splits it all the same. Nothing
-    /// listens on the port here: a request that was sent would fail as a
-    /// network error.
+    /// listens on the port here: a request that was sent would fail with
+    /// no answer (`.noAnswer`: the connection is refused).
     @Test func aPushBodyOverTheLimitIsNotSent() async throws {
         let server = try await TestServer("body-limit")
         let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
@@ -488,7 +488,7 @@ import Testing
         let over = await failure([operation(1, bytes: 2_200_000), operation(2, bytes: 2_200_000)])
         #expect(over?.kind == .status(413, .payloadTooLarge))
         #expect(over?.message.contains("not sent") == true, "\(String(describing: over))")
-        #expect(await failure([operation(1, bytes: 1_000)])?.kind == .network)
+        #expect(await failure([operation(1, bytes: 1_000)])?.kind == .noAnswer)
     }
 
     /// Results that do not answer the operations in order (a misbehaving

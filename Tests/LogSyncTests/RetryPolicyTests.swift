@@ -1,9 +1,13 @@
+import Foundation
 import LogSync
+import LogSyncHTTP
 import LogTesting
+import Synchronization
 import Testing
 
-/// `RetryPolicy` used on its own (`Format/sync-protocol.md` section 10,
-/// "Retry timing").
+/// `RetryPolicy` used on its own, and the circuit breaker's count of
+/// consecutive 429s against a scripted server (`Format/sync-protocol.md`
+/// section 10, "Retry timing" and "Circuit breaker").
 @Suite struct RetryPolicyTests {
     /// `RetryPolicy` is public, and its settings are plain properties: an
     /// app may use it without a `SyncEngine`, whose configuration check is
@@ -21,5 +25,59 @@ import Testing
         for _ in 0..<100 { #expect(policy.delay(beforeRetry: 1, random: &random) <= 2_000) }
         policy.jitter = 7
         for _ in 0..<100 { #expect(policy.delay(beforeRetry: 1, random: &random) <= 2_000) }
+    }
+
+    static let protocolHeaders = ["Sync-Protocol-Version": "1", "Content-Type": "application/json"]
+    static let health = Data(#"{"status": "ok", "protocol_version": 1, "server_id": "01KAQ3H2M4Z8X0V6T5R7P9N1B3"}"#.utf8)
+    static let rateLimited = Data(#"{"error": {"code": "RATE_LIMITED", "message": "slow down", "retryable": true}}"#.utf8)
+
+    /// Two 429s, then a pull that gets no answer at all (the server takes
+    /// the request and never answers: a timeout), then a 429: the breaker
+    /// opens on that third 429, as the timeout is no answer, and only "any
+    /// answer other than 429" resets the count. Before, the timeout
+    /// counted as an answer and reset the count, so the run failed.
+    @Test func aRequestWithNoAnswerLeavesTheRateLimitCountAlone() async throws {
+        let pulls = Atomic<Int>(0)
+        let server = try ScriptedServer { request in
+            guard request.path == "/v1/pull" else { return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health) }
+            let pull = pulls.add(1, ordering: .relaxed).newValue
+            guard pull != 3 else { return .silence }
+            var headers = Self.protocolHeaders
+            headers["Retry-After"] = "1"
+            return .answer(status: 429, headers: headers, body: Self.rateLimited)
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.requestTimeout = 1
+        let a = try Replica(
+            "breaker-no-answer", url: server.url, transport: HTTPTransport(baseURL: server.url, token: "alice-token", options: options))
+        #expect(await a.sync().outcome == .failed("pull: /v1/pull: HTTP 429, RATE_LIMITED: slow down"))
+        #expect(await a.sync().outcome == .failed("pull: /v1/pull: HTTP 429, RATE_LIMITED: slow down"))
+        guard case .failed = await a.sync().outcome else {
+            Issue.record("a pull that times out fails the run")
+            return
+        }
+        #expect(await a.sync().outcome == .rateLimited, "the third 429 in a row opens the breaker")
+        #expect(await a.engine.breakerOpenUntil != nil)
+    }
+
+    /// A real HTTP answer that is not a 429 (here a 503) still resets the
+    /// count: two 429s, a 503, a 429 do not open the breaker.
+    @Test func anAnswerOtherThan429ResetsTheRateLimitCount() async throws {
+        let pulls = Atomic<Int>(0)
+        let server = try ScriptedServer { request in
+            guard request.path == "/v1/pull" else { return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health) }
+            let pull = pulls.add(1, ordering: .relaxed).newValue
+            return .answer(status: pull == 3 ? 503 : 429, headers: Self.protocolHeaders, body: Self.rateLimited)
+        }
+        defer { server.stop() }
+        let a = try Replica("breaker-answer", url: server.url)
+        for _ in 0..<4 {
+            guard case .failed = await a.sync().outcome else {
+                Issue.record("the breaker opened")
+                return
+            }
+        }
+        #expect(await a.engine.breakerOpenUntil == nil)
     }
 }
