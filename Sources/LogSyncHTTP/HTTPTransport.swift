@@ -169,9 +169,40 @@ public final class HTTPTransport: SyncTransport {
 
     private static func failure(_ http: HTTPURLResponse, _ data: Data, _ path: String) -> TransportError {
         let envelope = try? JSONDecoder().decode(ErrorEnvelope.self, from: data)
-        let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap {
+            retryAfterSeconds($0, date: http.value(forHTTPHeaderField: "Date"))
+        }
         let detail = envelope.map { "\($0.error.code): \($0.error.message)" } ?? "no error envelope"
         return TransportError(
             .status(http.statusCode, envelope?.error.code), "\(path): HTTP \(http.statusCode), \(detail)", retryAfterSeconds: retryAfter)
+    }
+
+    /// The seconds a `Retry-After` asks for: its delay-seconds form, or its
+    /// HTTP-date form (RFC 9110 section 10.2.3, which a proxy or another
+    /// server may send) less the response's `Date`, or less the client's
+    /// clock without one, and at least 0. Nil for a value of neither form.
+    /// The caller caps it, as any `Retry-After` (`RetryPolicy.retryAfterMaxMilliseconds`).
+    static func retryAfterSeconds(_ value: String, date: String?) -> Int? {
+        let value = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int(value) { return seconds }
+        guard let until = httpDate(value) else { return nil }
+        let now = date.flatMap(httpDate) ?? Date()
+        let seconds = until.timeIntervalSince(now).rounded(.up)
+        // At most 68 years, far past what is honoured, so any date converts.
+        return seconds > 0 ? Int(min(seconds, Double(Int32.max))) : 0
+    }
+
+    /// An HTTP-date in any of the three forms a recipient must accept
+    /// (RFC 9110 section 5.6.7): IMF-fixdate, RFC 850 and asctime.
+    static func httpDate(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        for format in ["EEE, dd MMM yyyy HH:mm:ss 'GMT'", "EEEE, dd-MMM-yy HH:mm:ss 'GMT'", "EEE MMM d HH:mm:ss yyyy"] {
+            formatter.dateFormat = format
+            // asctime pads a day below 10 with a space ("Oct  1").
+            if let date = formatter.date(from: text.split(separator: " ").joined(separator: " ")) { return date }
+        }
+        return nil
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LogFormat
 import LogSync
 import LogSyncHTTP
 import LogTesting
@@ -79,5 +80,59 @@ import Testing
             }
         }
         #expect(await a.engine.breakerOpenUntil == nil)
+    }
+}
+
+/// `Retry-After` in its HTTP-date form (RFC 9110 section 10.2.3), which a
+/// proxy or another server may send: the delay is the date less the
+/// response's `Date` (or, without one, the client's clock), at least 0.
+/// Before, the transport read only the seconds form and ignored a date.
+@Suite struct RetryAfterDateTests {
+    func retryAfter(_ headers: [String: String]) async throws -> Int? {
+        let server = try ScriptedServer { _ in
+            .answer(status: 503, headers: RetryPolicyTests.protocolHeaders.merging(headers) { $1 }, body: Data())
+        }
+        defer { server.stop() }
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        do {
+            _ = try await transport.pull(cursor: nil, limit: 100)
+            Issue.record("expected a 503")
+            return nil
+        } catch {
+            #expect(error.kind == .status(503, nil), "\(error)")
+            return error.retryAfterSeconds
+        }
+    }
+
+    static func httpDate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
+    }
+
+    @Test func aDateIsMeasuredFromTheResponsesDate() async throws {
+        let date = "Wed, 21 Oct 2015 07:26:00 GMT"
+        #expect(try await retryAfter(["Date": date, "Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"]) == 120)
+        // The two obsolete forms a recipient must accept too.
+        #expect(try await retryAfter(["Date": date, "Retry-After": "Wednesday, 21-Oct-15 07:28:00 GMT"]) == 120)
+        #expect(try await retryAfter(["Date": date, "Retry-After": "Wed Oct 21 07:28:00 2015"]) == 120)
+        #expect(try await retryAfter(["Date": date, "Retry-After": "Wed, 21 Oct 2015 07:25:00 GMT"]) == 0, "a past date: now")
+        #expect(try await retryAfter(["Date": date, "Retry-After": "soon"]) == nil)
+    }
+
+    @Test func withoutADateHeaderTheClientsClockIsUsed() async throws {
+        let seconds = try #require(try await retryAfter(["Retry-After": Self.httpDate(Date().addingTimeInterval(600))]))
+        // The header's date is in whole seconds, and some time passes.
+        #expect((590...600).contains(seconds), "\(seconds)")
+        #expect(try await retryAfter(["Retry-After": "Thu, 01 Jan 1970 00:00:00 GMT"]) == 0)
+    }
+
+    /// A date far off is honoured up to `retryAfterMax`, as the seconds form is.
+    @Test func aDateFarOffIsCappedAsSecondsAre() async throws {
+        let seconds = try #require(
+            try await retryAfter(["Date": "Wed, 21 Oct 2015 07:26:00 GMT", "Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"]))
+        #expect(RetryPolicy().retryAfterMilliseconds(seconds) == RetryPolicy().retryAfterMaxMilliseconds)
     }
 }
