@@ -29,8 +29,12 @@ public actor SyncScheduler {
     /// when it ends, so a long-lived scheduler holds none of the past ones.
     private var syncs: [UInt64: Task<Void, Never>] = [:]
     private var syncNumber: UInt64 = 0
-    /// Why each sync was started, in order (for tests and diagnostics).
+    /// Why each sync was started, in order, the newest
+    /// `triggeredCountMax` of them (for tests and diagnostics).
     public private(set) var triggered: [SchedulerCore.Reason] = []
+    /// The most reasons `triggered` keeps: a scheduler lives as long as the
+    /// app, and with a sync every 30 s it would otherwise grow for ever.
+    public static let triggeredCountMax = 100
 
     public init(engine: SyncEngine, clock: any SyncClock = SystemClock(), monitor: any ConnectivityMonitor, core: SchedulerCore = .init()) {
         self.engine = engine
@@ -124,6 +128,7 @@ public actor SyncScheduler {
         for action in core.handle(event, at: clock.monotonicMilliseconds) {
             switch action {
             case .sync(let reason):
+                if triggered.count == Self.triggeredCountMax { triggered.removeFirst() }
                 triggered.append(reason)
                 let engine = self.engine
                 syncNumber += 1

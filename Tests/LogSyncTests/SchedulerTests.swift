@@ -143,6 +143,26 @@ import Testing
         await server.stop()
     }
 
+    /// `triggered` keeps the newest `triggeredCountMax` reasons: a
+    /// scheduler lives as long as the app, and a sync every 30 s would
+    /// otherwise grow it by an entry each time, for ever. Before, it kept
+    /// every one. The server answers health with a 503, so each run ends at
+    /// once, offline, and each nudge starts one.
+    @Test func triggeredKeepsTheNewestReasonsOnly() async throws {
+        let server = try ScriptedServer { _ in .answer(status: 503, headers: [:], body: Data()) }
+        defer { server.stop() }
+        let replica = try Replica("scheduled-triggered", url: server.url)
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true))
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        for _ in 0..<SyncScheduler.triggeredCountMax { await scheduler.nudge() }
+        let triggered = await scheduler.triggered
+        #expect(triggered.count == SyncScheduler.triggeredCountMax)
+        #expect(triggered.allSatisfy { $0 == .nudge }, "the oldest, .started, went first")
+        await scheduler.stop()
+        await scheduler.settle()
+    }
+
     /// "App backgrounded": a background run with a budget of 1 s, on a
     /// network where each page takes 400 ms, applies three pages (the
     /// budget is checked before each) and stops cleanly; the next sync
