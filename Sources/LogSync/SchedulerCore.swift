@@ -17,6 +17,11 @@
 ///   none of the above starts a run before that time; a retry timer starts
 ///   one then (`Format/sync-protocol.md` section 10, "Retry timing"), so a
 ///   failing server sees one request per backoff, whatever triggers come.
+/// - While a run runs (from `.syncRunning` to `.syncEnded`), a trigger
+///   starts none: joined, the run may be past its push, or its pull's
+///   last page, and miss what the trigger was for (a write made after the
+///   push read the outbox). The triggers that come meanwhile make one run
+///   as it ends (or, when it failed, the retry at its backoff's end).
 public struct SchedulerCore: Sendable, Equatable {
     public enum Timer: Hashable, Sendable { case periodic, localWrite, networkRegained, retry }
 
@@ -28,6 +33,8 @@ public struct SchedulerCore: Sendable, Equatable {
         case connectivity(Bool)
         case nudge
         case timerFired(Timer)
+        /// A run is under way (whoever started it): it pushes or pulls.
+        case syncRunning
         /// A run ended (whoever started it); `nextRunAt` is when the next
         /// may start, nil when it need not wait.
         case syncEnded(nextRunAt: UInt64?)
@@ -50,6 +57,11 @@ public struct SchedulerCore: Sendable, Equatable {
     public private(set) var online = false
     /// No run starts before this time (the last run failed), if set.
     public private(set) var backoffUntil: UInt64?
+    /// Whether a run is under way: from `.syncRunning` to `.syncEnded`.
+    public private(set) var syncRunning = false
+    /// The first reason for a sync that came while a run was under way:
+    /// the run that starts as it ends is for this.
+    public private(set) var heldReason: Reason?
 
     public init() {}
 
@@ -75,9 +87,16 @@ public struct SchedulerCore: Sendable, Equatable {
             case .networkRegained: return sync(.networkRegained, at: now) + [Self.set(.periodic, periodMilliseconds, after: now)]
             case .retry: return sync(.retry, at: now)
             }
+        case .syncRunning:
+            syncRunning = true
+            return []
         case .syncEnded(let nextRunAt):
+            syncRunning = false
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
-            guard let backoffUntil else { return [.cancelTimer(.retry)] }
+            // Offline, a gain syncs; backing off, the retry timer does.
+            let held = online ? heldReason : nil
+            heldReason = nil
+            guard let backoffUntil else { return [.cancelTimer(.retry)] + (held.map { sync($0, at: now) } ?? []) }
             return online ? [.setTimer(.retry, at: backoffUntil)] : []
         case .stopped:
             // The connectivity heard before the stop may be stale by the
@@ -85,6 +104,10 @@ public struct SchedulerCore: Sendable, Equatable {
             // a write or a run's end would arm a timer that an offline start
             // leaves armed.
             online = false
+            // A run's end is not heard while stopped: after a restart, the
+            // engine's states say again whether one runs.
+            syncRunning = false
+            heldReason = nil
             return Self.everyTimerCancelled
         }
     }
@@ -99,10 +122,14 @@ public struct SchedulerCore: Sendable, Equatable {
         .cancelTimer(.networkRegained), .cancelTimer(.localWrite), .cancelTimer(.periodic), .cancelTimer(.retry),
     ]
 
-    /// A sync now, or while failed runs back off, the retry timer at the
-    /// backoff's end (set again, as a connectivity loss cancels it).
-    private func sync(_ reason: Reason, at now: UInt64) -> [Action] {
-        guard let backoffUntil, now < backoffUntil else { return [.sync(reason)] }
-        return [.setTimer(.retry, at: backoffUntil)]
+    /// A sync now, or while a run is under way, one as it ends; while
+    /// failed runs back off, the retry timer at the backoff's end (set
+    /// again, as a connectivity loss cancels it) instead.
+    private mutating func sync(_ reason: Reason, at now: UInt64) -> [Action] {
+        // Held whether or not failed runs back off: the run's end says
+        // whether the next one waits.
+        if syncRunning { heldReason = heldReason ?? reason }
+        if let backoffUntil, now < backoffUntil { return [.setTimer(.retry, at: backoffUntil)] }
+        return syncRunning ? [] : [.sync(reason)]
     }
 }

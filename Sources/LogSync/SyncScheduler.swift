@@ -5,6 +5,10 @@ import LogStore
 /// engine's clock, and starts syncs (the engine's single flight merges
 /// overlapping ones). Also runs time-boxed background syncs.
 ///
+/// A trigger that comes while a run pushes or pulls starts one more run
+/// as it ends, for all such triggers together: joined, the run could have
+/// been past what the trigger was for.
+///
 /// After a failed run it starts none until `SyncEngine.nextRunAt` (the
 /// backoff, at least the server's `Retry-After`, or the open circuit
 /// breaker), then retries once; it learns of every run's end from the
@@ -71,7 +75,7 @@ public actor SyncScheduler {
             // Every run ends in one of the other states.
             for await state in engine.states() {
                 switch state {
-                case .pushing, .pulling: continue
+                case .pushing, .pulling: await self?.listened(.syncRunning, epoch)
                 case .idle, .rateLimited, .error: await self?.listened(.syncEnded(nextRunAt: await engine.nextRunDeadline), epoch)
                 }
             }
@@ -113,6 +117,9 @@ public actor SyncScheduler {
         let deadline = clock.monotonicMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.backgroundSync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock), deadline: deadline)
     }
+
+    /// Whether the rules know of a run under way (tests).
+    var isSyncRunning: Bool { core.syncRunning }
 
     /// How many started syncs the scheduler still holds (tests).
     var heldSyncCount: Int { syncs.count }

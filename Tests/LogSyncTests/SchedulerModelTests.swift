@@ -6,7 +6,8 @@ import Testing
 /// times, its timers firing when due as a real timer set would, with the
 /// scheduling rules checked after every step: the rules come from the
 /// design (periodic sync, local writes debounced 1 s, network regained
-/// debounced 2.5 s and only on a gain, nudges at once) and
+/// debounced 2.5 s and only on a gain, nudges at once, and a trigger that
+/// comes while a run is under way held for one run as it ends) and
 /// `Format/sync-protocol.md` section 10 ("Retry timing": after a failed
 /// run the next run starts no sooner than its backoff).
 ///
@@ -55,6 +56,10 @@ private struct SchedulerModel {
     var online = false
     /// The last failed run's backoff: no sync before it.
     var backoffUntil: UInt64?
+    /// A run is under way (`.syncRunning` until `.syncEnded`), and a
+    /// trigger came meanwhile, online and not backing off.
+    var running = false
+    var held = false
     var owed: [Trigger: Owed] = [:]
     /// The steps so far, formatted only for a failure.
     var trace: [(time: UInt64, event: SchedulerCore.Event, actions: [SchedulerCore.Action])] = []
@@ -84,7 +89,8 @@ private struct SchedulerModel {
             step(index == startAt ? .started(online: Int.random(in: 0..<4, using: &random) > 0) : nextEvent())
         }
         guard failure == nil else { return }
-        // A quiet end, online: everything owed is synced by then.
+        // A quiet end, online, the run under way ended: everything owed is synced by then.
+        if running { step(.syncEnded(nextRunAt: nextRunAt())) }
         if !started {
             step(.started(online: true))
         } else if !online {
@@ -118,14 +124,15 @@ private struct SchedulerModel {
     mutating func nextEvent() -> SchedulerCore.Event {
         let roll = Int.random(in: 0..<100, using: &random)
         if !started {
-            // Before the first connectivity report, the scheduler hears writes, nudges and run ends.
-            return roll < 60 ? .localWrite : roll < 75 ? .nudge : .syncEnded(nextRunAt: nextRunAt())
+            // Before the first connectivity report, the scheduler hears writes, nudges and runs.
+            return roll < 55 ? .localWrite : roll < 70 ? .nudge : roll < 80 ? .syncRunning : .syncEnded(nextRunAt: nextRunAt())
         }
         switch roll {
         case 0..<35: return .localWrite
         case 35..<45: return .nudge
         case 45..<55: return .connectivity(!online)
         case 55..<60: return .connectivity(online)
+        case 60..<75: return .syncRunning
         default: return .syncEnded(nextRunAt: nextRunAt())
         }
     }
@@ -172,6 +179,8 @@ private struct SchedulerModel {
     }
 
     mutating func checkOwed() {
+        // While a run is under way, what is owed waits for its end.
+        guard !running else { return }
         for (trigger, owing) in owed where failure == nil {
             guard let due = owing.due else { continue }
             let latest = max(due, backoffUntil ?? 0)
@@ -193,6 +202,7 @@ extension SchedulerModel {
     /// and checks them and the state that follows against the rules.
     mutating func step(_ event: SchedulerCore.Event) {
         let wasOnline = online
+        let wasHeld = held
         let actions = core.handle(event, at: now)
         trace.append((now, event, actions))
         update(for: event)
@@ -203,7 +213,7 @@ extension SchedulerModel {
             case .cancelTimer(let timer): timers[timer] = nil
             }
         }
-        checkActions(actions, for: event, wasOnline: wasOnline)
+        checkActions(actions, for: event, wasOnline: wasOnline, wasHeld: wasHeld)
         checkState(after: event)
     }
 
@@ -227,18 +237,25 @@ extension SchedulerModel {
         case .stopped:
             started = false
             online = false
+            running = false
+            held = false
             for trigger in owed.keys { owed[trigger]?.due = nil }
         case .timerFired:
             break
+        case .syncRunning:
+            running = true
         case .syncEnded(let nextRunAt):
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
-            // A run that ends with no wait took in the triggers already due
-            // (the engine merges a sync asked for while one runs).
+            // A run that ends with no wait took in the triggers due before
+            // it was under way (the engine merges a sync asked for as one
+            // starts); those held while it was sync as it ends (`checkActions`).
             if backoffUntil == nil { owed = owed.filter { $0.value.due.map { $0 > now } ?? true } }
+            running = false
+            held = false
         }
     }
 
-    mutating func checkActions(_ actions: [SchedulerCore.Action], for event: SchedulerCore.Event, wasOnline: Bool) {
+    mutating func checkActions(_ actions: [SchedulerCore.Action], for event: SchedulerCore.Event, wasOnline: Bool, wasHeld: Bool) {
         let syncs = actions.compactMap { if case .sync(let reason) = $0 { reason } else { nil } }
         var set: [SchedulerCore.Timer: [UInt64]] = [:]
         var cancelled: Set<SchedulerCore.Timer> = []
@@ -253,6 +270,12 @@ extension SchedulerModel {
             if deadlines.contains(where: { $0 <= now }) { fail("\(timer) is set for a time not after now: \(actions)") }
         }
         if !syncs.isEmpty && !online { fail("a sync while offline") }
+        if !syncs.isEmpty && running { fail("a sync while a run is under way") }
+        if case .syncEnded = event {
+            // One run for every trigger held, online and not backing off; none without one.
+            let owedRun = wasHeld && online && backoffUntil == nil
+            if syncs.count != (owedRun ? 1 : 0) { fail("a run's end gives \(syncs), held: \(wasHeld)") }
+        }
         if !syncs.isEmpty, let backoffUntil, now < backoffUntil { fail("a sync before the backoff's end \(backoffUntil)") }
         checkTriggerSyncs(syncs, for: event)
         if case .connectivity(let isOnline) = event {
@@ -266,8 +289,8 @@ extension SchedulerModel {
 
     /// A trigger while online and not backing off syncs, for its reason.
     mutating func checkTriggerSyncs(_ syncs: [SchedulerCore.Reason], for event: SchedulerCore.Event) {
-        guard online, backoffUntil.map({ now >= $0 }) ?? true else { return }
-        let expected: SchedulerCore.Reason? =
+        guard online else { return }
+        let trigger: SchedulerCore.Reason? =
             switch event {
             case .started: .started
             case .nudge: .nudge
@@ -275,10 +298,19 @@ extension SchedulerModel {
             case .timerFired(.localWrite): .localWrite
             case .timerFired(.networkRegained): .networkRegained
             case .timerFired(.retry): .retry
-            case .localWrite, .connectivity, .syncEnded, .stopped: nil
+            case .localWrite, .connectivity, .syncRunning, .syncEnded, .stopped: nil
             }
-        if let expected, syncs != [expected] { fail("\(event) online after any backoff gives \(syncs), not a \(expected) sync") }
-        if expected == nil, !syncs.isEmpty { fail("\(event) syncs at once") }
+        // While a run is under way, a trigger is held for the run's end,
+        // backing off or not: the run's end says whether it backs off.
+        if running {
+            if trigger != nil { held = true }
+            return
+        }
+        guard backoffUntil.map({ now >= $0 }) ?? true else { return }
+        if let trigger, syncs != [trigger] { fail("\(event) online after any backoff gives \(syncs), not a \(trigger) sync") }
+        // A run's end syncs for the triggers held (`checkActions`).
+        if case .syncEnded = event { return }
+        if trigger == nil, !syncs.isEmpty { fail("\(event) syncs at once") }
     }
 
     mutating func checkState(after event: SchedulerCore.Event) {

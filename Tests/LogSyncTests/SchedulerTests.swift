@@ -100,6 +100,25 @@ import Testing
         #expect(core.handle(.timerFired(.periodic), at: 7_000) == [.sync(.periodic), .setTimer(.periodic, at: .max)])
     }
 
+    /// Triggers that come while a run is under way start none then, and
+    /// one run together as it ends; when the run failed, the retry at its
+    /// backoff's end is that run.
+    @Test func triggersDuringARunMakeOneRunAsItEnds() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(core.handle(.syncRunning, at: 10).isEmpty)
+        #expect(core.handle(.localWrite, at: 100) == [.setTimer(.localWrite, at: 1_100)])
+        #expect(core.handle(.timerFired(.localWrite), at: 1_100).isEmpty)
+        #expect(core.handle(.nudge, at: 1_200).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: nil), at: 2_000) == [.cancelTimer(.retry), .sync(.localWrite)])
+        #expect(core.handle(.syncRunning, at: 2_010).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: nil), at: 2_500) == [.cancelTimer(.retry)], "one run, not one per trigger")
+        #expect(core.handle(.syncRunning, at: 3_000).isEmpty)
+        #expect(core.handle(.nudge, at: 3_100).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: 5_000), at: 3_200) == [.setTimer(.retry, at: 5_000)])
+        #expect(core.handle(.timerFired(.retry), at: 5_000) == [.sync(.retry)])
+    }
+
     /// The scheduler on a manual clock: a local write triggers one sync
     /// after the debounce, and the intent reaches the server.
     @Test func aLocalWriteIsPushedAfterTheDebounce() async throws {
@@ -133,13 +152,45 @@ import Testing
         let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true))
         await scheduler.start()
         try await waitUntil { await scheduler.triggered.count == 1 }
-        for _ in 0..<5 {
+        for nudge in 0..<5 {
             await scheduler.nudge()
+            // A nudge heard before the scheduler hears the last run's end
+            // waits for it: the next one waits for this one's sync.
+            try await waitUntil { await scheduler.triggered.count == nudge + 2 }
             try await waitUntil { await replica.engine.callersOfRunningSync == 0 }
         }
         #expect(await scheduler.triggered.count == 6)
         try await waitUntil { await scheduler.heldSyncCount == 0 }
         await scheduler.stop()
+        await server.stop()
+    }
+
+    /// A local write made while a run pulls (past its push): the write's
+    /// debounced trigger comes during the run, and the scheduler starts one
+    /// more run when it ends, which pushes the write. Periodic syncs are off,
+    /// so nothing else would. Before, the trigger joined the running sync and
+    /// the write waited for the next periodic sync (here, for ever).
+    @Test func aWriteDuringARunIsPushedByARunRightAfterIt() async throws {
+        let server = try await TestServer("scheduler-rerun")
+        let (gate, reader) = try await Self.serverWithPages(server, pages: 1, slow: 0)
+        var core = SchedulerCore()
+        core.periodMilliseconds = .max
+        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        try await gate.waitUntilHeld()
+        try await waitUntil { await scheduler.isSyncRunning }
+        try await reader.store.create(type: "task", fields: ["title": "written while pulling"])
+        try await reader.clock.waitForSleepers(2)  // periodic (never) + write debounce
+        reader.clock.advance(by: 1_000)
+        // The trigger is held for the run's end: no sync starts while it runs.
+        try await waitUntil { reader.clock.sleeperCount == 1 }
+        #expect(await scheduler.triggered == [.started])
+        gate.release()
+        try await waitUntil { try reader.store.outboxCount() == 0 }
+        #expect(await scheduler.triggered == [.started, .localWrite])
+        #expect(try await server.pullAll().count == 6)
+        await scheduler.stop()
+        await scheduler.settle()
         await server.stop()
     }
 
