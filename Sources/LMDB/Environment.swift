@@ -85,7 +85,8 @@ public final class Environment: @unchecked Sendable {
     ///   `.notADirectory`, `.permissionDenied` or `.readOnlyFileSystem`
     ///   (cannot write there), `.invalid` (the directory holds a file that
     ///   is not an LMDB environment, or, not to be created, an empty one),
-    ///   `.truncated` (the data file lacks pages in use), `.versionMismatch`.
+    ///   `.truncated` (the data file lacks pages in use), `.versionMismatch`,
+    ///   `.noSpace` (no room for a new lock file).
     public init(path: String, options: Options = Options()) throws {
         self.options = options
         let resolved = try Environment.prepareDirectory(path, options: options)
@@ -103,6 +104,9 @@ public final class Environment: @unchecked Sendable {
             let hadLockFile = access(lockFile, F_OK) == 0
             if options.createIfMissing && !options.readOnly { UnfinishedCreation.discard(directory: resolved) }
             do {
+                if !hadLockFile && !options.readOnly {
+                    try LockFileSpace.allocate(directory: resolved, maxReaders: options.maxReaders)
+                }
                 try check(mdb_env_open(env, resolved, Environment.flags(options), 0o644), "mdb_env_open", path: resolved)
                 try Environment.checkDataFileSize(env, path: resolved)
             } catch {
