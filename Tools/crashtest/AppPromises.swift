@@ -8,6 +8,8 @@ struct AppPromises {
         var id: String
         var operations: [AppOperation]
         var acknowledged = false
+        /// The write threw (`fail`): the caller was told it did not commit.
+        var failed = false
     }
 
     private(set) var batches: [Batch] = []
@@ -32,6 +34,12 @@ struct AppPromises {
                     continue
                 }
                 batches[index].acknowledged = true
+            case "fail":
+                guard let id = report.words.first, let index = batchIndex[id] else {
+                    context.violation("a failure of batch \(report.words.first ?? "?"), which was never tried")
+                    continue
+                }
+                batches[index].failed = true
             default:
                 break
             }
@@ -74,12 +82,14 @@ struct AppPromises {
         return present
     }
 
-    /// Checks that each acknowledged batch is in the log whole, and each
-    /// other batch whole or not at all.
+    /// Checks that each acknowledged batch is in the log whole, each failed
+    /// one not at all, and each other batch whole or not at all.
     func checkBatches(_ present: [String: UInt64], _ context: inout IterationContext) {
         for batch in batches {
             let found = batch.operations.filter { present[$0.identity] != nil }.count
-            if batch.acknowledged && found != batch.operations.count {
+            if batch.failed && found != 0 {
+                context.violation("batch \(batch.id), whose write failed, has \(found) of its \(batch.operations.count) intents in the log")
+            } else if batch.acknowledged && found != batch.operations.count {
                 context.violation("the acknowledged batch \(batch.id) has \(found) of its \(batch.operations.count) intents in the log")
             } else if found != 0 && found != batch.operations.count {
                 context.violation("batch \(batch.id) (in flight at a kill) has \(found) of \(batch.operations.count) intents in the log; a batch commits whole or not at all")

@@ -83,6 +83,8 @@ struct AppWriter {
     let createsOnly: Bool
     /// The most operations in one batch.
     let operationsMax: Int
+    /// The id and operations of the batch last tried.
+    private(set) var lastBatch: (id: String, operations: [AppOperation]) = ("", [])
     private var random: SeededRandom
     private var alive: [String] = []
     private var created = 0
@@ -118,6 +120,7 @@ struct AppWriter {
         for _ in 0..<count { operations.append(nextOperation(avoiding: Set(operations.map(\.id)))) }
         let id = "\(tag)-\(task)-\(batches)"
         batches += 1
+        lastBatch = (id, operations)
         worker.reporter.send("try", [id] + operations.map(\.word))
         // The lie: a batch acknowledged that was never written.
         if worker.reporter.lie("ack", [id]) { return }

@@ -99,5 +99,5 @@ struct CommitFailure: Error, CustomStringConvertible {
     var error: any Error
     var next: String
 
-    var description: String { "\(write) failed: \(type(of: error)): \(error); the next append: \(next)" }
+    var description: String { "\(write) failed: \(type(of: error)): \(error); the next write: \(next)" }
 }

@@ -9,11 +9,14 @@ import LogTesting
     import Darwin
 #endif
 
-/// I/O faults instead of kills: the append worker, one append per commit,
-/// runs under `strace`, which makes the Nth call of one syscall fail. The
-/// failed write must not be acknowledged, the error must reach the caller
-/// as an `LMDBError` naming the failure, the next write must be refused,
-/// and the store must reopen with every acknowledged append intact. N is
+/// I/O faults instead of kills: a worker making one write per commit runs
+/// under `strace`, which makes the Nth call of one syscall fail. The worker
+/// is the append worker in some runs and the app worker in others, whose
+/// batches commit intents together with their projection and outbox
+/// updates. The failed write must not be acknowledged, the error must
+/// reach the caller as an `LMDBError` naming the failure, no read may show
+/// anything of it, the next write must be refused, and the store must
+/// reopen without it, consistent, with every acknowledged write intact. N is
 /// drawn up to the most calls a run can make, so a run may end before its
 /// Nth call: strace then injects nothing, and the run is counted as a
 /// fault planned but never reached (strace marks each call it failed in
@@ -37,10 +40,14 @@ import LogTesting
 /// commit's, and the Nth `pwrite64` lands on a data page or a meta page.
 struct IOFaultWorkload: Workload {
     static let name = "io-faults"
-    static let summary = "the append worker under strace with EIO or ENOSPC injected into the Nth sync or write"
+    static let summary = "the append and app workers under strace with EIO or ENOSPC injected into the Nth sync or write"
 
-    /// Appends a fault run makes, one commit each.
+    /// Writes a fault run makes, one commit each.
     static let appendCount = 24
+
+    /// The workers, taking turns every `faults.count` runs, so that each
+    /// fault comes to each; each writes to a store of its own.
+    static var writers: [any StoreWorkload.Type] { [AppendWorkload.self, AppWritesWorkload.self] }
 
     /// One kind of fault, and how many calls of its syscall a run of
     /// `appendCount` appends makes at most (so N is drawn up to it).
@@ -52,6 +59,10 @@ struct IOFaultWorkload: Workload {
         /// From the Nth call on (a full disk), rather than the Nth alone.
         var persistent: Bool
         var callsMax: Int
+        /// The same for the app worker, whose commits write more pages
+        /// (log, outbox, idempotency keys, the entity table): measured as
+        /// above, 24 batches made 76-81 `pwrite64` and 43-48 `writev`.
+        var appCallsMax: Int
         /// Whether the Nth call comes in every run: each `.full` commit
         /// makes one `fdatasync` on the writer thread, so a worker that
         /// ends well under it made a commit without its sync, or ignored
@@ -62,17 +73,26 @@ struct IOFaultWorkload: Workload {
     }
 
     static let faults = [
-        Fault(syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount, alwaysLands: true),
-        Fault(syscall: "pwrite64", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount * 2 + 4),
-        Fault(syscall: "pwrite64", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount * 2 + 4),
-        Fault(syscall: "writev", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount + 2),
+        Fault(
+            syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount,
+            appCallsMax: appendCount, alwaysLands: true),
+        Fault(
+            syscall: "pwrite64", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount * 2 + 4,
+            appCallsMax: appendCount * 4),
+        Fault(
+            syscall: "pwrite64", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount * 2 + 4,
+            appCallsMax: appendCount * 4),
+        Fault(
+            syscall: "writev", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount + 2,
+            appCallsMax: appendCount * 2 + 4),
     ]
 
     /// A worker under `strace` runs a few times slower; this bounds a hang.
     static let runDurationMax = Duration.seconds(120)
 
     let directory: String
-    private var ledger = Ledger()
+    /// What each of `writers` reported, in `writers`' order.
+    private var ledgers = writers.map { _ in Ledger() }
     /// Whether strace was seen to trace a process here (see `checkTracing`).
     private var tracingWorks = false
 
@@ -86,10 +106,14 @@ struct IOFaultWorkload: Workload {
             try await Self.checkTracing(strace)
             tracingWorks = true
         }
-        try prepareStore()
+        let writerIndex = context.iteration / Self.faults.count % Self.writers.count
+        let writer = Self.writers[writerIndex]
+        let store = writerIndex == 0 ? directory : directory + "." + writer.name
+        try Self.prepareStore(store)
         let fault = Self.faults[context.iteration % Self.faults.count]
         // Drawn also under --fault-call, so every later choice is the seed's.
-        let drawn = Int.random(in: 1...fault.callsMax, using: &context.random)
+        let callsMax = writerIndex == 0 ? fault.callsMax : fault.appCallsMax
+        let drawn = Int.random(in: 1...callsMax, using: &context.random)
         let n = context.options.faultCall ?? drawn
         var options = context.options
         options.durability = .full
@@ -98,7 +122,7 @@ struct IOFaultWorkload: Workload {
         defer { try? FileManager.default.removeItem(atPath: trace) }
         let arguments =
             ["-f", "-qq", "-o", trace, "-e", "trace=\(fault.syscall)", "-e", fault.rule(n), options.executable]
-            + WorkerRun.arguments(AppendWorkload.name, store: directory, seed: context.workerSeed(), options)
+            + WorkerRun.arguments(writer.name, store: store, seed: context.workerSeed(), options)
             + ["--count", String(Self.appendCount)]
         // In a group of its own, so that a kill takes the traced worker too
         // (strace killed alone leaves it running, detached).
@@ -108,12 +132,12 @@ struct IOFaultWorkload: Workload {
             throw HarnessError("the worker under strace \(fault.rule(n)) did not end within \(Self.runDurationMax)")
         }
         let reports = WorkerRun.parse(child.outputLines, &context)
-        ledger.append(reports)
+        ledgers[writerIndex].append(reports)
         let fired = try Self.injectedCallCount(trace) > 0
         if fired { context.tally.faults += 1 } else { context.tally.faultsUnreached += 1 }
-        context.tally.acknowledged += AppendWorkload.acknowledgedCount(reports)
-        judge(child, reports, Planned(fault: fault, n: n, fired: fired), &context)
-        await StoreCheck.afterCrash(AppendWorkload.self, directory: directory, ledger: ledger, &context)
+        context.tally.acknowledged += writer.acknowledgedCount(reports)
+        judge(child, reports, Planned(fault: fault, n: n, callsMax: callsMax, fired: fired), &context)
+        await StoreCheck.afterCrash(writer, directory: store, ledger: ledgers[writerIndex], &context)
     }
 
     /// How many calls strace failed in a run, from its output at `path`:
@@ -130,27 +154,31 @@ struct IOFaultWorkload: Workload {
     struct Planned {
         var fault: Fault
         var n: Int
+        var callsMax: Int
         var fired: Bool
         var rule: String { fault.rule(n) }
     }
 
-    /// The worker must have made every append (the fault hit nothing a
+    /// The worker must have made every write (the fault hit nothing a
     /// commit depends on, or never came) or failed with a clear
-    /// `LMDBError`, without acknowledging the failed append, and refused
-    /// the next one.
+    /// `LMDBError`, without acknowledging the failed write or showing it
+    /// to a read, and refused the next one.
     private func judge(_ child: ChildProcess, _ reports: [Report], _ planned: Planned, _ context: inout IterationContext) {
         let (rule, fault) = (planned.rule, planned.fault)
         let acknowledged = reports.filter { $0.verb == "ack" }.count
         let failed = reports.filter { $0.verb == "fail" }.flatMap(\.words)
+        for seen in reports where seen.verb == "seen" {
+            context.violation("under \(rule) a read showed the failed write \(seen.words.joined(separator: " ")) (before the reopen)")
+        }
         let errors = child.errorText
         switch child.ending {
         case .exit(0):
             if acknowledged != Self.appendCount {
-                context.violation("under \(rule) the worker ended well after \(acknowledged) of \(Self.appendCount) appends")
+                context.violation("under \(rule) the worker ended well after \(acknowledged) of \(Self.appendCount) writes")
             } else if fault.alwaysLands, planned.fired {
-                context.violation("under \(rule) all \(Self.appendCount) appends were acknowledged: a failed sync was ignored")
-            } else if fault.alwaysLands, planned.n <= fault.callsMax {
-                context.violation("under \(rule) all \(Self.appendCount) appends were acknowledged before that sync: a commit did not sync")
+                context.violation("under \(rule) all \(Self.appendCount) writes were acknowledged: a failed sync was ignored")
+            } else if fault.alwaysLands, planned.n <= planned.callsMax {
+                context.violation("under \(rule) all \(Self.appendCount) writes were acknowledged before that sync: a commit did not sync")
             }
         case .exit(3):
             context.tally.failedCommits += 1
@@ -159,12 +187,12 @@ struct IOFaultWorkload: Workload {
             }
             // Refused as a failed environment, not by any error that happens
             // to come (a persistent ENOSPC would fail a store that keeps trying).
-            let next = errors.components(separatedBy: "the next append: ").dropFirst().first ?? ""
+            let next = errors.components(separatedBy: "the next write: ").dropFirst().first ?? ""
             if !failed.isEmpty && !(next.hasPrefix("LMDBError") && next.contains("environment failed after an unsuccessful commit")) {
-                context.violation("under \(rule) the store took another append after a failed commit: \(errors)")
+                context.violation("under \(rule) the store took another write after a failed commit: \(errors)")
             }
             for key in failed where reports.contains(where: { $0.verb == "ack" && $0.words.contains(key) }) {
-                context.violation("under \(rule) the failed append \(key) was acknowledged")
+                context.violation("under \(rule) the failed write \(key) was acknowledged")
             }
         default:
             context.violation("under \(rule) the worker ended with \(child.ending): \(errors)")
@@ -173,7 +201,7 @@ struct IOFaultWorkload: Workload {
 
     /// Creates the store before the faulty run, so that every run starts
     /// from an existing store, as a store's life is mostly spent.
-    private func prepareStore() throws {
+    private static func prepareStore(_ directory: String) throws {
         guard !FileManager.default.fileExists(atPath: directory) else { return }
         do {
             try Store(path: directory, options: .init(durability: .full)).close()

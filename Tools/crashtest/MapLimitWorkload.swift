@@ -71,7 +71,7 @@ struct MapLimitWorkload: Workload, StoreWorkload {
         if !errors.contains("LMDBError") || !errors.contains("Cannot allocate memory") {
             context.violation("the append that could not grow the map failed without an LMDBError saying so: \(errors)")
         }
-        let next = errors.components(separatedBy: "the next append: ").dropFirst().first ?? ""
+        let next = errors.components(separatedBy: "the next write: ").dropFirst().first ?? ""
         if !(next.hasPrefix("LMDBError") && next.contains("environment failed")) {
             context.violation("the store took another append after its map could not grow: \(errors)")
         }
