@@ -51,10 +51,10 @@ import Testing
     /// the store to quiet in its last iteration and checks it against its
     /// server.
     @Test func killedStoreWorkloadsKeepEveryAcknowledgedWrite() async throws {
-        let run = try await Self.run(["--workload", "append,app,pull,outbox,compact,replay,sync", "--iterations", "2", "--seed", "11"])
+        let run = try await Self.run(["--workload", "append,app,pull,outbox,compact,replay,conflicts,sync", "--iterations", "2", "--seed", "11"])
         #expect(run.status == 0, "\(run.output)\(run.errors)")
         let summary = try Self.summary(run)
-        #expect(summary.iterations == 14 && summary.kills == 14 && summary.violations == 0, "\(run.output)")
+        #expect(summary.iterations == 16 && summary.kills == 16 && summary.violations == 0, "\(run.output)")
         #expect(summary.acknowledged > 0, "no worker got to write before its kill: \(run.output)")
     }
 
@@ -122,7 +122,7 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: temporary.path).isEmpty)
     }
 
-    @Test(arguments: ["append", "app", "pull", "outbox", "compact", "replay", "server", "sync"])
+    @Test(arguments: ["append", "app", "pull", "outbox", "compact", "replay", "conflicts", "server", "sync"])
     func aLyingWriterIsCaught(workload: String) async throws {
         let run = try await Self.run(["--workload", workload, "--iterations", "1", "--seed", "5", "--inject-violation"])
         #expect(run.status == 1, "\(run.output)\(run.errors)")

@@ -34,7 +34,7 @@ enum Workloads {
     static var stores: [any StoreWorkload.Type] {
         [
             AppendWorkload.self, AppWritesWorkload.self, PullWorkload.self, OutboxWorkload.self, CompactionWorkload.self,
-            ReplayWorkload.self,
+            ReplayWorkload.self, ConflictWorkload.self,
         ]
     }
 
