@@ -67,12 +67,12 @@ import Testing
 
     @Test(.enabled(if: straceInstalled, "strace is not installed"))
     func injectedIOFaultsFailCleanly() async throws {
-        // Eight runs: each kind of fault, to the append worker and then to
-        // the app worker.
-        let run = try await Self.run(["--workload", "io-faults", "--iterations", "8", "--seed", "13"])
+        // Twelve runs: each kind of fault, to the append worker, then the
+        // app worker, then the conflicts worker.
+        let run = try await Self.run(["--workload", "io-faults", "--iterations", "12", "--seed", "13"])
         #expect(run.status == 0, "\(run.output)\(run.errors)")
         let summary = try Self.summary(run)
-        #expect(summary.faults + summary.unreached == 8 && summary.kills == 0 && summary.violations == 0, "\(run.output)")
+        #expect(summary.faults + summary.unreached == 12 && summary.kills == 0 && summary.violations == 0, "\(run.output)")
         // Every commit syncs: a run of 24 commits reaches any fdatasync planned.
         #expect(summary.faults >= 1, "\(run.output)")
     }

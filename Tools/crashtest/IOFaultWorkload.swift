@@ -11,9 +11,11 @@ import LogTesting
 
 /// I/O faults instead of kills: a worker making one write per commit runs
 /// under `strace`, which makes the Nth call of one syscall fail. The worker
-/// is the append worker in some runs and the app worker in others, whose
-/// batches commit intents together with their projection and outbox
-/// updates. The failed write must not be acknowledged, the error must
+/// takes turns: the append worker; the app worker, whose batches commit
+/// intents together with their projection and outbox updates; and the
+/// conflicts worker, whose pulled pages, updates, recorded answers and
+/// conflict resolutions each commit log entries with the tables they
+/// change. The failed write must not be acknowledged, the error must
 /// reach the caller as an `LMDBError` naming the failure, no read may show
 /// anything of it, the next write must be refused, and the store must
 /// reopen without it, consistent, with every acknowledged write intact. N is
@@ -40,17 +42,17 @@ import LogTesting
 /// commit's, and the Nth `pwrite64` lands on a data page or a meta page.
 struct IOFaultWorkload: Workload {
     static let name = "io-faults"
-    static let summary = "the append and app workers under strace with EIO or ENOSPC injected into the Nth sync or write"
+    static let summary = "the append, app and conflicts workers under strace with EIO or ENOSPC injected into the Nth sync or write"
 
     /// Writes a fault run makes, one commit each.
     static let appendCount = 24
 
     /// The workers, taking turns every `faults.count` runs, so that each
     /// fault comes to each; each writes to a store of its own.
-    static var writers: [any StoreWorkload.Type] { [AppendWorkload.self, AppWritesWorkload.self] }
+    static var writers: [any StoreWorkload.Type] { [AppendWorkload.self, AppWritesWorkload.self, ConflictWorkload.self] }
 
     /// One kind of fault, and how many calls of its syscall a run of
-    /// `appendCount` appends makes at most (so N is drawn up to it).
+    /// `appendCount` commits makes at most (so N is drawn up to it).
     struct Fault: Sendable {
         var syscall: String
         var error: String
@@ -58,11 +60,12 @@ struct IOFaultWorkload: Workload {
         var message: String
         /// From the Nth call on (a full disk), rather than the Nth alone.
         var persistent: Bool
-        var callsMax: Int
-        /// The same for the app worker, whose commits write more pages
-        /// (log, outbox, idempotency keys, the entity table): measured as
-        /// above, 24 batches made 76-81 `pwrite64` and 43-48 `writev`.
-        var appCallsMax: Int
+        /// For each of `writers`, in its order. The app and conflicts
+        /// workers' commits write more pages (outbox, idempotency keys,
+        /// entity and conflict tables); measured as above, 24 commits made
+        /// 76-81 `pwrite64` and 43-48 `writev` (app), 91-117 and 37-43
+        /// (conflicts).
+        var callsMax: [Int]
         /// Whether the Nth call comes in every run: each `.full` commit
         /// makes one `fdatasync` on the writer thread, so a worker that
         /// ends well under it made a commit without its sync, or ignored
@@ -74,17 +77,17 @@ struct IOFaultWorkload: Workload {
 
     static let faults = [
         Fault(
-            syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount,
-            appCallsMax: appendCount, alwaysLands: true),
+            syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false,
+            callsMax: [appendCount, appendCount, appendCount], alwaysLands: true),
         Fault(
-            syscall: "pwrite64", error: "EIO", message: "Input/output error", persistent: false, callsMax: appendCount * 2 + 4,
-            appCallsMax: appendCount * 4),
+            syscall: "pwrite64", error: "EIO", message: "Input/output error", persistent: false,
+            callsMax: [appendCount * 2 + 4, appendCount * 4, appendCount * 5]),
         Fault(
-            syscall: "pwrite64", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount * 2 + 4,
-            appCallsMax: appendCount * 4),
+            syscall: "pwrite64", error: "ENOSPC", message: "No space left on device", persistent: true,
+            callsMax: [appendCount * 2 + 4, appendCount * 4, appendCount * 5]),
         Fault(
-            syscall: "writev", error: "ENOSPC", message: "No space left on device", persistent: true, callsMax: appendCount + 2,
-            appCallsMax: appendCount * 2 + 4),
+            syscall: "writev", error: "ENOSPC", message: "No space left on device", persistent: true,
+            callsMax: [appendCount + 2, appendCount * 2 + 4, appendCount * 2 + 4]),
     ]
 
     /// A worker under `strace` runs a few times slower; this bounds a hang.
@@ -112,7 +115,7 @@ struct IOFaultWorkload: Workload {
         try Self.prepareStore(store)
         let fault = Self.faults[context.iteration % Self.faults.count]
         // Drawn also under --fault-call, so every later choice is the seed's.
-        let callsMax = writerIndex == 0 ? fault.callsMax : fault.appCallsMax
+        let callsMax = fault.callsMax[writerIndex]
         let drawn = Int.random(in: 1...callsMax, using: &context.random)
         let n = context.options.faultCall ?? drawn
         var options = context.options
