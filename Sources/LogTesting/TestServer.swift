@@ -81,6 +81,27 @@ public final class TestServer: @unchecked Sendable {
         try await start()
     }
 
+    /// Stops, copies the data directory to `backup`, as an operator backs
+    /// up a stopped server, and serves the same directory again on a new port.
+    public func backUp(to backup: String) async throws {
+        await stop()
+        try FileManager.default.copyItem(atPath: configuration.dataDirectory, toPath: backup)
+        server = try SyncServer(configuration: configuration)
+        try await start()
+    }
+
+    /// Stops, replaces the data directory with a copy of `backup` (made by
+    /// `backUp(to:)`), as an operator restores a backup, and serves it on a
+    /// new port. The store keeps its server ID: to clients it is the same
+    /// server, which lost the changes made since the backup.
+    public func restore(from backup: String) async throws {
+        await stop()
+        try FileManager.default.removeItem(atPath: configuration.dataDirectory)
+        try FileManager.default.copyItem(atPath: backup, toPath: configuration.dataDirectory)
+        server = try SyncServer(configuration: configuration)
+        try await start()
+    }
+
     public struct Reply {
         public var status: Int
         public var headers: [String: String]

@@ -29,6 +29,44 @@ import Testing
         try await run.checkEveryIntentSettled()
         await run.server.stop()
     }
+
+    static let restoreSeedCount = 20
+
+    /// As above, but midway the operator stops the server, puts back the
+    /// backup it took earlier in the run, and serves it again; the replicas
+    /// go on editing and syncing, through the same faults.
+    ///
+    /// What the protocol promises then (sections 8 to 10): the restored
+    /// store has the server's ID, so a cursor it still holds the change of
+    /// goes on, and any other (past its feed's end, or at a place where it
+    /// now holds another change) is answered 410, after which the client
+    /// forgets its confirmed state and cursor, keeps its pending intents and
+    /// pulls the whole feed again. An intent still pending is pushed again
+    /// with its key, which the restored store may have forgotten, and is
+    /// applied once more. A change acknowledged before the restore and lost
+    /// with it is lost: `applied` promises a change survives a crash, not an
+    /// operator putting back an older store, and no client pushes an
+    /// acknowledged intent again. So once quiet, every replica holds exactly
+    /// the server's state (an acknowledged change the server lost included:
+    /// no replica may keep it), every run completes, and every intent has
+    /// exactly one answer.
+    @Test(arguments: 0..<restoreSeedCount)
+    func replicasConvergeAfterServerRestore(seed: Int) async throws {
+        let seed = ConvergenceTests.baseSeed + 100_000 + UInt64(seed)
+        var run = try await ConvergenceRun(seed: seed)
+        let backup = run.server.directory.appending("backup")
+        try await run.editAndSyncUnderFaults(rounds: 2)
+        try await run.server.backUp(to: backup)
+        try run.reconnect()
+        try await run.editAndSyncUnderFaults(rounds: 3)
+        try await run.server.restore(from: backup)
+        try run.reconnect()
+        try await run.editAndSyncUnderFaults(rounds: 3)
+        try await run.syncUntilQuiet()
+        try await run.checkConverged()
+        try await run.checkEveryIntentSettled()
+        await run.server.stop()
+    }
 }
 
 /// The entity types of the run, one per conflict strategy; `memo`
@@ -152,6 +190,11 @@ private struct ConvergenceRun {
         case 4: try await server.forceResync()
         default: try await server.faults(FaultSettings(failNext: 0, dropAfterPush: 0))
         }
+    }
+
+    /// Points every replica at the server, which serves on a new port.
+    func reconnect() throws {
+        for replica in replicas { try replica.connect(to: server) }
     }
 
     /// Closes the store and opens it again, as after a crash.
