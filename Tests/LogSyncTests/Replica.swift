@@ -42,10 +42,11 @@ final class Replica: @unchecked Sendable {
         engine = try SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
     }
 
-    /// Talks to `server` from now on (it may have moved to another port).
-    func connect(to server: TestServer, token: String = "alice-token") throws {
-        transport = HTTPTransport(baseURL: server.url, token: token, options: loopback)
-        engine = try SyncEngine(store: store, transport: transport, clock: clock, configuration: configuration)
+    /// Talks to `server` from now on (it may have moved to another port),
+    /// through `transport` when given (one of `server`'s, then).
+    func connect(to server: TestServer, token: String = "alice-token", transport: (any SyncTransport)? = nil) throws {
+        self.transport = transport ?? HTTPTransport(baseURL: server.url, token: token, options: loopback)
+        engine = try SyncEngine(store: store, transport: self.transport, clock: clock, configuration: configuration)
     }
 
     @discardableResult
