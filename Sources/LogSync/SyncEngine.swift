@@ -338,10 +338,21 @@ public actor SyncEngine {
         breaker.recordAnswer(success: true)
         var outcomes: [(offset: UInt64, outcome: PushOutcome)] = []
         var retries: [(PendingIntent, String)] = []
+        // Entities (type, a zero byte, id: by bytes, as the store keys
+        // them) with an intent of this batch to try again. Their later
+        // intents' answers are not recorded: the store folds answers in
+        // the order they come, so an ack recorded ahead of the earlier
+        // intent would show the app a state the server never had. They stay
+        // pending behind it, and pushed again are answered `duplicate`.
+        var retrying: Set<[UInt8]> = []
         for (item, result) in zip(batch, response.results) {
+            let entity = Array(item.intent.entityType.utf8) + [0] + Array(item.intent.entityID.utf8)
+            guard !retrying.contains(entity) else { continue }
             switch PushDecisions.decide(result, baseVersion: item.intent.baseVersion) {
             case .record(let outcome): outcomes.append((item.offset, outcome))
-            case .retry(let message): retries.append((item, message))
+            case .retry(let message):
+                retries.append((item, message))
+                retrying.insert(entity)
             }
         }
         let strategies = configuration

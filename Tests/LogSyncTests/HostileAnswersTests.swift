@@ -216,6 +216,40 @@ import Testing
         #expect(try a.store.get(type: "task", id: id)?.fields == ["title": intent == "update" ? "two" : "one"])
         await server.stop()
     }
+
+    /// An answer tried again (here, an ack at version 0) holds back the
+    /// answers to the later intents of its entity in the same batch: the
+    /// store settles answers in the order they come, and an ack of the
+    /// later intent recorded first showed the app the earlier intent over
+    /// the later one, a state the server never had. They stay pending
+    /// behind it, and the next push settles both in log order.
+    @Test func aRetriedAnswerHoldsBackTheLaterAnswersOfItsEntity() async throws {
+        let server = try await TestServer("retry-holds-entity")
+        let lying = Atomic<Bool>(false)
+        let lowered = RewritingTransport(server, pushes: { response in
+            guard lying.load(ordering: .relaxed) else { return }
+            response.results[0].serverVersion = 0
+        })
+        let a = try Replica("retry-holds-entity", server: server, transport: lowered)
+        let id = try await a.store.create(type: "task", fields: ["title": "one"])
+        try await a.syncUntilQuiet()
+        try await a.store.update(type: "task", id: id, changes: ["title": "two"])
+        try await a.store.update(type: "task", id: id, changes: ["title": "three"])
+        let updates = try a.store.outbox().map(\.offset)
+        try #require(updates.count == 2)
+        lying.store(true, ordering: .relaxed)
+        let report = await a.sync()
+        #expect(report.acknowledged == 0 && report.retried == 1, "\(report)")
+        #expect(try a.store.outbox().map(\.offset) == updates, "both wait, in log order")
+        #expect(try a.store.get(type: "task", id: id)?.fields == ["title": "three"])
+        lying.store(false, ordering: .relaxed)
+        a.clock.advance(by: 600_000)
+        try await a.syncUntilQuiet()
+        #expect(try a.store.outboxCount() == 0)
+        #expect(try a.store.get(type: "task", id: id)?.fields == ["title": "three"])
+        #expect(try a.store.get(type: "task", id: id)?.serverVersion == 3)
+        await server.stop()
+    }
 }
 
 /// A count shared with a server's threads.
