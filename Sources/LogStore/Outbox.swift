@@ -176,9 +176,10 @@ extension Store {
         }
     }
 
-    /// Makes failed intents pending again with a fresh attempt count.
+    /// Makes failed intents pending again with a fresh attempt count, and
+    /// says so on `intentCommits()`, as a new intent does: they are due now.
     public func retryFailed() async throws {
-        try await write { txn, _, store in
+        try await write { txn, context, store in
             var failed: [([UInt8], OutboxState)] = []
             let outbox = try store.projector(txn).outbox
             try txn.forEach(outbox) { key, value in
@@ -189,6 +190,7 @@ extension Store {
             for (key, _) in failed {
                 try txn.put(outbox, key: key, value: OutboxState().encoded())
             }
+            if !failed.isEmpty { context.effects.wroteIntents = true }
         }
     }
 

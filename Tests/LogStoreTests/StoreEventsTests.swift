@@ -6,7 +6,7 @@ import Testing
 /// Every value `stream` still holds, read once the store that feeds it has
 /// closed (so the read ends): what a reader that never came back would have
 /// cost in memory.
-private func drained<S: AsyncSequence>(_ stream: S) async -> [S.Element] where S.Failure == Never {
+func drained<S: AsyncSequence>(_ stream: S) async -> [S.Element] where S.Failure == Never {
     var values: [S.Element] = []
     for await value in stream { values.append(value) }
     return values

@@ -521,8 +521,14 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         #expect(try store.outbox().first?.state.status == .failed)
         var iterator = events.makeAsyncIterator()
         #expect(await iterator.next() == .retriesExhausted(offset: offset, entityType: "te", entityID: id, lastError: "HTTP 503"))
+        // The app's retry is news for the scheduler, as a new intent is: the
+        // intent is due now, not at the next periodic sync.
+        let intents = store.intentCommits()
         try await store.retryFailed()
         #expect(try store.outbox(dueAt: 0).first?.state == OutboxState())
+        let last = try store.log.lastOffset()
+        store.close()
+        #expect(await drained(intents) == [last])
     }
 
     /// A retry time more than `retryWaitMax` after now is due: the caller
