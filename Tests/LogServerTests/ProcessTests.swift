@@ -20,17 +20,24 @@ import Testing
         return URL(fileURLWithPath: ToolRun.builtProduct("syncserver", root: root))
     }
 
+    /// Starts `syncserver` with `arguments` and waits for its banner.
+    /// - Returns: the child, which the caller kills, and the port it
+    ///   listens on. Without a banner the child is killed here.
+    static func started(_ arguments: [String], holdingStdinOpen: Bool = false) async throws -> (server: ChildProcess, port: Int) {
+        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
+        let server = try ChildProcess(executable: executable.path, arguments: arguments, holdingStdinOpen: holdingStdinOpen)
+        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+        let port = banner.flatMap(SyncServerBanner.port(in:))
+        if port == nil { server.kill() }
+        return (server, try #require(port, "no banner: \(server.outputText)\(server.errorText)"))
+    }
+
     @Test(arguments: [SIGTERM, SIGINT])
     func stopsCleanlyOnASignalAndKeepsItsData(signal: Int32) async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-signal")
-        let server = try ChildProcess(
-            executable: Self.executable.path,
-            arguments: ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--durability", "full"])
+        let (server, port) = try await Self.started(
+            ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--durability", "full"])
         defer { server.kill() }
-
-        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
-        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/push")!)
         request.httpMethod = "POST"
         request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
@@ -75,11 +82,8 @@ import Testing
         let directory = try TemporaryDirectory("syncserver-tokens")
         let tokens = directory.appending("tokens")
         try Data("# users\r\nt1 alice\r\nt2 bob read-only\r\n".utf8).write(to: URL(fileURLWithPath: tokens))
-        let server = try ChildProcess(
-            executable: Self.executable.path, arguments: ["--data", directory.appending("data"), "--port", "0", "--tokens-file", tokens])
+        let (server, port) = try await Self.started(["--data", directory.appending("data"), "--port", "0", "--tokens-file", tokens])
         defer { server.kill() }
-        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
-        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
         for token in ["t1", "t2"] {
             var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/pull")!)
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
@@ -129,14 +133,10 @@ import Testing
     }
 
     @Test func cursorsTheServerNeverIssuedAreInvalidAndNeverCrashIt() async throws {
-        let executable = SyncServerProcessTests.executable
-        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-forged-cursor")
-        let server = try ChildProcess(
-            executable: executable.path, arguments: ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice"])
+        let (server, port) = try await SyncServerProcessTests.started(
+            ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice"])
         defer { server.kill() }
-        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
-        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
         func send(_ path: String, body: Data? = nil) async throws -> (Int, Data) {
             var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
             request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
@@ -191,14 +191,9 @@ import Testing
     }
 
     static func start(_ data: String) async throws -> (ChildProcess, Int) {
-        let server = try ChildProcess(
-            executable: SyncServerProcessTests.executable.path,
-            arguments: ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--stop-at-stdin-end"],
+        try await SyncServerProcessTests.started(
+            ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--stop-at-stdin-end"],
             holdingStdinOpen: true)
-        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
-        let port = banner.flatMap(SyncServerBanner.port(in:))
-        if port == nil { server.kill() }
-        return (server, try #require(port, "no banner: \(server.outputText)\(server.errorText)"))
     }
 
     static func push(_ operations: [PushOperation], port: Int, session: URLSession) async throws -> [PushResult] {
@@ -212,7 +207,6 @@ import Testing
     }
 
     @Test func aServerKilledMidPushKeepsEveryAnswerAndAppliesNoPushInPart() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: SyncServerProcessTests.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-killed-mid-push")
         let data = directory.appending("data")
         let configuration = URLSessionConfiguration.ephemeral
@@ -310,12 +304,9 @@ import Testing
             #expect(refused.errorText.contains(place) && refused.errorText.contains("511 bytes"), "\(refused.errorText)")
         }
 
-        let server = try ChildProcess(
-            executable: executable.path,
-            arguments: ["--data", directory.appending("data"), "--port", "0", "--token", "t:\(String(repeating: "u", count: 511))"])
+        let (server, port) = try await SyncServerProcessTests.started(
+            ["--data", directory.appending("data"), "--port", "0", "--token", "t:\(String(repeating: "u", count: 511))"])
         defer { server.kill() }
-        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
-        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
         let results = try await KilledMidPushProcessTests.push(
             [operation(.create, "t1", ["n": 1])], port: port, session: URLSession(configuration: .ephemeral))
         #expect(results.map(\.status) == [.applied])
@@ -329,8 +320,6 @@ import Testing
 /// is forged so that one number is left.
 @Suite struct UserNumberProcessTests {
     @Test func aServerOutOfUserNumbersRefusesANewUserAndServesTheOthers() async throws {
-        let executable = SyncServerProcessTests.executable
-        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-user-numbers")
         let data = directory.appending("data")
         do {
@@ -339,11 +328,9 @@ import Testing
             let meta = try #require(try environment.openDatabase("meta", create: true))
             try environment.write { txn in try txn.put(meta, key: Array("next-user".utf8), value: (UInt32.max - 1).bigEndianBytes) }
         }
-        let server = try ChildProcess(
-            executable: executable.path, arguments: ["--data", data, "--port", "0", "--token", "a:alice", "--token", "b:bob"])
+        let (server, port) = try await SyncServerProcessTests.started(
+            ["--data", data, "--port", "0", "--token", "a:alice", "--token", "b:bob"])
         defer { server.kill() }
-        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
-        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.outputText)\(server.errorText)")
         let session = URLSession(configuration: .ephemeral)
         func push(_ token: String, _ id: String) async -> (status: Int, body: String)? {
             var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/push")!)
