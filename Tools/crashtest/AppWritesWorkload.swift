@@ -39,14 +39,10 @@ enum AppWritesWorkload: StoreWorkload {
                 for difference in before.differences(store, ids: operations.map(\.id)) {
                     worker.reporter.send("seen", [id, difference])
                 }
-                let next: String
-                do {
+                throw await CommitFailure.after("batch \(id)", failed: error) {
                     try await writer.writeBatch(store, worker)
-                    next = "succeeded"
-                } catch {
-                    next = "\(type(of: error)): \(error)"
+                    return "succeeded"
                 }
-                throw CommitFailure(write: "batch \(id)", error: error, next: next)
             }
         }
     }

@@ -71,13 +71,9 @@ enum AppendWorkload: StoreWorkload {
                 offset = try await log.append(body(key: key))
             } catch {
                 worker.reporter.send("fail", [key])
-                let next: String
-                do {
-                    next = "succeeded at offset \(try await log.append(body(key: key + "-after")))"
-                } catch {
-                    next = "\(type(of: error)): \(error)"
+                throw await CommitFailure.after("append of \(key)", failed: error) {
+                    "succeeded at offset \(try await log.append(body(key: key + "-after")))"
                 }
-                throw CommitFailure(write: "append of \(key)", error: error, next: next)
             }
             worker.reporter.send("ack", [String(offset), key])
         }
@@ -100,4 +96,17 @@ struct CommitFailure: Error, CustomStringConvertible {
     var next: String
 
     var description: String { "\(write) failed: \(type(of: error)): \(error); the next write: \(next)" }
+
+    /// `write`'s failure with `error`, after one more write, `next`, which
+    /// returns what it did: a store must refuse writes after a failed
+    /// commit, and the failure says whether this one did.
+    static func after(_ write: String, failed error: any Error, next: () async throws -> String) async -> CommitFailure {
+        let outcome: String
+        do {
+            outcome = try await next()
+        } catch {
+            outcome = "\(type(of: error)): \(error)"
+        }
+        return CommitFailure(write: write, error: error, next: outcome)
+    }
 }

@@ -107,14 +107,10 @@ enum ConflictWorkload: StoreWorkload {
             do {
                 try await round(number, store, worker, &random, watching: true)
             } catch {
-                let next: String
-                do {
+                throw await CommitFailure.after("round \(number) on \(id)", failed: error) {
                     try await store.update(type: entityType, id: id, changes: ["after": true])
-                    next = "succeeded"
-                } catch {
-                    next = "\(type(of: error)): \(error)"
+                    return "succeeded"
                 }
-                throw CommitFailure(write: "round \(number) on \(id)", error: error, next: next)
             }
         }
     }

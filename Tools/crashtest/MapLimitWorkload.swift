@@ -95,13 +95,9 @@ struct MapLimitWorkload: Workload, StoreWorkload {
                 offsets = try await log.append(contentsOf: keys.map(AppendWorkload.body(key:)))
             } catch {
                 worker.reporter.send("fail", keys)
-                let next: String
-                do {
-                    next = "succeeded at offset \(try await log.append(AppendWorkload.body(key: keys[0] + "-after")))"
-                } catch {
-                    next = "\(type(of: error)): \(error)"
+                throw await CommitFailure.after("append of \(keys[0])...", failed: error) {
+                    "succeeded at offset \(try await log.append(AppendWorkload.body(key: keys[0] + "-after")))"
                 }
-                throw CommitFailure(write: "append of \(keys[0])...", error: error, next: next)
             }
             guard let offsets else { preconditionFailure("appending \(batchCount) entries returned no offsets") }
             worker.reporter.send("ack", [String(offsets.lowerBound)] + keys)
