@@ -345,14 +345,17 @@ public actor SyncEngine {
         // intent would show the app a state the server never had. They stay
         // pending behind it, and pushed again are answered `duplicate`.
         var retrying: Set<[UInt8]> = []
+        func entity(_ item: PendingIntent) -> [UInt8] {
+            Array(item.intent.entityType.utf8) + [0] + Array(item.intent.entityID.utf8)
+        }
         for (item, result) in zip(batch, response.results) {
-            let entity = Array(item.intent.entityType.utf8) + [0] + Array(item.intent.entityID.utf8)
-            guard !retrying.contains(entity) else { continue }
+            // Keys are built only once an answer is retried, which is rare.
+            if !retrying.isEmpty, retrying.contains(entity(item)) { continue }
             switch PushDecisions.decide(result, baseVersion: item.intent.baseVersion) {
             case .record(let outcome): outcomes.append((item.offset, outcome))
             case .retry(let message):
                 retries.append((item, message))
-                retrying.insert(entity)
+                retrying.insert(entity(item))
             }
         }
         let strategies = configuration
