@@ -13,6 +13,9 @@ struct Projector: Sendable {
     let idempotency: Database
     let counts: Database
     let conflicts: Database
+    /// Not derived, and one for both sets (`AwaitedFeed.swift`); nil in a
+    /// store opened read-only before it had one.
+    let awaitedFeed: Database?
     let path: String
     /// The `meta` key of the pull cursor these tables go with: `cursor` for
     /// the tables in use, `rebuild-cursor` for those a rebuild fills.
@@ -50,14 +53,23 @@ struct Projector: Sendable {
                 effects.wroteIntents = true
             }
         case .ack(let ack):
+            var aheadOfFeed = false
             let intent = try settle(ack.intentOffset, txn) { record, intent in
                 let before = record.confirmed
+                // A base at this version or past it came from the feed (no
+                // earlier answer has a later version): the feed showed it.
+                aheadOfFeed = ack.serverVersion > before.version
                 record.confirmed = before.applying(ack: intent, version: ack.serverVersion)
                 record.ackedVersion = max(record.ackedVersion, ack.serverVersion)
                 // `applying(ack:)` either keeps the base or applies the intent to it.
                 return record.confirmed != before
             }
-            if live, let intent { effects.touchedTypes.insert(intent.entityType) }
+            if live, let intent {
+                effects.touchedTypes.insert(intent.entityType)
+                if aheadOfFeed {
+                    try awaitFeed(intent, version: ack.serverVersion, ackOffset: entry.offset, txn)
+                }
+            }
         case .reject(let reject):
             let intent = try settle(reject.intentOffset, txn) { _, _ in false }
             if live, let intent {
@@ -73,20 +85,27 @@ struct Projector: Sendable {
             let changed = try confirm(
                 remote.entityType, remote.entityID, version: remote.serverVersion,
                 state: remote.operation == .upsert ? remote.fields : nil, txn)
-            if live, changed { effects.touchedTypes.insert(remote.entityType) }
+            if live {
+                if changed { effects.touchedTypes.insert(remote.entityType) }
+                try sawInFeed(remote.entityType, remote.entityID, version: remote.serverVersion, txn)
+            }
             try setCursor(remote.cursor, txn)
         case .snapshot(let snapshot):
             if !snapshot.entityType.isEmpty {
                 let changed = try confirm(
                     snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion,
                     state: snapshot.deleted ? nil : snapshot.fields, txn)
-                if live, changed { effects.touchedTypes.insert(snapshot.entityType) }
+                if live {
+                    if changed { effects.touchedTypes.insert(snapshot.entityType) }
+                    try sawInFeed(snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion, txn)
+                }
             }
             try setCursor(snapshot.cursor, txn)
         case .resync:
             // The reset walks the database itself, so it must see everything.
             try cache?.flush(self, txn)
             try resetBase(txn, &effects)
+            if live, let awaitedFeed { try txn.removeAll(awaitedFeed) }
         case .conflict(let conflict):
             // The `conflicts` database lists those waiting for the app; a
             // later entry with a resolution takes its intent off the list.

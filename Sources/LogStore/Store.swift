@@ -95,7 +95,7 @@ public final class Store: Sendable {
         self.finishStreams = finishStreams
         let sets = (0..<Store.projectionSetCount).map { Store.derivedDatabaseNames(set: $0) }
         let log = try EventLog(
-            path: path, options: options, derivedDatabases: sets.flatMap { $0 },
+            path: path, options: options, derivedDatabases: sets.flatMap { $0 } + [Projector.awaitedFeedName],
             onCommit: { effects in
                 for type in effects.touchedTypes.sorted() {
                     changeFeed.publish(StoreChange(entityType: type, offset: effects.offset))
@@ -110,7 +110,8 @@ public final class Store: Sendable {
             guard derived.count == names.count else { return nil }
             return Projector(
                 log: log.logDatabase, meta: log.metaDatabase, entities: derived[0], outbox: derived[1],
-                idempotency: derived[2], counts: derived[3], conflicts: derived[4], path: log.path)
+                idempotency: derived[2], counts: derived[3], conflicts: derived[4],
+                awaitedFeed: log.derivedDatabases[Projector.awaitedFeedName] ?? nil, path: log.path)
         }
         if options.readOnly {
             // One snapshot: read apart, another process's commit between

@@ -94,14 +94,16 @@ extension EventLog {
 
 extension Store {
     /// Each table's keys and the pages it takes, as one commit has them:
-    /// `log`, `meta`, then the derived databases in use, named without the
-    /// suffix of their set (`entities`, not `entities.1`).
+    /// `log`, `meta`, the derived databases in use, named without the
+    /// suffix of their set (`entities`, not `entities.1`), then
+    /// `awaited-feed` (when the store has it).
     /// - Throws: `LogStoreError.projectionsStale` in a store opened
     ///   read-only before the derived databases in use were made.
     public func tableStatistics() throws -> [(name: String, statistics: DatabaseStatistics)] {
         try log.environment.read { txn in
-            let derived = try projector(txn).databases
-            return try zip(["log", "meta"] + Store.derivedDatabaseNames, [log.logDatabase, log.metaDatabase] + derived)
+            let projector = try projector(txn)
+            let awaited = projector.awaitedFeed.map { [(Projector.awaitedFeedName, $0)] } ?? []
+            return try (zip(["log", "meta"] + Store.derivedDatabaseNames, [log.logDatabase, log.metaDatabase] + projector.databases) + awaited)
                 .map { name, database in (name, try txn.statistics(database)) }
         }
     }

@@ -426,6 +426,9 @@ public actor SyncEngine {
         // server may send pages of any size, but one change always fits.
         var limit = configuration.pullPageCountMax
         var progress = FeedProgress()
+        // Every change acknowledged by now is in the feed (section 8), or
+        // a later change of its entity is: the pull must show it.
+        let acknowledgedThrough = try store.log.lastOffset()
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
             let sent = try store.pullCursor()
@@ -470,7 +473,21 @@ public actor SyncEngine {
             try await store.applyPulledPage(changes, cursor: page.cursor)
             report.pages += 1
             report.changes += changes.count
-            if !page.hasMore { return .completed }
+            guard !page.hasMore else { continue }
+            let lost = try store.acknowledgedChangesNotInFeed(through: acknowledgedThrough)
+            guard let first = lost.first else { return .completed }
+            // The server lost them: its store was put back from a backup
+            // older than this client's cursor, which no 410 shows. A resync
+            // takes the server's state, as the operator's would (section 12).
+            guard resyncs < configuration.resyncsPerRunMax else {
+                return .failed("pull: the feed keeps ending without changes the server acknowledged")
+            }
+            resyncs += 1
+            report.resyncs += 1
+            try await store.resync(
+                reason: "the feed ended without \(lost.count) change(s) the server acknowledged (\(first.entityType)/"
+                    + "\(first.entityID) at version \(first.serverVersion) first): the server lost them")
+            progress.restart()
         }
         return .failed("pull: more than \(SyncEngine.pullPagesPerRunMax) pages in one run")
     }

@@ -23,6 +23,10 @@ import Testing
         #expect(report.outcome == .completed)
         #expect(report.acknowledged == 2)
         #expect(try a.store.outboxCount() == 0)
+        // The pull after the push showed both acknowledged changes: nothing
+        // is left waiting for the feed, and there was no reason to resync.
+        #expect(report.resyncs == 0)
+        #expect(try a.store.acknowledgedChangesNotInFeed(through: .max).isEmpty)
         await b.sync()
         #expect(try b.entities("task") == [id: ["title": "Buy milk", "weight": .double(2), "done": true]])
         #expect(try a.entities("task") == b.entities("task"))

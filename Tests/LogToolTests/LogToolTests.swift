@@ -94,18 +94,22 @@ extension ToolRun {
         #expect(report["outbox"] as? Int == 1 && report["cursor"] as? String == "c-1")
         #expect(try Tool.run(["stat", path]).output.contains("offsets     1...6"))
         // Each table's keys: 6 entries, the 2 entities left (the rejected
-        // create is gone), the 1 pending intent, 3 idempotency keys, 1 type.
+        // create is gone), the 1 pending intent, 3 idempotency keys, 1 type,
+        // and the acked change, which no pull has shown.
         let tables = try #require(report["tables"] as? [[String: Any]])
-        #expect(tables.map { $0["name"] as? String } == ["log", "meta", "entities", "outbox", "idempotency", "counts", "conflicts"])
+        #expect(
+            tables.map { $0["name"] as? String }
+                == ["log", "meta", "entities", "outbox", "idempotency", "counts", "conflicts", "awaited-feed"])
         let keys = Dictionary(uniqueKeysWithValues: tables.map { ($0["name"] as? String ?? "", $0["entries"] as? Int ?? -1) })
         #expect(keys["log"] == 6 && keys["entities"] == 2 && keys["outbox"] == 1 && keys["idempotency"] == 3 && keys["counts"] == 1)
+        #expect(keys["awaited-feed"] == 1)
         for table in tables {
             let bytes = try #require(table["bytes"] as? Int)
             let entries = try #require(table["entries"] as? Int)
             // Whole pages, and none for an empty table.
             #expect(bytes % 4096 == 0 && (bytes > 0) == (entries > 0), "\(table)")
         }
-        #expect(try Tool.run(["stat", path]).output.contains("table       entities     2 keys, "))
+        #expect(try Tool.run(["stat", path]).output.contains("table       entities      2 keys, "))
 
         let dump = try Tool.run(["dump", path, "--json"])
         #expect(try dump.objects().map { $0["offset"] as? Int } == Array(1...6))

@@ -1,0 +1,96 @@
+import LMDB
+import LogFormat
+
+/// A change the server acknowledged that its feed has not shown yet: the
+/// entity, the version the server gave it, and the offset of the `ack`.
+public struct AwaitedChange: Sendable, Equatable {
+    public var entityType: String
+    public var entityID: String
+    public var serverVersion: UInt64
+    public var ackOffset: UInt64
+}
+
+/// The `awaited-feed` database (`Format/storage.md`, section 15): entity
+/// key -> the offset of the entity's latest `ack` and its server version,
+/// while no pulled change of the entity at that version or later has come.
+///
+/// The server puts every change it applies in the feed before it answers
+/// the push (`Format/sync-protocol.md`, section 8), so a pull that starts
+/// after the answer and reaches the feed's end shows the change, or a later
+/// one of the entity. A row left after such a pull is a change the server
+/// no longer has: its store was put back from a backup, and the client's
+/// cursor is older than the backup, so no 410 says so (section 10).
+///
+/// It is not derived from the log: only writes made now keep it (a replay
+/// leaves it alone), like the outbox's attempt state. One database serves
+/// both sets of derived databases.
+extension Projector {
+    static let awaitedFeedName = "awaited-feed"
+
+    /// The server acknowledged `intent` at `version`, past the entity's base
+    /// version. A row with a later version stays (answers come in order;
+    /// this is a late repeat).
+    func awaitFeed(_ intent: Intent, version: UInt64, ackOffset: UInt64, _ txn: borrowing Transaction) throws {
+        // A read-only store writes nothing, so it never gets here without one.
+        guard let awaitedFeed else { return }
+        try EntityKey.withKey(type: intent.entityType, id: intent.entityID) { key in
+            if let row = try awaitedRow(key, txn), row.version >= version { return }
+            try (ackOffset.bigEndianBytes + version.bigEndianBytes).withUnsafeBytes { value in
+                try txn.put(awaitedFeed, key: key, value: value)
+            }
+        }
+    }
+
+    /// The feed showed the entity at `version`: a row at that version or an
+    /// earlier one is done with.
+    func sawInFeed(_ type: String, _ id: String, version: UInt64, _ txn: borrowing Transaction) throws {
+        guard let awaitedFeed else { return }
+        try EntityKey.withKey(type: type, id: id) { key in
+            guard let row = try awaitedRow(key, txn), row.version <= version else { return }
+            try txn.delete(awaitedFeed, key: key)
+        }
+    }
+
+    private func awaitedRow(_ key: UnsafeRawBufferPointer, _ txn: borrowing Transaction) throws
+        -> (ackOffset: UInt64, version: UInt64)?
+    {
+        guard let awaitedFeed else { return nil }
+        return try txn.withValue(awaitedFeed, key: key) { try decodeAwaited($0, key: key) }
+    }
+
+    /// Every row, in entity key order.
+    func awaitedChanges(_ txn: borrowing Transaction) throws -> [AwaitedChange] {
+        guard let awaitedFeed else { return [] }
+        var changes: [AwaitedChange] = []
+        try txn.forEach(awaitedFeed) { key, value in
+            let row = try decodeAwaited(value, key: key)
+            let (type, id) = EntityKey.split([UInt8](key))
+            changes.append(AwaitedChange(entityType: type, entityID: id, serverVersion: row.version, ackOffset: row.ackOffset))
+            return true
+        }
+        return changes
+    }
+
+    private func decodeAwaited(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws
+        -> (ackOffset: UInt64, version: UInt64)
+    {
+        guard value.count == 16, let offset = UInt64(bigEndianBytes: UnsafeRawBufferPointer(rebasing: value[0..<8])),
+            let version = UInt64(bigEndianBytes: UnsafeRawBufferPointer(rebasing: value[8..<16]))
+        else {
+            let (type, id) = EntityKey.split([UInt8](key))
+            throw LogStoreError(
+                .corruptEntry, path: path, "the \(Projector.awaitedFeedName) row of \(type)/\(id) is \(value.count) bytes, not 16")
+        }
+        return (offset, version)
+    }
+}
+
+extension Store {
+    /// The changes the server acknowledged that its feed has not shown since,
+    /// of acks at or below `offset`, in entity key order. After a pull that
+    /// began once the log ended at `offset` and reached the feed's end, any
+    /// is a change the server lost (see `SyncEngine`'s pull).
+    public func acknowledgedChangesNotInFeed(through offset: UInt64) throws -> [AwaitedChange] {
+        try log.environment.read { txn in try projector(txn).awaitedChanges(txn).filter { $0.ackOffset <= offset } }
+    }
+}
