@@ -484,6 +484,7 @@ public actor SyncEngine {
             }
             resyncs += 1
             report.resyncs += 1
+            report.lostChanges += lost
             try await store.resync(
                 reason: "the feed ended without \(lost.count) change(s) the server acknowledged (\(first.entityType)/"
                     + "\(first.entityID) at version \(first.serverVersion) first): the server lost them")

@@ -73,8 +73,14 @@ public struct SyncReport: Sendable, Equatable {
     /// Pulled pages applied, and the changes in them.
     public var pages = 0
     public var changes = 0
-    /// Full resyncs started by the server.
+    /// Full resyncs: started by the server (410, `force_resync`), or by a
+    /// feed that ended without changes the server acknowledged.
     public var resyncs = 0
+    /// Changes the server acknowledged and then lost (its store was put
+    /// back from a backup): the pull's feed ended without them, and the run
+    /// resynced to the server's state, so they are gone on both sides. An
+    /// app may tell its user which entities lost a change.
+    public var lostChanges: [AwaitedChange] = []
 
     public init(outcome: SyncOutcome) { self.outcome = outcome }
 }

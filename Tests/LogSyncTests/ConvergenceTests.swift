@@ -26,6 +26,10 @@ import Testing
         try await run.editAndSyncUnderFaults(rounds: 6)
         try await run.syncUntilQuiet()
         try await run.checkConverged()
+        // The server lost nothing, so no pull may have found it did.
+        for replica in run.replicas {
+            #expect(replica.lostChanges.isEmpty, "seed \(seed): \(replica.lostChanges.prefix(3))")
+        }
         try await run.checkEveryIntentSettled()
         await run.server.stop()
     }

@@ -4,6 +4,7 @@ import LogStore
 import LogSync
 import LogSyncHTTP
 import LogTesting
+import Synchronization
 
 /// One client of a test server: a store of its own, an engine over real
 /// HTTP, and a manual clock, so retries and breakers run without waiting.
@@ -50,12 +51,20 @@ final class Replica: @unchecked Sendable {
     }
 
     @discardableResult
-    func sync() async -> SyncReport { await engine.sync() }
+    func sync() async -> SyncReport {
+        let report = await engine.sync()
+        lost.withLock { $0 += report.lostChanges }
+        return report
+    }
+
+    /// Every change the engine found the server lost, over all its syncs.
+    var lostChanges: [AwaitedChange] { lost.withLock { $0 } }
+    private let lost = Mutex<[AwaitedChange]>([])
 
     /// Syncs until nothing is pending or due, moving the clock past every retry.
     func syncUntilQuiet(roundsMax: Int = 40) async throws {
         for _ in 0..<roundsMax {
-            let report = await engine.sync()
+            let report = await sync()
             let summary = try store.outboxSummary()
             if case .completed = report.outcome, summary.pendingCount == 0 { return }
             clock.advance(by: 301_000)
