@@ -125,9 +125,7 @@ public final class Environment: @unchecked Sendable {
         }
         handle = env
         state = Mutex(State())
-        // Readers left by killed processes pin old pages; clear them now.
-        var dead: Int32 = 0
-        _ = mdb_reader_check(env, &dead)
+        clearDeadReaders()
     }
 
     deinit { close() }
@@ -257,6 +255,17 @@ public final class Environment: @unchecked Sendable {
             mdb_env_close(handle)
             Environment.unregister(path)
         }
+    }
+
+    /// Frees the reader slots of processes that ended inside a read (a
+    /// tool killed mid-export): such a slot still names its snapshot, and
+    /// LMDB reuses no page freed after it. LMDB frees them only when asked.
+    /// Needs an open environment.
+    /// - Returns: whether there were any.
+    @discardableResult
+    private func clearDeadReaders() -> Bool {
+        var dead: Int32 = 0
+        return mdb_reader_check(handle, &dead) == 0 && dead > 0
     }
 
     private func checkUsable(_ operation: StaticString) throws(LMDBError) {
@@ -430,12 +439,18 @@ extension Environment {
         }
     }
 
-    /// Doubles the map (in 1 GiB steps past 1 GiB), up to `mapSizeMax`.
+    /// Doubles the map (in 1 GiB steps past 1 GiB), up to `mapSizeMax`,
+    /// unless freeing dead processes' reader slots made room.
     /// - Throws: `error` on a thread inside a read (see `checkNoReadHeld`).
     private func grow(after error: LMDBError) throws(LMDBError) {
         try checkNoReadHeld(error.code, "the map is full, and a write inside a read cannot grow it: write outside the read")
         try resizeLock.withExclusive { () throws(LMDBError) in
             try checkUsable("mdb_env_set_mapsize")
+            // A dead process's slot keeps every page freed since its
+            // snapshot, and a writer that stays open would otherwise grow
+            // the map at each fill until some process opened the
+            // environment: without it, the write runs again in this map.
+            if clearDeadReaders() { return }
             let current = currentInfo().mapSize
             let step = min(current, 1 << 30)
             guard current < options.mapSizeMax else { throw error }

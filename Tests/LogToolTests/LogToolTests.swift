@@ -1216,3 +1216,34 @@ extension LogToolTests {
         #expect(try Tool.run(["verify", "--help"]).output.contains("--scratch"))
     }
 }
+
+extension LogToolExportTests {
+    /// An `export` killed inside its read (as an interrupt kills it: no
+    /// handler closes the store) leaves its LMDB reader slot behind, still
+    /// naming the snapshot it read, and LMDB reuses no page freed after
+    /// that snapshot. Only an open of the store cleared such slots, so the
+    /// app writing all along found every page its commits freed pinned: the
+    /// file and the map grew with every commit (here past 32 MiB for a log
+    /// of a few hundred KiB). The writer now clears the slots of dead
+    /// processes before it grows the map.
+    @Test func aReaderKilledInsideItsReadPinsNoPages() async throws {
+        let directory = try TemporaryDirectory("logtool-export-killed")
+        var options = EventLog.Options(durability: .process)
+        options.initialMapSize = 1 << 20
+        let log = try EventLog(path: directory.path, options: options)
+        defer { log.close() }
+        // More than a pipe holds, so the export stays inside its read.
+        _ = try await log.append(contentsOf: (0..<2_000).map { .resync(reason: "entry \($0) " + String(repeating: "x", count: 100)) })
+        // `sleep` holds the pipe and reads none of it once `head` has the header.
+        let export = try ChildProcess(
+            executable: "/bin/sh", arguments: ["-c", #""$0" export "$1" | { head -n 1; exec sleep 600; }"#, Tool.path("logtool"), directory.path],
+            ownProcessGroup: true)
+        let header = await export.waitForLine(timeout: .seconds(60)) { $0.contains("syncstore-export") }
+        export.kill()
+        #expect(await export.waitForExit(timeout: .seconds(60)))
+        try #require(header != nil, "the export wrote no header: \(export.errorText)")
+        for number in 0..<3_000 { _ = try await log.append(.resync(reason: "after \(number)")) }
+        let usage = log.mapUsage()
+        #expect(usage.mapSize <= 4 << 20, "map \(usage.mapSize) bytes, \(usage.usedBytes) used")
+    }
+}
