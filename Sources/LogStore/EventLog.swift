@@ -74,7 +74,8 @@ public final class EventLog: Sendable {
     ///   that is not LMDB's),
     ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged;
     ///   a read-only open leaves that to the first read that needs it);
-    ///   `LMDBError` for `Environment.init`'s reasons.
+    ///   `LMDBError` for `Environment.init`'s reasons, and for a
+    ///   `writer.lock` that cannot be opened.
     public convenience init(path: String, options: Options = Options()) throws {
         try self.init(path: path, options: options, derivedDatabases: [], onCommit: nil, onClose: nil)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import LogFormat
 import Synchronization
 
@@ -19,12 +20,14 @@ final class WriterLock: Sendable {
     private let descriptor: Int32
     private let released = Mutex(false)
 
-    /// - Throws: `LogStoreError.writerActive` when another process holds it.
+    /// - Throws: `LogStoreError.writerActive` when another process holds it;
+    ///   `LMDBError` with the `errno` of a lock file that cannot be opened
+    ///   (no permission, out of descriptors), as for the environment's files.
     init(directory: String) throws {
         let path = (directory as NSString).appendingPathComponent(WriterLock.fileName)
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
-            throw LogStoreError(.writerActive, path: directory, "cannot open \(WriterLock.fileName): \(String(cString: strerror(errno)))")
+            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "open", path: directory, detail: WriterLock.fileName)
         }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)

@@ -200,6 +200,25 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: other.appending("writer.lock")))
     }
 
+    /// A writer lock file that cannot be opened (here a directory in its
+    /// place; as well a file this user may not write, or a process out of
+    /// descriptors) is the operating system's error, named with the file,
+    /// as the environment's own files give one. It was
+    /// `LogStoreError.writerActive`, which tells the app another process
+    /// writes the store: the one thing that was not so.
+    @Test func aWriterLockFileThatCannotBeOpenedIsNotAnotherWriter() throws {
+        let directory = try TemporaryDirectory("integrity-writer-lock-unopenable")
+        try EventLog(path: directory.path).close()
+        let lock = directory.appending("writer.lock")
+        try FileManager.default.removeItem(atPath: lock)
+        try FileManager.default.createDirectory(atPath: lock, withIntermediateDirectories: false)
+        let error = #expect(throws: LMDBError.self) { try EventLog(path: directory.path) }
+        #expect(error?.code == LMDBError.Code(rawValue: EISDIR), "\(String(describing: error))")
+        #expect(error?.description.contains(directory.path) == true && error?.description.contains("writer.lock") == true)
+        try FileManager.default.removeItem(atPath: lock)
+        try EventLog(path: directory.path).close()
+    }
+
     /// Damage to an outbox row makes the outbox unreadable; verify reports it.
     @Test func verifyFindsADamagedOutboxRow() async throws {
         let directory = try TemporaryDirectory("integrity-outbox")
