@@ -687,6 +687,11 @@ extension ToolRun {
         let waiting = try Tool.run(["conflicts", copy, "--json"]).objects()
         #expect(waiting.map { $0["server_version"] as? Int } == [2, 3])
         #expect(try Tool.run(["conflicts", copy, "--all", "--json"]).objects().count == 2)
+        // A new store named by one character, relative to the working
+        // directory (Foundation's `deletingLastPathComponent` traps on it).
+        let short = try ToolRun.run("/bin/sh", ["-c", #"cd "$1" && "$0" import export.jsonl d"#, Tool.path("logtool"), directory.path])
+        #expect(short.status == 0, "\(short.errors)")
+        #expect(try Tool.run(["diff", source, directory.appending("d")]).status == 0)
         // A second import into the same directory is refused; so is garbage.
         #expect(try Tool.run(["import", file, copy]).status == 2)
         try "not json\n".write(toFile: directory.appending("bad.jsonl"), atomically: true, encoding: .utf8)
