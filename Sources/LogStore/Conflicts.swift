@@ -312,8 +312,11 @@ struct ConflictOutcome: Equatable {
             switch local.operation {
             case .create, .update:
                 guard let serverState else {
-                    // The server deleted it: bring back what the app sees.
-                    let fields = local.operation == .create ? local.fields : (conflictCase.local ?? local.fields)
+                    // The server deleted it: bring back what the app sees,
+                    // a refused create's later updates included (the server
+                    // answers them `ENTITY_NOT_FOUND`, and this create, pushed
+                    // after them, is all that carries their fields).
+                    let fields = conflictCase.local ?? local.fields
                     self.init(resolution: .keepLocal, resolvedFields: fields, intent: (.create, fields))
                     return
                 }

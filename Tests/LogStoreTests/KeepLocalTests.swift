@@ -113,6 +113,38 @@ import Testing
         }
     }
 
+    /// A create the server refused as behind its tombstone (its base version
+    /// is ahead of a server restored from a backup), with an update of the
+    /// app after it that the server answered `ENTITY_NOT_FOUND`: `keepLocal`,
+    /// decided when the answers come or by the app later, brings the entity
+    /// back as the app saw it, the update included. Before, it came back
+    /// with the create's fields alone: the update's fields were lost.
+    @Test(arguments: [Decided.whenRecorded, .byTheApp])
+    func keepLocalOfARefusedCreateKeepsTheUpdatesMadeAfterIt(_ decided: Decided) async throws {
+        var fixture = try StoreFixture("conflicts-keep-local-create")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "task", entityID: "t1", serverVersion: 3, fields: ["title": "v3"])], cursor: "c1")
+        try await store.delete(type: "task", id: "t1")
+        try await store.create(type: "task", id: "t1", fields: ["title": "again"])
+        try await store.update(type: "task", id: "t1", changes: ["done": true])
+        let pushed = try store.outbox().map(\.offset)
+        let notFound = PushOutcome.rejected(code: "ENTITY_NOT_FOUND", message: "no task/t1")
+        let never = ServerState(serverVersion: 0, deleted: true, data: [:])
+        try await store.record([(pushed[0], notFound), (pushed[1], .conflict(never, message: "behind")), (pushed[2], notFound)]) { _ in
+            decided == .whenRecorded ? .keepLocal : .askApp
+        }
+        if decided == .byTheApp { try await store.resolveConflict(intentOffset: pushed[1], .keepLocal) }
+        let seen: Fields = ["title": "again", "done": true]
+        let resolution = try #require(try store.outbox().last?.intent)
+        #expect(resolution.operation == .create)
+        #expect(resolution.fields == seen)
+        #expect(try store.get(type: "task", id: "t1")?.fields == seen)
+        try fixture.reopen()
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
+    }
+
     /// Task t1 is pulled at version 1 with three fields, and the app changes
     /// its title; the server, which deleted it at version 2, answers the
     /// push `CONFLICT` (after `beforeTheAnswer`, the app's writes while the
