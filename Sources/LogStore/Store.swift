@@ -206,11 +206,15 @@ extension Store {
     ///   `.invalidArgument` for one too big for a log entry).
     public func write(_ batch: WriteBatch) async throws {
         guard !batch.operations.isEmpty else { return }
-        let operations = batch.operations
+        // Keys made per call, not per batch: a batch written twice is two
+        // changes, and the server answers a key it has seen `duplicate`,
+        // dropping the second. Made before the job, so a rerun of the
+        // transaction writes the same intents.
+        let operations = batch.operations.map { (operation: $0, key: WriteBatch.newKey()) }
         try await write { txn, context, store in
             // Looked up once: nothing in the batch switches the set in use.
             let projector = try store.projector(txn)
-            for operation in operations { try store.stage(operation, projector, txn, &context) }
+            for (operation, key) in operations { try store.stage(operation, key: key, projector, txn, &context) }
         }
     }
 
@@ -255,7 +259,7 @@ extension Store {
     }
 
     private func stage(
-        _ operation: WriteBatch.Operation, _ projector: Projector, _ txn: borrowing Transaction,
+        _ operation: WriteBatch.Operation, key: String, _ projector: Projector, _ txn: borrowing Transaction,
         _ context: inout WriteContext
     ) throws {
         let record = try projector.load(operation.type, operation.id, txn)
@@ -264,13 +268,13 @@ extension Store {
         switch operation.kind {
         case .create(let fields):
             guard !exists else { throw LogStoreError(.alreadyExists, path: path, "\(operation.type)/\(operation.id) exists") }
-            intent = Intent(.create, idempotencyKey: operation.key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: fields)
+            intent = Intent(.create, idempotencyKey: key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: fields)
         case .update(let changes):
             guard exists else { throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to update") }
-            intent = Intent(.update, idempotencyKey: operation.key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: changes)
+            intent = Intent(.update, idempotencyKey: key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: changes)
         case .delete:
             guard exists else { throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to delete") }
-            intent = Intent(.delete, idempotencyKey: operation.key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0)
+            intent = Intent(.delete, idempotencyKey: key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0)
         }
         try append(.intent(intent), projector, txn, &context)
     }
@@ -281,7 +285,9 @@ extension Store {
 }
 
 /// Operations to commit together with `Store.write(_:)`. Arguments are
-/// checked as they are added; existence is checked at commit.
+/// checked as they are added; existence is checked at commit. A batch may
+/// be written more than once: each write is new changes, pushed and
+/// applied again (a create with a given or returned id then finds it exists).
 public struct WriteBatch: Sendable {
     struct Operation: Sendable {
         enum Kind: Sendable {
@@ -293,9 +299,6 @@ public struct WriteBatch: Sendable {
         var kind: Kind
         var type: String
         var id: String
-        /// Made when the operation is added, so a rerun of the transaction
-        /// writes the same intent.
-        var key: String
     }
 
     private(set) var operations: [Operation] = []
@@ -309,7 +312,7 @@ public struct WriteBatch: Sendable {
         try Validation.fields(fields)
         let id = id ?? WriteBatch.newID(type: type)
         try Validation.entityID(id)
-        operations.append(Operation(kind: .create(fields), type: type, id: id, key: WriteBatch.newKey()))
+        operations.append(Operation(kind: .create(fields), type: type, id: id))
         return id
     }
 
@@ -317,13 +320,13 @@ public struct WriteBatch: Sendable {
         try Validation.entityType(type)
         try Validation.entityID(id)
         try Validation.fields(changes)
-        operations.append(Operation(kind: .update(changes), type: type, id: id, key: WriteBatch.newKey()))
+        operations.append(Operation(kind: .update(changes), type: type, id: id))
     }
 
     public mutating func delete(type: String, id: String) throws {
         try Validation.entityType(type)
         try Validation.entityID(id)
-        operations.append(Operation(kind: .delete, type: type, id: id, key: WriteBatch.newKey()))
+        operations.append(Operation(kind: .delete, type: type, id: id))
     }
 
     /// `te_01J...` for a type that is a valid ID prefix, else the bare ULID.

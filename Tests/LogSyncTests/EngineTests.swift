@@ -36,6 +36,30 @@ import Testing
         await server.stop()
     }
 
+    /// One `WriteBatch` written twice is two changes, each pushed and
+    /// applied: the app's second write of a batch it kept (a "mark done"
+    /// it prepared once) wins over the change made between them. Before,
+    /// both writes carried the keys made when the operations were added,
+    /// the server answered the second `duplicate`, and the change between
+    /// them came back: the second write was lost without a word.
+    @Test func aBatchWrittenTwiceIsPushedTwice() async throws {
+        let server = try await TestServer("batch-twice")
+        let a = try Replica("a", server: server)
+        let id = try await a.store.create(type: "task", fields: ["done": false])
+        var markDone = WriteBatch()
+        try markDone.update(type: "task", id: id, changes: ["done": true])
+        try await a.store.write(markDone)
+        try await a.store.update(type: "task", id: id, changes: ["done": false])
+        try await a.store.write(markDone)
+        let keys = try a.store.outbox().map(\.intent.idempotencyKey)
+        #expect(Set(keys).count == keys.count, "\(keys)")
+        let report = await a.sync()
+        #expect(report.outcome == .completed)
+        #expect(try a.store.get(type: "task", id: id)?.fields == ["done": true])
+        #expect(try await server.pullAll().last?.data == ["done": true])
+        await server.stop()
+    }
+
     /// The server merges an update made against an older version with a
     /// change to another field; the client that pushed it ends up with the
     /// merged entity, not with its own guess at it.
