@@ -27,6 +27,45 @@ import Testing
         #expect(rest.map { Array($0.id.utf8) } == [Array("f".utf8), Array(precomposed.utf8)])
     }
 
+    /// Paging while entities come and go between pages: a page that starts
+    /// after an id deleted since (its record gone, or kept with a pending
+    /// delete over a confirmed base) resumes at the next id, ids created
+    /// behind the cursor are not seen and those ahead are, and nothing is
+    /// repeated; `count` agrees with a walk of every page.
+    @Test func pagingAcrossDeletesAndCreatesBetweenPages() async throws {
+        let fixture = try StoreFixture("store-all-between-pages")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            (0..<4).map { PulledChange(.upsert, entityType: "te", entityID: "b\($0)", serverVersion: 1, fields: [:]) }, cursor: "c1")
+        var batch = WriteBatch()
+        for n in 0..<4 { try batch.create(type: "te", id: "d\(n)", fields: [:]) }
+        try await store.write(batch)
+        let first = try store.all(type: "te", limit: 3).map(\.id)
+        #expect(first == ["b0", "b1", "b2"])
+        // A pending delete over a confirmed base keeps the record; a
+        // pending create's record goes with its delete.
+        try await store.delete(type: "te", id: "b2")
+        try await store.delete(type: "te", id: "b3")
+        try await store.delete(type: "te", id: "d0")
+        try await store.create(type: "te", id: "a", fields: [:])
+        try await store.create(type: "te", id: "b2x", fields: [:])
+        let second = try store.all(type: "te", after: first.last, limit: 2).map(\.id)
+        #expect(second == ["b2x", "d1"])
+        try await store.delete(type: "te", id: "d1")
+        let third = try store.all(type: "te", after: second.last, limit: 10).map(\.id)
+        #expect(third == ["d2", "d3"])
+        var walked: [String] = []
+        var after: String?
+        while true {
+            let page = try store.all(type: "te", after: after, limit: 2)
+            guard let last = page.last else { break }
+            walked += page.map(\.id)
+            after = last.id
+        }
+        #expect(walked == ["a", "b0", "b1", "b2x", "d2", "d3"])
+        #expect(try store.count(type: "te") == walked.count)
+    }
+
     /// An entity too big for one log entry, written by the app or pulled
     /// from a server that breaks the protocol's `entityFieldsBytesMax`, is
     /// refused as an invalid argument naming the entity and the sizes, and
