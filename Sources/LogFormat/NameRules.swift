@@ -47,11 +47,32 @@ public enum NameRules {
             if let problem = valueProblem(value, name: name, depth: depth) { return problem }
         }
         if let (first, second) = equivalentNames(fields) {
-            let scalars = { (text: String) in text.unicodeScalars.map { "U+" + String($0.value, radix: 16, uppercase: true) } }
             return "fields \(scalars(first)) and \(scalars(second)) differ only by Unicode normalization: the sync protocol "
                 + "cannot carry both in one object (sync-protocol.md, section 16, point 17)"
         }
         return nil
+    }
+
+    /// Why an update setting `changes` cannot apply to an entity holding
+    /// `fields`: it adds a name that `fields` has in another spelling, and
+    /// the entity would hold both (`equivalentNames`). Nil when it can.
+    public static func updateProblem(_ changes: Fields, of fields: Fields) -> String? {
+        // Only a name new to the entity (looked up by its bytes) can be
+        // another spelling of one it has; `String`'s == compares by
+        // canonical equivalence. Most updates name only existing fields.
+        for (name, _) in changes where fields[name] == nil {
+            if let existing = fields.first(where: { $0.name == name })?.name {
+                return "field \(scalars(name)) differs from the field \(scalars(existing)) only by Unicode normalization; "
+                    + "the two cannot be in one object (sync-protocol.md, section 16, point 17)"
+            }
+        }
+        return nil
+    }
+
+    /// A name's Unicode scalars (`U+E9`), which its text shows the same in
+    /// two spellings.
+    private static func scalars(_ name: String) -> [String] {
+        name.unicodeScalars.map { "U+" + String($0.value, radix: 16, uppercase: true) }
     }
 
     /// Two names of `fields` that differ in bytes (the format keeps them

@@ -216,13 +216,12 @@ final class SyncService: Sendable {
             guard overlapping.isEmpty else {
                 return conflict("\(overlapping.joined(separator: ", ")) changed on the server after version \(base)")
             }
-            if let (added, existing) = equivalentName(data, before.fields) {
-                let scalars = { (text: String) in text.unicodeScalars.map { "U+" + String($0.value, radix: 16, uppercase: true) } }
-                return .failure(
-                    Rejection(
-                        code: .validationError,
-                        message: "\(name): field \(scalars(added)) differs from the field \(scalars(existing)) only by Unicode "
-                            + "normalization; the two cannot be in one object (sync-protocol.md, section 16, point 17)"))
+            // An entity holding both spellings would be written as one
+            // object with two names that every Swift reader takes for one:
+            // the client's reader refuses such a pull page, and the field
+            // versions here would merge them.
+            if let problem = NameRules.updateProblem(data, of: before.fields) {
+                return .failure(Rejection(code: .validationError, message: "\(name): \(problem)"))
             }
             after.fields = before.fields.merging(data)
             for field in data { after.fieldVersions[field.name] = after.version }
@@ -236,22 +235,6 @@ final class SyncService: Sendable {
             after.fieldVersions = [:]
         }
         return .success(after)
-    }
-
-    /// A name of `changes` that `fields` lacks, byte for byte, but has in a
-    /// canonically equivalent spelling (U+00E9 and U+0065 U+0301), with
-    /// that spelling. An entity holding both would be written as one object
-    /// with two names that Swift's `String`, and so every Swift reader, takes
-    /// for one (`sync-protocol.md`, section 16, point 17): the client's reader
-    /// refuses such a pull page, and the field versions here would merge them.
-    static func equivalentName(_ changes: Fields, _ fields: Fields) -> (String, String)? {
-        // Only a name new to the entity (looked up by its bytes) can be
-        // another spelling of one it has; `String`'s == compares by
-        // canonical equivalence. Most updates name only existing fields.
-        for (name, _) in changes where fields[name] == nil {
-            if let existing = fields.first(where: { $0.name == name })?.name { return (name, existing) }
-        }
-        return nil
     }
 
     private func appendChange(_ operation: PushOperation, _ state: EntityState, user: UInt32, _ txn: borrowing Transaction) throws {

@@ -270,7 +270,14 @@ extension Store {
             guard !exists else { throw LogStoreError(.alreadyExists, path: path, "\(operation.type)/\(operation.id) exists") }
             intent = Intent(.create, idempotencyKey: key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: fields)
         case .update(let changes):
-            guard exists else { throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to update") }
+            guard let visible = record?.visible else {
+                throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to update")
+            }
+            // The server refuses it so: refused here, the app hears it from
+            // its own call, and no push carries the entity with both names.
+            if let problem = NameRules.updateProblem(changes, of: visible) {
+                throw LogStoreError(.invalidArgument, path: path, "\(operation.type)/\(operation.id): \(problem)")
+            }
             intent = Intent(.update, idempotencyKey: key, entityType: operation.type, entityID: operation.id, baseVersion: record?.baseVersion ?? 0, fields: changes)
         case .delete:
             guard exists else { throw LogStoreError(.notFound, path: path, "no \(operation.type)/\(operation.id) to delete") }

@@ -66,6 +66,32 @@ import Testing
         #expect(try store.count(type: "te") == walked.count)
     }
 
+    /// An update that adds a field in another spelling of one the entity
+    /// has (U+0065 U+0301 beside U+00E9) is refused by name, as the server
+    /// refuses it: the entity would hold both, which no push or pull can
+    /// carry in one object. Before, the store took it and showed both; the
+    /// server answered the push `VALIDATION_ERROR` later, and a `keepLocal`
+    /// that brings an entity back as the app saw it pushed a body the
+    /// server refuses whole, with every other change in it.
+    @Test func anUpdateAddingAnotherSpellingOfAFieldIsRefused() async throws {
+        let fixture = try StoreFixture("store-update-equivalent-name")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: ["\u{E9}": 1])
+        let error = await #expect(throws: LogStoreError.self) {
+            try await store.update(type: "te", id: "a", changes: ["e\u{301}": 2])
+        }
+        #expect(error?.code == .invalidArgument)
+        #expect(String(describing: error).contains("te/a") && String(describing: error).contains("Unicode normalization"))
+        try await store.update(type: "te", id: "a", changes: ["\u{E9}": 3])
+        #expect(try store.get(type: "te", id: "a")?.fields == ["\u{E9}": 3])
+        // Also over a create earlier in the same batch, which commits nothing.
+        var batch = WriteBatch()
+        try batch.create(type: "te", id: "b", fields: ["e\u{301}": 1])
+        try batch.update(type: "te", id: "b", changes: ["\u{E9}": 2])
+        await #expect(throws: LogStoreError.self) { try await store.write(batch) }
+        #expect(try store.get(type: "te", id: "b") == nil)
+    }
+
     /// An entity too big for one log entry, written by the app or pulled
     /// from a server that breaks the protocol's `entityFieldsBytesMax`, is
     /// refused as an invalid argument naming the entity and the sizes, and
