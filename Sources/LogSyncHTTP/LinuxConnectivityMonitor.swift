@@ -56,14 +56,22 @@ public struct LinuxConnectivityMonitor: ConnectivityMonitor {
             || Self.hasDefaultIPv6Route(try? String(contentsOfFile: route6, encoding: .utf8))
     }
 
-    /// A line of `/proc/net/route` whose destination is 00000000 (and whose
-    /// flags have RTF_UP) is a default route. No file means no knowledge: true.
+    /// A line of `/proc/net/route` whose destination is 00000000, whose
+    /// flags have RTF_UP and not RTF_REJECT, and that has a device, is a
+    /// default route. `unreachable`, `prohibit` and `blackhole` defaults (a
+    /// VPN's kill switch) are listed on device `*`, the first two with
+    /// RTF_REJECT: they send nothing anywhere. No file means no knowledge:
+    /// true.
     static func hasDefaultRoute(_ table: String?) -> Bool {
         guard let table else { return true }
         return table.split(separator: "\n").dropFirst().contains { line in
             let columns = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
-            guard columns.count > 3, columns[1] == "00000000", let flags = Int(columns[3], radix: 16) else { return false }
-            return flags & 0x1 != 0
+            guard columns.count > 3, columns[0] != "*", columns[1] == "00000000", let flags = Int(columns[3], radix: 16) else {
+                return false
+            }
+            let up = 0x1
+            let reject = 0x200
+            return flags & up != 0 && flags & reject == 0
         }
     }
 

@@ -55,4 +55,15 @@ import Testing
         let root = try Self.root("connectivity-down", state: "down", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6Default)
         #expect(!LinuxConnectivityMonitor(root: root.path).hasPath())
     }
+
+    /// A default route with no device is no path: `ip route add unreachable
+    /// default` (or `prohibit`, as a VPN's kill switch adds) is listed with
+    /// RTF_REJECT, and `blackhole default` with RTF_UP alone, both on `*`
+    /// (these lines are the kernel's, from a network namespace). IPv6 lists
+    /// them as reject routes, which were already no path.
+    @Test(arguments: ["*\t00000000\t00000000\t0201\t0\t0\t0\t00000000\t0\t0\t0\n", "*\t00000000\t00000000\t0001\t0\t0\t0\t00000000\t0\t0\t0\n"])
+    func aDefaultRouteWithoutADeviceIsNoPath(_ route: String) throws {
+        let root = try Self.root("connectivity-reject", route: Self.routeHeader + route + Self.ipv4Subnet, route6: Self.ipv6None)
+        #expect(!LinuxConnectivityMonitor(root: root.path).hasPath(), "\(route)")
+    }
 }
