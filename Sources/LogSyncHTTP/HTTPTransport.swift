@@ -145,9 +145,9 @@ public final class HTTPTransport: SyncTransport {
                     "\(method) \(path): no whole answer within resourceTimeout (\(options.resourceTimeout) s)")
             }
         } catch let failure as NoAnswer {
-            throw TransportError(.noAnswer, "\(method) \(path): \(failure.underlying.localizedDescription)")
+            throw TransportError(.noAnswer, "\(method) \(path): \(describe(failure.underlying))")
         } catch {
-            throw TransportError(.network, "\(method) \(path): \(error.localizedDescription)")
+            throw TransportError(.network, "\(method) \(path): \(describe(error))")
         }
         guard let http = response as? HTTPURLResponse else { throw TransportError(.network, "\(path): not an HTTP response") }
         // The protocol has no redirects, and the session follows none
@@ -165,6 +165,14 @@ public final class HTTPTransport: SyncTransport {
         }
         guard (200..<300).contains(http.statusCode) else { throw Self.failure(http, data, path) }
         return (data, http)
+    }
+
+    /// `error` for people. FoundationNetworking names its timeout only by
+    /// its code ("NSURLErrorDomain error -1001"), and a timeout is what a
+    /// slow or silent server makes most.
+    private func describe(_ error: any Error) -> String {
+        guard (error as? URLError)?.code == .timedOut else { return error.localizedDescription }
+        return "timed out (requestTimeout \(options.requestTimeout) s, resourceTimeout \(options.resourceTimeout) s)"
     }
 
     private static func failure(_ http: HTTPURLResponse, _ data: Data, _ path: String) -> TransportError {

@@ -177,9 +177,36 @@ import Testing
             Issue.record("expected the run to fail, got \(report.outcome)")
             return
         }
-        #expect(message.hasPrefix("push: "), "\(message)")
+        #expect(message.hasPrefix("push: ") && message.contains("timed out") && message.contains("requestTimeout"), "\(message)")
         let pending = try a.store.outbox()
         #expect(pending.count == 1 && pending.first?.state.attempts == 1, "\(pending)")
+    }
+
+    /// A server that stops sending in the middle of its body fails the
+    /// request after `requestTimeout` as a network error (an answer cut
+    /// short), long before `resourceTimeout`, with a message that says it
+    /// timed out. FoundationNetworking describes its timeout only as
+    /// "NSURLErrorDomain error -1001".
+    @Test func aServerThatStopsInTheMiddleOfItsBodyTimesOut() async throws {
+        let server = try ScriptedServer { _ in
+            let sent = Atomic<Int>(0)
+            return .stream(headers: Self.protocolHeaders, contentLength: nil) {
+                guard sent.add(1, ordering: .relaxed).oldValue == 0 else {
+                    // Until the client closes the connection, or the bound
+                    // of this test if it never does.
+                    Thread.sleep(forTimeInterval: 60)
+                    return nil
+                }
+                return Data(#"{"changes": [], "#.utf8)
+            }
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.requestTimeout = 1
+        options.resourceTimeout = 600
+        let error = try #require(await pullFailure(server, options: options))
+        #expect(error.kind == .network, "\(error)")
+        #expect(error.message.contains("timed out") && error.message.contains("requestTimeout"), "\(error)")
     }
 
     /// A server that answers a byte at a time, never pausing for
