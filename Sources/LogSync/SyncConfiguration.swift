@@ -48,12 +48,15 @@ public struct SyncConfigurationError: Error, Equatable, Sendable, CustomStringCo
     init(_ description: String) { self.description = "sync configuration: " + description }
 }
 
-/// Stops a running sync before its next push request or pulled page: when
+/// Stops a running sync, abandoning the request it waits for: when
 /// `cancel()` is called from anywhere, or once a deadline on a clock has
 /// passed.
 public final class SyncCancellation: Sendable {
     private let flag = Atomic(false)
-    private let deadline: (clock: any SyncClock, milliseconds: UInt64)?
+    let deadline: (clock: any SyncClock, milliseconds: UInt64)?
+    /// Run at `cancel()`, by their key; nil once it was called.
+    private let handlers = Mutex<[UInt64: @Sendable () -> Void]?>([:])
+    private let nextKey = Atomic<UInt64>(0)
 
     public init() { deadline = nil }
 
@@ -65,7 +68,26 @@ public final class SyncCancellation: Sendable {
         deadline = (clock, deadlineMilliseconds)
     }
 
-    public func cancel() { flag.store(true, ordering: .relaxed) }
+    public func cancel() {
+        flag.store(true, ordering: .relaxed)
+        for handler in handlers.withLock({ handlers in defer { handlers = nil }; return handlers ?? [:] }).values { handler() }
+    }
+
+    /// Runs `handler` at `cancel()`, or now if it was called, unless
+    /// `forget` is given the key it returns first: a cancellation that an
+    /// app passes to every sync, and never cancels, would otherwise hold a
+    /// handler for each.
+    func onCancel(_ handler: @escaping @Sendable () -> Void) -> UInt64 {
+        let key = nextKey.add(1, ordering: .relaxed).oldValue
+        let kept = handlers.withLock { handlers in
+            handlers?[key] = handler
+            return handlers != nil
+        }
+        if !kept { handler() }
+        return key
+    }
+
+    func forget(_ key: UInt64) { handlers.withLock { _ = $0?.removeValue(forKey: key) } }
 
     public var isCancelled: Bool {
         if flag.load(ordering: .relaxed) { return true }

@@ -19,7 +19,8 @@ import LogStore
 ///   completed run resets it. A pull's failure has no intent to carry its
 ///   retry time, so the run carries it. An explicit `sync()` runs at once.
 /// - Every pulled page is applied with its cursor in one transaction;
-///   cancellation is checked between pages, and between push requests.
+///   cancellation is checked between pages, and between push requests,
+///   and abandons the request in flight.
 /// - Every wait (an intent's retry, the run backoff, the breaker) is kept on
 ///   the clock's monotonic reading, so a step of the wall clock neither
 ///   lengthens nor shortens it; the times the engine shows are moved to the
@@ -86,23 +87,45 @@ public actor SyncEngine {
 
     /// Runs a sync, or joins the one running.
     /// - Parameter cancellation: checked between push requests and between
-    ///   pulled pages. A caller that joins a running sync adds its
+    ///   pulled pages, and it abandons the request the run waits for (a
+    ///   slow server's answer would hold the run for up to the transport's
+    ///   timeouts): the operations of an abandoned push stay pending, with
+    ///   no attempt counted. A caller that joins a running sync adds its
     ///   cancellation to that run's: either stops it, and every caller gets
     ///   the `.cancelled` report. Cancelling the caller's task cancels it
     ///   too (an expiring background task, as the seeds stop their sync).
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
-        await withTaskCancellationHandler {
+        // Cancels the caller's wait, not the run: `cancel()` cancels that.
+        let deadline = cancellation.deadline.map { deadline in
+            Task {
+                try await deadline.clock.sleep(untilMilliseconds: deadline.milliseconds)
+                cancellation.cancel()
+            }
+        }
+        defer { deadline?.cancel() }
+        return await withTaskCancellationHandler {
             cancellations.append(cancellation)
-            if let running { return await running.value }
+            if let running { return await join(running, cancellation) }
             // `finish` clears `running`, as it publishes the run's end: a
             // caller that asks after seeing that end gets a run of its own.
             let task = Task { await self.run() }
             running = task
-            return await task.value
+            return await join(task, cancellation)
         } onCancel: {
             cancellation.cancel()
         }
+    }
+
+    /// Waits for the run `task`, which `cancellation` cancels: the
+    /// transport's request in flight ends with it.
+    private func join(_ task: Task<SyncReport, Never>, _ cancellation: SyncCancellation) async -> SyncReport {
+        let key = cancellation.onCancel { task.cancel() }
+        defer { cancellation.forget(key) }
+        // A deadline already past cancels before the run's next request,
+        // not whenever its timer runs.
+        if cancellation.isCancelled { task.cancel() }
+        return await task.value
     }
 
     /// A sync for a background task (`SyncScheduler.runBackground`), which
@@ -208,6 +231,7 @@ public actor SyncEngine {
             _ = try await transport.health()
             if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
         } catch {
+            if isCancelled { return finish(&report, .cancelled) }
             onlineSince = nil
             return finish(&report, .offline)
         }
@@ -333,6 +357,9 @@ public actor SyncEngine {
                         + "not \(batch[index].intent.idempotencyKey)")
             }
         } catch let error as TransportError {
+            // Abandoned: the server may have applied it, and answers the
+            // operations duplicate when they are pushed again.
+            if isCancelled { return .stop(.cancelled) }
             return try await pushFailed(batch, error, &report)
         }
         breaker.recordAnswer(success: true)
@@ -436,6 +463,7 @@ public actor SyncEngine {
             do throws(TransportError) {
                 page = try await transport.pull(cursor: sent, limit: limit)
             } catch {
+                if isCancelled { return .cancelled }
                 if error.kind == .responseTooLarge, limit > 1 {
                     breaker.recordAnswer(success: false)
                     limit /= 2

@@ -104,7 +104,7 @@ public actor SyncScheduler {
 
     /// A sync that must end within `budgetMilliseconds` (an OS background
     /// window): once the budget has passed on the scheduler's clock it
-    /// stops before the next push request or pulled page, keeping what it
+    /// stops, abandoning the request it waits for, and keeping what it
     /// recorded and applied. A sync
     /// already running is joined, and stopped by the budget all the same.
     /// Unlike the app's own `engine.sync()`, it keeps to a failed run's

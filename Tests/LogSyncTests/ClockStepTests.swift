@@ -99,7 +99,9 @@ import Testing
 
     /// A background run's budget is time that passes, not a wall-clock
     /// reading: a step forward does not end it at the first page, and a
-    /// step back does not let it run past its budget.
+    /// step back does not let it run past its budget: the pull in which
+    /// the budget passes is abandoned, or applied if its answer came before
+    /// the budget's timer ran.
     @Test func aWallClockStepDoesNotMoveABackgroundRunsBudget() async throws {
         let server = try await TestServer("clock-step-background")
         let writer = try Replica("writer", server: server)
@@ -117,7 +119,7 @@ import Testing
         let forward = try await run(step: Self.hour, passing: 0)
         #expect(forward.outcome == .completed && forward.changes == 3, "set forward an hour in the first pull: \(forward)")
         let back = try await run(step: -Self.hour, passing: 61_000)
-        #expect(back.outcome == .cancelled && back.pages == 1, "set back an hour as 61 s pass in the first pull: \(back)")
+        #expect(back.outcome == .cancelled && back.pages <= 1, "set back an hour as 61 s pass in the first pull: \(back)")
         await server.stop()
     }
 

@@ -47,6 +47,25 @@ import Testing
         }
     }
 
+    /// A server that answers health and nothing else, calling `asked` as
+    /// each other request arrives.
+    static func silentServer(asked: @escaping @Sendable () -> Void = {}) throws -> ScriptedServer {
+        try ScriptedServer { request in
+            guard request.path == "/v1/health" else {
+                asked()
+                return .silence
+            }
+            return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health)
+        }
+    }
+
+    /// A client of `server` whose requests wait `requestTimeout` seconds for data.
+    static func replica(_ name: String, of server: ScriptedServer, requestTimeout: TimeInterval) throws -> Replica {
+        var options = loopback
+        options.requestTimeout = requestTimeout
+        return try Replica(name, url: server.url, transport: HTTPTransport(baseURL: server.url, token: "alice-token", options: options))
+    }
+
     func pullFailure(_ server: ScriptedServer, options: HTTPTransport.Options = loopback) async -> TransportError? {
         let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: options)
         do {
@@ -162,15 +181,9 @@ import Testing
     /// fails after `requestTimeout` as a network error, and the run ends in
     /// error with the intents kept for a retry, rather than waiting forever.
     @Test func aServerThatNeverAnswersFailsTheRun() async throws {
-        let server = try ScriptedServer { request in
-            guard request.path == "/v1/health" else { return .silence }
-            return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health)
-        }
+        let server = try Self.silentServer()
         defer { server.stop() }
-        var options = loopback
-        options.requestTimeout = 1
-        let a = try Replica(
-            "silent", url: server.url, transport: HTTPTransport(baseURL: server.url, token: "alice-token", options: options))
+        let a = try Self.replica("silent", of: server, requestTimeout: 1)
         try await a.store.create(type: "task", fields: ["title": "kept"])
         let report = await a.sync()
         guard case .failed(let message) = report.outcome else {
@@ -207,6 +220,43 @@ import Testing
         let error = try #require(await pullFailure(server, options: options))
         #expect(error.kind == .network, "\(error)")
         #expect(error.message.contains("timed out") && error.message.contains("requestTimeout"), "\(error)")
+    }
+
+    /// A sync cancelled while its request waits on a slow server ends at
+    /// once as cancelled, abandoning the request: the intents stay pending
+    /// with no attempt counted, pushed again in a later run (answered
+    /// duplicate if the server applied them). Cancelled by `cancel()`, by
+    /// the caller's task, or by its deadline (`runBackground`'s budget).
+    /// Before, the run waited for `requestTimeout` (here 30 s, the default;
+    /// `resourceTimeout`, 120 s, for a server that trickles) and then failed,
+    /// counting an attempt.
+    @Test(arguments: ["push", "pull", "caller's task", "deadline"])
+    func aCancelledSyncAbandonsItsRequest(_ shape: String) async throws {
+        let cancellation = Mutex<(@Sendable () -> Void)?>(nil)
+        let server = try Self.silentServer { cancellation.withLock { $0 }?() }
+        defer { server.stop() }
+        let a = try Self.replica("cancelled", of: server, requestTimeout: 30)
+        if shape != "pull" { try await a.store.create(type: "task", fields: ["title": "kept"]) }
+        let report: SyncReport
+        switch shape {
+        case "caller's task":
+            let run = Mutex<Task<SyncReport, Never>?>(nil)
+            cancellation.withLock { $0 = { run.withLock { $0 }?.cancel() } }
+            let task = Task { await a.engine.sync() }
+            run.withLock { $0 = task }
+            report = await task.value
+        case "deadline":
+            let clock = a.clock
+            cancellation.withLock { $0 = { clock.advance(by: 2_000) } }
+            report = await a.engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: clock.monotonicMilliseconds + 1_000, clock: clock))
+        default:
+            let stop = SyncCancellation()
+            cancellation.withLock { $0 = stop.cancel }
+            report = await a.engine.sync(cancellation: stop)
+        }
+        #expect(report.outcome == .cancelled, "\(shape): \(report)")
+        let pending = try a.store.outbox()
+        #expect(pending.allSatisfy { $0.state.attempts == 0 && $0.state.lastError.isEmpty }, "\(shape): \(pending)")
     }
 
     /// A server that answers a byte at a time, never pausing for
