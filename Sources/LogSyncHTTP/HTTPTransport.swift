@@ -185,7 +185,8 @@ public final class HTTPTransport: SyncTransport {
             .status(http.statusCode, envelope?.error.code), "\(path): HTTP \(http.statusCode), \(detail)", retryAfterSeconds: retryAfter)
     }
 
-    /// The seconds a `Retry-After` asks for: its delay-seconds form, or its
+    /// The seconds a `Retry-After` asks for: its delay-seconds form (`Int.max`
+    /// for more than an `Int` holds), or its
     /// HTTP-date form (RFC 9110 section 10.2.3, which a proxy or another
     /// server may send) less the response's `Date`, or less the client's
     /// clock without one, and at least 0. Nil for a value of neither form.
@@ -193,6 +194,8 @@ public final class HTTPTransport: SyncTransport {
     static func retryAfterSeconds(_ value: String, date: String?) -> Int? {
         let value = value.trimmingCharacters(in: .whitespaces)
         if let seconds = Int(value) { return seconds }
+        // Too many digits for an `Int`: longer than any wait honoured.
+        if !value.isEmpty, value.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) { return .max }
         guard let until = httpDate(value) else { return nil }
         let now = date.flatMap(httpDate) ?? Date()
         let seconds = until.timeIntervalSince(now).rounded(.up)

@@ -132,6 +132,14 @@ import Testing
         #expect(try await retryAfter(["Retry-After": "Thu, 01 Jan 1970 00:00:00 GMT"]) == 0)
     }
 
+    /// A number of seconds longer than an `Int` holds is honoured up to
+    /// `retryAfterMax`, as `Retry-After: 999999999999` is. Before, it was
+    /// no `Retry-After` at all, and the client came back after a second.
+    @Test func secondsPastAnIntAreCapped() async throws {
+        let seconds = try #require(try await retryAfter(["Retry-After": "99999999999999999999"]))
+        #expect(RetryPolicy().retryAfterMilliseconds(seconds) == RetryPolicy().retryAfterMaxMilliseconds)
+    }
+
     /// A date far off is honoured up to `retryAfterMax`, as the seconds form is.
     @Test func aDateFarOffIsCappedAsSecondsAre() async throws {
         let seconds = try #require(
