@@ -22,11 +22,14 @@ import Testing
         + "00000000000000000000000000000001 80 00000000000000000000000000000000 00 "
         + "00000000000000000000000000000000 00000000 00000002 00000000 80200001       lo\n"
 
-    /// A fake root with eth0 in `state`, and the two route tables (nil: no file).
-    static func root(_ name: String, state: String = "up", route: String?, route6: String?) throws -> TemporaryDirectory {
+    /// A fake root with eth0 in `state`, the interfaces `alsoUp` up, and the
+    /// two route tables (nil: no file).
+    static func root(_ name: String, state: String = "up", alsoUp: [String] = [], route: String?, route6: String?) throws
+        -> TemporaryDirectory
+    {
         let root = try TemporaryDirectory(name)
         let files = FileManager.default
-        for (interface, operstate) in [("lo", "unknown"), ("eth0", state)] {
+        for (interface, operstate) in [("lo", "unknown"), ("eth0", state)] + alsoUp.map({ ($0, "up") }) {
             let directory = root.appending("sys/class/net/\(interface)")
             try files.createDirectory(atPath: directory, withIntermediateDirectories: true)
             try (operstate + "\n").write(toFile: directory + "/operstate", atomically: true, encoding: .utf8)
@@ -65,5 +68,17 @@ import Testing
     func aDefaultRouteWithoutADeviceIsNoPath(_ route: String) throws {
         let root = try Self.root("connectivity-reject", route: Self.routeHeader + route + Self.ipv4Subnet, route6: Self.ipv6None)
         #expect(!LinuxConnectivityMonitor(root: root.path).hasPath(), "\(route)")
+    }
+
+    /// A default route over an interface that is down is no path, even with
+    /// another interface up: the kernel keeps a route when its device loses
+    /// its carrier (`ip route` marks it `linkdown`; `/proc/net/route` lists
+    /// it as before), and a bridge such as docker0 is up while containers
+    /// run. Before, any interface up and any default route made a path.
+    @Test func aDefaultRouteOverAnInterfaceThatIsDownIsNoPath() throws {
+        let root = try Self.root(
+            "connectivity-linkdown", state: "down", alsoUp: ["docker0"], route: Self.routeHeader + Self.ipv4Default,
+            route6: Self.ipv6Default)
+        #expect(!LinuxConnectivityMonitor(root: root.path).hasPath())
     }
 }
