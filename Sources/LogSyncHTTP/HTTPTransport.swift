@@ -65,6 +65,11 @@ public final class HTTPTransport: SyncTransport {
         configuration.timeoutIntervalForResource = options.resourceTimeout
         configuration.httpAdditionalHeaders = ["Accept-Encoding": "gzip", "Sync-Protocol-Version": "\(Wire.protocolVersion)"]
         configuration.urlCache = nil
+        // The protocol has no cookies: kept, a server's would pile up, one
+        // per name, and go back with every request.
+        configuration.httpCookieStorage = nil
+        configuration.httpShouldSetCookies = false
+        configuration.httpCookieAcceptPolicy = .never
         if options.ignoreProxies { configuration.connectionProxyDictionary = [:] }
         session = URLSession(configuration: configuration, delegate: reader, delegateQueue: nil)
     }

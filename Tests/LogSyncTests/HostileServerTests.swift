@@ -294,6 +294,30 @@ import Testing
         #expect(try await transport.pull(cursor: nil, limit: 100).cursor == "c1")
     }
 
+    /// Cookies a server sets are neither kept nor sent back: the protocol
+    /// has none, and a session keeps every cookie of a new name for as long
+    /// as it lives and sends them all with each request, so a server that
+    /// sets one per answer grows the client's memory and its requests
+    /// without end, until a server or proxy refuses them (431, a permanent
+    /// failure that marks a push's intents failed). Before, the second
+    /// request carried the first answer's cookie.
+    @Test func cookiesAreNotKept() async throws {
+        let sent = Mutex<[String]>([])
+        let server = try ScriptedServer { request in
+            let count = sent.withLock { sent in
+                sent.append(request.headers["cookie"] ?? "")
+                return sent.count
+            }
+            var headers = Self.protocolHeaders
+            headers["Set-Cookie"] = "c\(count)=\(String(repeating: "v", count: 100)); Path=/"
+            return .answer(status: 200, headers: headers, body: Self.paddedPage(padding: 0))
+        }
+        defer { server.stop() }
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        for _ in 0..<3 { _ = try await transport.pull(cursor: nil, limit: 100) }
+        #expect(sent.withLock { $0 } == ["", "", ""])
+    }
+
     /// A redirect is not followed: the protocol has none, and
     /// FoundationNetworking would send the request, bearer token included,
     /// to wherever it points, another host or plain HTTP. It fails the
