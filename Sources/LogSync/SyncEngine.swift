@@ -90,10 +90,12 @@ public actor SyncEngine {
     ///   pulled pages, and it abandons the request the run waits for (a
     ///   slow server's answer would hold the run for up to the transport's
     ///   timeouts): the operations of an abandoned push stay pending, with
-    ///   no attempt counted. A caller that joins a running sync adds its
-    ///   cancellation to that run's: either stops it, and every caller gets
-    ///   the `.cancelled` report. Cancelling the caller's task cancels it
-    ///   too (an expiring background task, as the seeds stop their sync).
+    ///   no attempt counted. An answer that came first is recorded, a
+    ///   failure too (the run ends as that failure does). A caller that
+    ///   joins a running sync adds its cancellation to that run's: either
+    ///   stops it, and every caller gets the `.cancelled` report.
+    ///   Cancelling the caller's task cancels it too (an expiring
+    ///   background task, as the seeds stop their sync).
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
         // Cancels the caller's wait, not the run: `cancel()` cancels that.
@@ -274,6 +276,14 @@ public actor SyncEngine {
         return report
     }
 
+    /// Whether `error` ends a request the run's cancellation abandoned:
+    /// one without a whole answer. A failure the server answered as the
+    /// run was cancelled (a 429's or 503's `Retry-After`, a refusal) is
+    /// recorded as any answer is, as a success is.
+    private func abandoned(_ error: TransportError) -> Bool {
+        isCancelled && (error.kind == .noAnswer || error.kind == .network)
+    }
+
     private func rateLimitedStop() -> SyncOutcome? { breaker.isOpen(at: monotonicNow) ? .rateLimited : nil }
 
     /// Records a transport failure with the circuit breaker, and its
@@ -359,7 +369,7 @@ public actor SyncEngine {
         } catch let error as TransportError {
             // Abandoned: the server may have applied it, and answers the
             // operations duplicate when they are pushed again.
-            if isCancelled { return .stop(.cancelled) }
+            if abandoned(error) { return .stop(.cancelled) }
             return try await pushFailed(batch, error, &report)
         }
         breaker.recordAnswer(success: true)
@@ -463,7 +473,7 @@ public actor SyncEngine {
             do throws(TransportError) {
                 page = try await transport.pull(cursor: sent, limit: limit)
             } catch {
-                if isCancelled { return .cancelled }
+                if abandoned(error) { return .cancelled }
                 if error.kind == .responseTooLarge, limit > 1 {
                     breaker.recordAnswer(success: false)
                     limit /= 2

@@ -132,6 +132,27 @@ import Testing
         await server.stop()
     }
 
+    /// A failure the server answered as the run was cancelled (a 503
+    /// with `Retry-After`, come in the instant the budget ran out) is an
+    /// answer, not a request abandoned: the run records it as any, and
+    /// fails with its backoff. Before, the run ended `.cancelled` and the
+    /// answer was dropped: no backoff, so the next run came at once, not
+    /// after the 600 s the server asked for, and the push's intents had no
+    /// attempt counted.
+    @Test(arguments: ["push", "pull"])
+    func aFailureAnsweredAsTheRunIsCancelledIsRecorded(_ request: String) async throws {
+        let server = try await TestServer("run-backoff-answered-as-cancelled-\(request)")
+        let stop = SyncCancellation()
+        let transport = AnsweredAsCancelled(server, cancel: stop.cancel)
+        let a = try Replica("answered-as-cancelled", server: server, transport: transport)
+        if request == "push" { try await a.store.create(type: "task", fields: ["title": "kept"]) }
+        let report = await a.engine.sync(cancellation: stop)
+        #expect(report.outcome == .failed("\(request): HTTP 503"), "\(report)")
+        #expect(await a.engine.nextRunAt == a.clock.nowMilliseconds + 600_000)
+        #expect(try a.store.outbox().allSatisfy { $0.state.attempts == 1 })
+        await server.stop()
+    }
+
     /// A `Retry-After` belongs to the request that carried it: a push too
     /// large for the server (413, which may say when to come back) is split
     /// and the run goes on, so when the run fails later for another reason
@@ -310,5 +331,27 @@ final class SplitThenRefusedCursor: SyncTransport {
     }
     func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
         throw TransportError(.status(410, nil), "pull: HTTP 410")
+    }
+}
+
+/// Health through the real server; every push and pull calls `cancel` (the
+/// run's cancellation fires) and then fails with the server's answer, a 503
+/// with `Retry-After: 600`.
+struct AnsweredAsCancelled: SyncTransport {
+    private let inner: HTTPTransport
+    private let cancel: @Sendable () -> Void
+
+    init(_ server: TestServer, cancel: @escaping @Sendable () -> Void) {
+        inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        self.cancel = cancel
+    }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { throw answered() }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { throw answered() }
+
+    private func answered() -> TransportError {
+        cancel()
+        return TransportError(.status(503, .serviceUnavailable), "HTTP 503", retryAfterSeconds: 600)
     }
 }
