@@ -61,6 +61,25 @@ import Testing
         #expect(next.outcome == .completed && next.acknowledged == 0 && next.retried == 0, "\(next)")
         await server.stop()
     }
+
+    /// A deadline's timer ends with the sync: none sleeps on after it. A
+    /// deadline already past stops the run before it sends anything that
+    /// counts (the intent stays pending, unattempted), and the next run
+    /// pushes it.
+    @Test func aDeadlinesTimerEndsWithItsSync() async throws {
+        let server = try await TestServer("cancel-deadline-timer")
+        let a = try Replica("a", server: server)
+        try await a.store.create(type: "task", fields: ["title": "kept"])
+        let now = a.clock.monotonicMilliseconds
+        let past = await a.engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: now, clock: a.clock))
+        #expect(past.outcome == .cancelled && past.acknowledged == 0, "\(past)")
+        #expect(try a.store.outbox().map(\.state.attempts) == [0])
+        #expect(a.clock.sleeperCount == 0)
+        let far = await a.engine.sync(cancellation: SyncCancellation(deadlineMilliseconds: now + 3_600_000, clock: a.clock))
+        #expect(far.outcome == .completed && far.acknowledged == 1, "\(far)")
+        #expect(a.clock.sleeperCount == 0, "the hour's timer is cancelled")
+        await server.stop()
+    }
 }
 
 /// Through `inner`; a push waits at the gate `hold()` returned, if any,
