@@ -98,7 +98,9 @@ public actor SyncEngine {
     ///   background task, as the seeds stop their sync).
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
-        // Cancels the caller's wait, not the run: `cancel()` cancels that.
+        // A deadline cancels at its time, as `cancel()` would (which
+        // cancels the run, and so its request in flight); the timer goes
+        // when this caller's wait ends.
         let deadline = cancellation.deadline.map { deadline in
             Task {
                 try await deadline.clock.sleep(untilMilliseconds: deadline.milliseconds)
