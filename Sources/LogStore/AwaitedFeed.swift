@@ -58,6 +58,15 @@ extension Projector {
         return try txn.withValue(awaitedFeed, key: key) { try decodeAwaited($0, key: key) }
     }
 
+    /// Deletes the entity's row when it is still the one of the ack at `ackOffset`.
+    func forgetAwaited(_ change: AwaitedChange, _ txn: borrowing Transaction) throws {
+        guard let awaitedFeed else { return }
+        try EntityKey.withKey(type: change.entityType, id: change.entityID) { key in
+            guard try awaitedRow(key, txn)?.ackOffset == change.ackOffset else { return }
+            try txn.delete(awaitedFeed, key: key)
+        }
+    }
+
     /// Every row, in entity key order.
     func awaitedChanges(_ txn: borrowing Transaction) throws -> [AwaitedChange] {
         guard let awaitedFeed else { return [] }
@@ -92,5 +101,17 @@ extension Store {
     /// is a change the server lost (see `SyncEngine`'s pull).
     public func acknowledgedChangesNotInFeed(through offset: UInt64) throws -> [AwaitedChange] {
         try log.environment.read { txn in try projector(txn).awaitedChanges(txn).filter { $0.ackOffset <= offset } }
+    }
+
+    /// Stops waiting for `changes` (from `acknowledgedChangesNotInFeed`),
+    /// found lost and reported: a pull from the feed's start ended without
+    /// them, so the confirmed state is the server's already. A row a later
+    /// ack of its entity replaced stays.
+    public func forgetAcknowledgedChanges(_ changes: [AwaitedChange]) async throws {
+        guard !changes.isEmpty else { return }
+        try await write { txn, _, store in
+            let projector = try store.projector(txn)
+            for change in changes { try projector.forgetAwaited(change, txn) }
+        }
     }
 }

@@ -104,8 +104,10 @@ struct Projector: Sendable {
         case .resync:
             // The reset walks the database itself, so it must see everything.
             try cache?.flush(self, txn)
+            // `awaited-feed` stays: the pull from the start shows every
+            // entity the server has, and a change it ends without is one the
+            // server lost (a 410 or a forced resync after a restore, say).
             try resetBase(txn, &effects)
-            if live, let awaitedFeed { try txn.removeAll(awaitedFeed) }
         case .conflict(let conflict):
             // The `conflicts` database lists those waiting for the app; a
             // later entry with a resolution takes its intent off the list.

@@ -468,6 +468,11 @@ public actor SyncEngine {
         // Every change acknowledged by now is in the feed (section 8), or
         // a later change of its entity is: the pull must show it.
         let acknowledgedThrough = try store.log.lastOffset()
+        // Whether the pages since the last resync (or since the start of a
+        // pull without a cursor) began at the feed's start: a change the
+        // feed ended without then is lost, and the confirmed state is the
+        // server's already, with no other resync.
+        var fromStart = try store.pullCursor() == nil
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
             let sent = try store.pullCursor()
@@ -487,6 +492,7 @@ public actor SyncEngine {
                     resyncs += 1
                     report.resyncs += 1
                     try await store.resync(reason: "the server refused the pull cursor: \(error.message)")
+                    fromStart = true
                     progress.restart()
                     continue
                 }
@@ -502,6 +508,7 @@ public actor SyncEngine {
                 resyncs += 1
                 report.resyncs += 1
                 try await store.resync(reason: "the server forced a full resync")
+                fromStart = true
                 progress.restart()
                 continue
             }
@@ -516,9 +523,16 @@ public actor SyncEngine {
             guard !page.hasMore else { continue }
             let lost = try store.acknowledgedChangesNotInFeed(through: acknowledgedThrough)
             guard let first = lost.first else { return .completed }
-            // The server lost them: its store was put back from a backup
-            // older than this client's cursor, which no 410 shows. A resync
-            // takes the server's state, as the operator's would (section 12).
+            // The server lost them: its store was put back from a backup.
+            if fromStart {
+                // A resync (a 410, a forced one) already took the server's state.
+                report.lostChanges += lost
+                try await store.forgetAcknowledgedChanges(lost)
+                return .completed
+            }
+            // This client's cursor is older than the backup, which no 410
+            // shows. A resync takes the server's state, as the operator's
+            // would (section 12).
             guard resyncs < configuration.resyncsPerRunMax else {
                 return .failed("pull: the feed keeps ending without changes the server acknowledged")
             }
@@ -528,6 +542,10 @@ public actor SyncEngine {
             try await store.resync(
                 reason: "the feed ended without \(lost.count) change(s) the server acknowledged (\(first.entityType)/"
                     + "\(first.entityID) at version \(first.serverVersion) first): the server lost them")
+            // After the resync: a crash between the two leaves them to the
+            // pull from the start, which finds them again.
+            try await store.forgetAcknowledgedChanges(lost)
+            fromStart = true
             progress.restart()
         }
         return .failed("pull: more than \(SyncEngine.pullPagesPerRunMax) pages in one run")

@@ -79,7 +79,10 @@ public struct SyncReport: Sendable, Equatable {
     /// Changes the server acknowledged and then lost (its store was put
     /// back from a backup): the pull's feed ended without them, and the run
     /// resynced to the server's state, so they are gone on both sides. An
-    /// app may tell its user which entities lost a change.
+    /// app may tell its user which entities lost a change. Only changes no
+    /// pull had shown yet, one per entity (its latest), and not one whose
+    /// version the restored server gave another client's change first
+    /// (`Format/sync-protocol.md`, section 10, step 5).
     public var lostChanges: [AwaitedChange] = []
 
     public init(outcome: SyncOutcome) { self.outcome = outcome }

@@ -50,17 +50,28 @@ import Testing
         #expect(try awaited(store).isEmpty)
     }
 
-    /// A resync forgets what the server confirmed, the rows with it: the
-    /// pull from the start shows the server's state, whatever it is.
-    @Test func aResyncEmptiesItAndAReopenOrRebuildKeepsIt() async throws {
+    /// A resync forgets what the server confirmed, not the rows: the pull
+    /// from the start shows every entity the server has, and clears them
+    /// as any pull does; what it ends without, the server lost. A reopen
+    /// or a rebuild keeps them too (they are not derived from the log).
+    @Test func aResyncAReopenAndARebuildKeepIt() async throws {
         var fixture = try StoreFixture("awaited-resync")
-        try await fixture.store.create(type: "te", id: "a", fields: ["n": 1])
-        try await fixture.store.record([(try fixture.store.outbox()[0].offset, .acknowledged(.applied, serverVersion: 1))])
+        for id in ["a", "b", "c"] { try await fixture.store.create(type: "te", id: id, fields: ["n": 1]) }
+        try await fixture.store.record(try fixture.store.outbox().map { ($0.offset, .acknowledged(.applied, serverVersion: 1)) })
         try fixture.reopen()
         try await fixture.store.rebuildProjections()
-        #expect(try awaited(fixture.store) == ["te/a@1"])
+        #expect(try awaited(fixture.store) == ["te/a@1", "te/b@1", "te/c@1"])
         try await fixture.store.resync(reason: "test")
-        #expect(try awaited(fixture.store).isEmpty)
+        #expect(try awaited(fixture.store) == ["te/a@1", "te/b@1", "te/c@1"])
+        try await fixture.store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1, fields: ["n": 1])], cursor: "c1")
+        #expect(try awaited(fixture.store) == ["te/b@1", "te/c@1"])
+
+        // Forgetting a lost change leaves a row a later ack put in its place.
+        let lost = try fixture.store.acknowledgedChangesNotInFeed(through: .max)
+        try await fixture.store.create(type: "te", id: "c", fields: ["n": 2])
+        try await fixture.store.record([(try fixture.store.outbox()[0].offset, .acknowledged(.applied, serverVersion: 2))])
+        try await fixture.store.forgetAcknowledgedChanges(lost)
+        #expect(try awaited(fixture.store) == ["te/c@2"])
     }
 
     /// A damaged row is an error naming its entity, not a trap or a row.

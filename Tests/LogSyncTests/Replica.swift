@@ -54,8 +54,13 @@ final class Replica: @unchecked Sendable {
     func sync() async -> SyncReport {
         let report = await engine.sync()
         lost.withLock { $0 += report.lostChanges }
+        resyncCount.withLock { $0 += report.resyncs }
         return report
     }
+
+    /// The full resyncs of all its syncs.
+    var resyncs: Int { resyncCount.withLock { $0 } }
+    private let resyncCount = Mutex(0)
 
     /// Every change the engine found the server lost, over all its syncs.
     var lostChanges: [AwaitedChange] { lost.withLock { $0 } }

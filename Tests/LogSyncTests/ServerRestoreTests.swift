@@ -14,10 +14,17 @@ import Testing
     /// server ever will. The operator's forced resync after the restore
     /// (section 12) takes it out: every replica then forgets its confirmed
     /// state and pulls the restored feed whole.
+    /// The resync forgets the confirmed state, not the changes the feed
+    /// has yet to show: the full pull ends without the lost one, which the
+    /// replica then lists for its app, with no second resync.
     @Test func anOperatorResyncAfterTheRestoreTakesOutAnAcknowledgedChangeItLost() async throws {
         let run = try await LaggingCursorRun("restore-resync")
         try await run.server.forceResync()
         try await run.syncAndCheck()
+        #expect(run.a.lostChanges.map { $0.serverVersion } == [1], "\(run.a.lostChanges)")
+        #expect(run.a.resyncs == 1)
+        #expect(run.b.lostChanges.isEmpty)
+        #expect(try run.a.store.acknowledgedChangesNotInFeed(through: .max).isEmpty)
     }
 
     /// Without the operator's resync no 410 tells the replica of its lost
@@ -29,6 +36,37 @@ import Testing
         #expect(run.a.lostChanges.map { $0.serverVersion } == [1], "\(run.a.lostChanges)")
         #expect(run.b.lostChanges.isEmpty)
         #expect(try run.a.store.acknowledgedChangesNotInFeed(through: .max).isEmpty)
+    }
+
+    /// A replica whose cursor is newer than the backup is refused it
+    /// (410) and resyncs; the full pull ends without the change it pushed
+    /// after that cursor, which it lists for its app as well.
+    @Test func aReplicaRefusedItsCursorListsTheAcknowledgedChangeTheRestoreLost() async throws {
+        let server = try await TestServer("restore-refused")
+        let a = try Replica("restore-refused-a", server: server)
+        let b = try Replica("restore-refused-b", server: server)
+        _ = try await a.store.create(type: "task", fields: Fields([("title", .string("kept"))]))
+        try await a.syncUntilQuiet()
+        let backup = server.directory.appending("backup")
+        try await server.backUp(to: backup)
+        try a.connect(to: server)
+        try b.connect(to: server)
+        _ = try await b.store.create(type: "task", fields: Fields([("title", .string("gone"))]))
+        try await b.syncUntilQuiet()
+        try await a.syncUntilQuiet()
+        try a.connect(to: server, transport: FailingPulls(server, retryAfterSeconds: nil))
+        _ = try await a.store.create(type: "task", fields: Fields([("title", .string("lost"))]))
+        #expect(await a.sync().acknowledged == 1)
+        try await server.restore(from: backup)
+        try a.connect(to: server)
+        try b.connect(to: server)
+        try await b.syncUntilQuiet()
+        try await a.syncUntilQuiet()
+        #expect(try a.entities("task") == b.entities("task"))
+        #expect(try a.entities("task").values.map { $0["title"] } == [.string("kept")])
+        #expect(a.resyncs == 1)
+        #expect(a.lostChanges.map { $0.serverVersion } == [1], "\(a.lostChanges)")
+        await server.stop()
     }
 }
 
