@@ -468,11 +468,14 @@ public actor SyncEngine {
         // Every change acknowledged by now is in the feed (section 8), or
         // a later change of its entity is: the pull must show it.
         let acknowledgedThrough = try store.log.lastOffset()
-        // Whether the pages since the last resync (or since the start of a
-        // pull without a cursor) began at the feed's start: a change the
-        // feed ended without then is lost, and the confirmed state is the
-        // server's already, with no other resync.
-        var fromStart = try store.pullCursor() == nil
+        // Whether the pages since began at the feed's start with the
+        // confirmed state forgotten: a resync of this pull (no ack comes
+        // between). A change the feed ended without then is lost, and the
+        // confirmed state is the server's already, with no other resync.
+        // A pull without a cursor is not enough: an ack since the resync,
+        // or since the store began, gave its entity a base the server may
+        // not have, which only a resync takes out.
+        var fromStart = false
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
             let sent = try store.pullCursor()

@@ -68,6 +68,28 @@ import Testing
         #expect(a.lostChanges.map { $0.serverVersion } == [1], "\(a.lostChanges)")
         await server.stop()
     }
+
+    /// A replica that never pulled has no cursor, yet its pull from the
+    /// start is no resync: the acknowledged create the restore lost gave it
+    /// a base, which only a resync takes out.
+    @Test func aReplicaThatNeverPulledResyncsAChangeTheRestoreLost() async throws {
+        let server = try await TestServer("restore-first")
+        let a = try Replica("restore-first-a", server: server)
+        let backup = server.directory.appending("backup")
+        try await server.backUp(to: backup)
+        try a.connect(to: server, transport: FailingPulls(server, retryAfterSeconds: nil))
+        _ = try await a.store.create(type: "task", fields: Fields([("title", .string("lost"))]))
+        #expect(await a.sync().acknowledged == 1)
+        #expect(try a.store.pullCursor() == nil)
+        try await server.restore(from: backup)
+        try a.connect(to: server)
+        try await a.syncUntilQuiet()
+        let held = try a.entities("task")
+        #expect(held.isEmpty, "\(held)")
+        #expect(a.lostChanges.map { $0.serverVersion } == [1], "\(a.lostChanges)")
+        #expect(a.resyncs == 1)
+        await server.stop()
+    }
 }
 
 /// Replica `a` wrote "kept" and synced, the server was backed up, `a`
