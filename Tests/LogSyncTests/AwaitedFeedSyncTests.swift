@@ -103,6 +103,27 @@ import Testing
         await server.stop()
     }
 
+    /// The feed's entity is matched to the acknowledged one by the bytes
+    /// of its ID, as the store keys it: IDs that are canonically equivalent
+    /// Unicode but different bytes, a CRLF, a BOM, a zero byte and an emoji
+    /// come back as they went, each its own entity.
+    @Test func idsComeBackByteForByte() async throws {
+        let server = try await TestServer("awaited-ids")
+        let a = try Replica("awaited-ids-a", server: server)
+        let ids = ["e\u{301}", "\u{e9}", "a\r\nb", "\u{feff}x", "z\u{0}z", "\u{1F600}", "Ω", "\u{2126}"]
+        for id in ids { _ = try await a.store.create(type: "task", id: id, fields: ["n": 1]) }
+        try await a.syncUntilQuiet()
+        for id in ids { try await a.store.update(type: "task", id: id, changes: ["n": 2]) }
+        try await a.syncUntilQuiet()
+        #expect(a.lostChanges.isEmpty, "\(a.lostChanges)")
+        #expect(a.resyncs == 0)
+        // By bytes: `entities` keys a dictionary by `String`, which merges them.
+        #expect(try a.store.all(type: "task").map { Array($0.id.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
+            == ids.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) })
+        #expect(try await server.pullAll().count == 2 * ids.count)
+        await server.stop()
+    }
+
     /// The limit of what the check sees (`sync-protocol.md`, section 10,
     /// step 5): it goes by versions, and a server put back from a backup
     /// gives the next change of an entity the version of the change it
