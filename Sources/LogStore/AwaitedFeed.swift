@@ -67,6 +67,21 @@ extension Projector {
         }
     }
 
+    /// Deletes the rows that do not decode, for a resync (which keeps the
+    /// others for the pull from the start): a damaged row stops every
+    /// answer and pulled change of its entity, and a resync is what an app
+    /// can do about it.
+    func dropDamagedAwaited(_ txn: borrowing Transaction) throws {
+        guard let awaitedFeed else { return }
+        var damaged: [[UInt8]] = []
+        // Read first: a delete while a cursor walks the database would move it.
+        try txn.forEach(awaitedFeed) { key, value in
+            if value.count != 16 { damaged.append([UInt8](key)) }
+            return true
+        }
+        for key in damaged { try txn.delete(awaitedFeed, key: key) }
+    }
+
     /// Every row, in entity key order.
     func awaitedChanges(_ txn: borrowing Transaction) throws -> [AwaitedChange] {
         guard let awaitedFeed else { return [] }

@@ -107,7 +107,9 @@ struct Projector: Sendable {
             // `awaited-feed` stays: the pull from the start shows every
             // entity the server has, and a change it ends without is one the
             // server lost (a 410 or a forced resync after a restore, say).
+            // Damaged rows go.
             try resetBase(txn, &effects)
+            if live { try dropDamagedAwaited(txn) }
         case .conflict(let conflict):
             // The `conflicts` database lists those waiting for the app; a
             // later entry with a resolution takes its intent off the list.
