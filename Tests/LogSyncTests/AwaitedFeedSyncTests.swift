@@ -103,6 +103,49 @@ import Testing
         await server.stop()
     }
 
+    /// Two replicas writing the same entities and syncing at once, with
+    /// pages of one change: each pull races the other's pushes (a page may
+    /// come before or after an answer of either), and none finds a change
+    /// lost.
+    @Test func pullsRacingPushesFindNothingLost() async throws {
+        let server = try await TestServer("awaited-race")
+        var configuration = SyncConfiguration()
+        configuration.pullPageCountMax = 1
+        configuration.defaultConflictStrategy = .fieldMerge(prefer: .local)
+        let replicas = try ["a", "b"].map { try Replica("awaited-race-\($0)", server: server, configuration: configuration) }
+        for n in 0..<4 { _ = try await replicas[0].store.create(type: "task", id: "t\(n)", fields: ["n": 0]) }
+        try await replicas[0].syncUntilQuiet()
+        try await replicas[1].syncUntilQuiet()
+        for round in 1...12 {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (index, replica) in replicas.enumerated() {
+                    group.addTask {
+                        let id = "t\((round + index) % 4)"
+                        if round % 5 == 0, index == 0, try replica.store.get(type: "task", id: id) != nil {
+                            try await replica.store.delete(type: "task", id: id)
+                        } else if try replica.store.get(type: "task", id: id) == nil {
+                            _ = try await replica.store.create(type: "task", id: id, fields: ["n": .int(Int64(round))])
+                        } else {
+                            try await replica.store.update(type: "task", id: id, changes: ["n\(index)": .int(Int64(round))])
+                        }
+                        await replica.sync()
+                        await replica.sync()
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        for replica in replicas { try await replica.syncUntilQuiet() }
+        for replica in replicas { try await replica.syncUntilQuiet() }
+        for (name, replica) in zip(["a", "b"], replicas) {
+            #expect(replica.lostChanges.isEmpty, "\(name): \(replica.lostChanges)")
+            #expect(replica.resyncs == 0, "\(name)")
+            #expect(try replica.store.acknowledgedChangesNotInFeed(through: .max).isEmpty, "\(name)")
+        }
+        #expect(try replicas[0].entities("task") == replicas[1].entities("task"))
+        await server.stop()
+    }
+
     /// The feed's entity is matched to the acknowledged one by the bytes
     /// of its ID, as the store keys it: IDs that are canonically equivalent
     /// Unicode but different bytes, a CRLF, a BOM, a zero byte and an emoji
