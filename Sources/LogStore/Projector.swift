@@ -56,8 +56,9 @@ struct Projector: Sendable {
             var aheadOfFeed = false
             let intent = try settle(ack.intentOffset, txn) { record, intent in
                 let before = record.confirmed
-                // A base at this version or past it came from the feed (no
-                // earlier answer has a later version): the feed showed it.
+                // A base at this version or past it came from the feed, or
+                // from a decided conflict's server state, which the feed holds
+                // too (no earlier answer has a later version): nothing to await.
                 aheadOfFeed = ack.serverVersion > before.version
                 record.confirmed = before.applying(ack: intent, version: ack.serverVersion)
                 record.ackedVersion = max(record.ackedVersion, ack.serverVersion)
