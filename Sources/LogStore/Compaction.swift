@@ -190,12 +190,8 @@ extension Store {
                 confirmed = [:]
                 folded = []
                 cursor = nil
-            case .conflict(let conflict):
-                guard conflict.resolution != .pending else { break }
-                let key = EntityKey.encode(type: conflict.entityType, id: conflict.entityID)
-                confirmed[key] = (confirmed[key] ?? Confirmed()).applying(
-                    version: conflict.serverVersion, state: conflict.serverDeleted ? nil : conflict.serverFields)
-                if !keep { folded.insert(key) }
+            case .conflict:
+                break
             }
         }
         for (key, state) in confirmed.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) })

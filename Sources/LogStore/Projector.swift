@@ -56,9 +56,8 @@ struct Projector: Sendable {
             var aheadOfFeed = false
             let intent = try settle(ack.intentOffset, txn) { record, intent in
                 let before = record.confirmed
-                // A base at this version or past it came from the feed, or
-                // from a decided conflict's server state, which the feed holds
-                // too (no earlier answer has a later version): nothing to await.
+                // A base at this version or past it came from the feed (no
+                // earlier answer has a later version): the feed showed it.
                 aheadOfFeed = ack.serverVersion > before.version
                 record.confirmed = before.applying(ack: intent, version: ack.serverVersion)
                 record.ackedVersion = max(record.ackedVersion, ack.serverVersion)
@@ -112,18 +111,6 @@ struct Projector: Sendable {
             try resetBase(txn, &effects)
             if live { try dropDamagedAwaited(txn) }
         case .conflict(let conflict):
-            // A decision is made against the server's state in the answer,
-            // its state at that version, as a pulled change would bring it:
-            // the resolution intent after it is pushed over that version,
-            // and shows over that state (keeping a create of an entity the
-            // server has is an update of the server's fields). One that
-            // waits for the app leaves the base as it was until then.
-            if conflict.resolution != .pending {
-                let changed = try confirm(
-                    conflict.entityType, conflict.entityID, version: conflict.serverVersion,
-                    state: conflict.serverDeleted ? nil : conflict.serverFields, txn)
-                if live, changed { effects.touchedTypes.insert(conflict.entityType) }
-            }
             // The `conflicts` database lists those waiting for the app; a
             // later entry with a resolution takes its intent off the list.
             let key = OffsetKey.encode(conflict.intentOffset)

@@ -24,7 +24,7 @@ import Synchronization
 public final class Store: Sendable {
     /// The layout of the derived databases. A store whose derived databases
     /// have another version is rebuilt from the log when opened writable.
-    public static let projectionVersion: UInt32 = 5
+    public static let projectionVersion: UInt32 = 4
     /// Log entries applied per transaction while replaying.
     public static let replayChunkCountMax = 20_000
     /// Entity records a resync reads and rewrites at a time: it holds one

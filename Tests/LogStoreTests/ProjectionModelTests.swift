@@ -50,9 +50,8 @@ struct ReferenceModel {
             .compactMap { key in visible(key).map { (key.id, $0) } }
     }
 
-    /// A server change (pulled, or the server's state a decided conflict
-    /// names) is the server's state at its version: it wins over an older
-    /// or equal confirmed version.
+    /// A server change is the server's state at its version: it wins over
+    /// an older or equal confirmed version.
     mutating func confirm(_ key: Key, version: UInt64, fields: Fields?) {
         guard version > 0, version >= (confirmed[key]?.version ?? 0) else { return }
         confirmed[key] = Confirmed(version: version, fields: fields)
@@ -198,12 +197,7 @@ struct ReferenceModel {
                 let offset = model.waiting.remove(at: random.int(0...model.waiting.count - 1))
                 let decisions: [ConflictDecision] = [.keepLocal, .keepRemote, .merged(random.storeFields(countMax: 2)), .custom(nil)]
                 let last = try fixture.store.log.lastOffset()
-                let server = try #require(try fixture.store.conflicts().first { $0.conflict.intentOffset == offset }?.conflict)
                 try await fixture.store.resolveConflict(intentOffset: offset, decisions[random.int(0...3)])
-                // The decided conflict confirms the server's state it was decided against.
-                model.confirm(
-                    .init(type: server.entityType, id: server.entityID), version: server.serverVersion,
-                    fields: server.serverDeleted ? nil : server.serverFields)
                 // A resolution that pushes something appends its intent after the conflict entry.
                 let resolution = try fixture.store.log.lastOffset()
                 if resolution == last + 2, let intent = try intent(at: resolution, in: fixture.store) {
