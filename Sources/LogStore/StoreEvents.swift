@@ -1,16 +1,23 @@
 import LogFormat
 import Synchronization
 
-/// Something the app must hear about that it did not ask for: nothing in
-/// this list is ever dropped silently. Each is also in the store, so an app
+/// Something the app must hear about, mostly what it did not ask for
+/// (a conflict it resolves itself is told too): nothing in this list is
+/// ever dropped silently. Each is also in the store, so an app
 /// that was not listening, or fell behind (`missed`), can still find it
 /// there: waiting conflicts in `Store.conflicts()`, failed intents in
 /// `Store.outbox()`, and every rejection and conflict as a `reject` or
 /// `conflict` entry in the log.
 public enum StoreEvent: Sendable, Equatable {
     /// The server refused an intent for good; it left the visible state.
+    /// A conflict is one too (code `CONFLICT`), beside its `conflict`
+    /// event: what the strategy or the app keeps of the change comes back
+    /// as a new intent.
     case rejected(RejectedIntent)
-    /// An intent met a newer server state (see `Conflict`).
+    /// An intent met a newer server state (see `Conflict`): one for each
+    /// `conflict` entry, the one that records it (decided by the strategy,
+    /// or waiting for the app) and then the app's own decision on a waiting
+    /// one (`Store.resolveConflict`).
     case conflict(offset: UInt64, Conflict)
     /// An intent exhausted its retries and waits for the app.
     case retriesExhausted(offset: UInt64, entityType: String, entityID: String, lastError: String)
