@@ -8,6 +8,12 @@ public enum Wire {
     /// Header every response carries.
     public static let versionHeader = "Sync-Protocol-Version"
 
+    /// Whether `text` is a number in ASCII digits only: not empty, no sign,
+    /// space or fraction (a pull's `limit`, a `Retry-After` in seconds).
+    public static func isDigits(_ text: some StringProtocol) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+    }
+
     /// The most operations in one push.
     public static let pushOperationCountMax = 500
     /// The largest request body; a larger one is refused before parsing.

@@ -47,8 +47,7 @@ struct Routes: Sendable {
         var limit = Wire.pullPageCountDefault
         if let text = query["limit"] {
             // Digits only: no sign, no fraction, not empty.
-            guard !text.isEmpty, text.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-                let number = Int(text)
+            guard Wire.isDigits(text), let number = Int(text)
             else { throw ServiceError(.validationError, "limit \"\(text.prefix(40))\" is not 1 to \(Wire.pullPageCountMax)") }
             limit = number
         }

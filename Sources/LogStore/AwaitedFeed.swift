@@ -76,7 +76,7 @@ extension Projector {
         var damaged: [[UInt8]] = []
         // Read first: a delete while a cursor walks the database would move it.
         try txn.forEach(awaitedFeed) { key, value in
-            if value.count != 16 { damaged.append([UInt8](key)) }
+            if (try? decodeAwaited(value, key: key)) == nil { damaged.append([UInt8](key)) }
             return true
         }
         for key in damaged { try txn.delete(awaitedFeed, key: key) }

@@ -200,7 +200,7 @@ public final class HTTPTransport: SyncTransport {
         let value = value.trimmingCharacters(in: .whitespaces)
         if let seconds = Int(value) { return seconds }
         // Too many digits for an `Int`: longer than any wait honoured.
-        if !value.isEmpty, value.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) { return .max }
+        if Wire.isDigits(value) { return .max }
         guard let until = httpDate(value) else { return nil }
         let now = date.flatMap(httpDate) ?? Date()
         let seconds = until.timeIntervalSince(now).rounded(.up)
