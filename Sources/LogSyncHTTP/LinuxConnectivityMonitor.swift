@@ -9,7 +9,11 @@ import LogSync
 /// for a 2.5 s debounce. On systems without these files it reports a path
 /// (the health check still decides whether the server is reachable).
 public struct LinuxConnectivityMonitor: ConnectivityMonitor {
+    /// How often it reads the kernel's view; at least `pollMillisecondsMin`
+    /// (a shorter interval, 0 included, polls at that), so that a setting
+    /// cannot make the monitor spin on the files.
     public var pollMilliseconds: UInt64
+    public static let pollMillisecondsMin: UInt64 = 50
     private let clock: any SyncClock
     private let root: String
 
@@ -31,7 +35,7 @@ public struct LinuxConnectivityMonitor: ConnectivityMonitor {
                     continuation.yield(now)
                     last = now
                 }
-                do { try await clock.sleep(milliseconds: pollMilliseconds) } catch { break }
+                do { try await clock.sleep(milliseconds: max(pollMilliseconds, Self.pollMillisecondsMin)) } catch { break }
             }
             continuation.finish()
         }

@@ -81,4 +81,17 @@ import Testing
             route6: Self.ipv6Default)
         #expect(!LinuxConnectivityMonitor(root: root.path).hasPath())
     }
+
+    /// A poll interval of 0 polls at the floor instead of reading the
+    /// files in a loop that never sleeps (before, it spun a core for as
+    /// long as the app watched connectivity).
+    @Test func aZeroPollIntervalPollsAtTheFloor() async throws {
+        let root = try Self.root("connectivity-poll", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
+        let clock = ManualClock()
+        let paths = LinuxConnectivityMonitor(pollMilliseconds: 0, clock: clock, root: root.path).paths()
+        var iterator = paths.makeAsyncIterator()
+        #expect(await iterator.next() == true)
+        try await clock.waitForSleepers(1, timeoutSeconds: 5)
+        #expect(clock.sleeperDeadlines == [clock.monotonicMilliseconds + LinuxConnectivityMonitor.pollMillisecondsMin])
+    }
 }
