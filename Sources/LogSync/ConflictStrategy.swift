@@ -62,20 +62,29 @@ public enum ConflictStrategy: Sendable {
 
     /// Orders two timestamps, or two numbers; nil for anything else.
     private static func compare(_ a: Value, _ b: Value) -> Int? {
-        func number(_ value: Value) -> Double? {
-            switch value {
-            case .int(let n): Double(n)
-            case .double(let d): d
-            default: nil
-            }
-        }
+        func order<T: Comparable>(_ x: T, _ y: T) -> Int { x == y ? 0 : (x < y ? -1 : 1) }
         switch (a, b) {
-        case (.timestamp(let x), .timestamp(let y)): return x == y ? 0 : (x < y ? -1 : 1)
-        case (.int(let x), .int(let y)): return x == y ? 0 : (x < y ? -1 : 1)
-        default:
-            guard let x = number(a), let y = number(b), !x.isNaN, !y.isNaN else { return nil }
-            return x == y ? 0 : (x < y ? -1 : 1)
+        case (.timestamp(let x), .timestamp(let y)): return order(x, y)
+        case (.int(let x), .int(let y)): return order(x, y)
+        case (.double(let x), .double(let y)): return x.isNaN || y.isNaN ? nil : order(x, y)
+        case (.int(let x), .double(let y)): return compare(x, y)
+        case (.double(let x), .int(let y)): return compare(y, x).map { -$0 }
+        default: return nil
         }
+    }
+
+    /// Orders an integer and a double exactly; nil for NaN. Converting the
+    /// integer to a double rounds it past 2^53, which made two different
+    /// numbers a tie.
+    private static func compare(_ x: Int64, _ y: Double) -> Int? {
+        guard !y.isNaN else { return nil }
+        // 2^63: no Int64 reaches it, and every Int64 is at or above -2^63.
+        guard y < 9_223_372_036_854_775_808.0 else { return -1 }
+        guard y >= -9_223_372_036_854_775_808.0 else { return 1 }
+        let whole = y.rounded(.towardZero)
+        let wholeInteger = Int64(whole)
+        if x != wholeInteger { return x < wholeInteger ? -1 : 1 }
+        return whole == y ? 0 : (y > whole ? -1 : 1)
     }
 
     private static func merge(_ conflict: ConflictCase, prefer: Side) -> ConflictDecision {

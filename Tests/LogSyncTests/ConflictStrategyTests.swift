@@ -34,6 +34,14 @@ import Testing
         (.double(1.5), .double(2.25), .keepRemote),
         (.int(2), .double(1.5), .keepLocal),
         (.double(-0.5), .int(0), .keepRemote),
+        // An integer and a double compare exactly: past 2^53 a double
+        // cannot hold every integer, and converting made these ties.
+        (.int(9_007_199_254_740_993), .double(9_007_199_254_740_992), .keepLocal),
+        (.double(9_007_199_254_740_992), .int(9_007_199_254_740_993), .keepRemote),
+        (.int(.max), .double(9_223_372_036_854_775_808), .keepRemote),
+        (.int(.min), .double(-9_223_372_036_854_775_808), .keepRemote),
+        (.int(-3), .double(-3.5), .keepLocal),
+        (.double(.infinity), .int(.max), .keepLocal),
         // What has no order is the app's to decide.
         (.double(.nan), .double(1), .askApp),
         (.int(1), .double(.nan), .askApp),
