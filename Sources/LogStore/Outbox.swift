@@ -83,10 +83,14 @@ public enum PushOutcome: Sendable, Equatable {
 }
 
 extension Store {
-    /// Pending intents in log order: at most `limit`, and with `now` (Unix
-    /// milliseconds) only those due then.
+    /// Pending intents in log order: at most `limit`, and with `now` (a
+    /// reading of the clock the retry times were set on) only those due
+    /// then, as `pushBatch` takes them: a retry time more than
+    /// `retryWaitMax` after `now` is due too (`OutboxState.dueAt`).
     /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
-    public func outbox(limit: Int = Int.max, dueAt now: UInt64? = nil) throws -> [PendingIntent] {
+    public func outbox(limit: Int = Int.max, dueAt now: UInt64? = nil, retryWaitMax: UInt64 = .max) throws
+        -> [PendingIntent]
+    {
         try checkLimit(limit)
         return try log.environment.read { txn in
             var items: [PendingIntent] = []
@@ -94,7 +98,11 @@ extension Store {
                 guard items.count < limit else { return false }
                 let state = try decodeOutboxState(value, key: key)
                 guard let offset = OffsetKey.decode(key) else { return true }
-                if let now, state.status != .pending || state.nextAttemptAt > now { return true }
+                if let now, state.status != .pending
+                    || OutboxState.dueAt(state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax) > now
+                {
+                    return true
+                }
                 items.append(try pendingIntent(at: offset, state, txn))
                 return true
             }

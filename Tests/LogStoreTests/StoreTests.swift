@@ -543,6 +543,9 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         #expect(try store.pushBatch(limit: 10, now: 1_000, retryWaitMax: 4_000).isEmpty)
         #expect(try store.pushBatch(limit: 10, now: 1_000, retryWaitMax: 3_999).map(\.offset) == [offset])
         #expect(try store.pushBatch(limit: 10, now: 5_000, retryWaitMax: 0).map(\.offset) == [offset])
+        // The outbox's due list takes them as the push does.
+        #expect(try store.outbox(dueAt: 1_000, retryWaitMax: 4_000).isEmpty)
+        #expect(try store.outbox(dueAt: 1_000, retryWaitMax: 3_999).map(\.offset) == [offset])
     }
 
     @Test func repeatedAcksSettleOnce() async throws {
