@@ -1,7 +1,7 @@
 import Foundation
 import LMDB
 import LogFormat
-import LogStore
+@testable import LogStore
 import LogTesting
 import Testing
 
@@ -217,6 +217,20 @@ import Testing
         #expect(error?.description.contains(directory.path) == true && error?.description.contains("writer.lock") == true)
         try FileManager.default.removeItem(atPath: lock)
         try EventLog(path: directory.path).close()
+    }
+
+    /// Only a lock another process holds is another writer: `flock`'s other
+    /// failures (`ENOLCK` from a file system that cannot lock) are the
+    /// operating system's error, named with the file. Every failure was
+    /// `writerActive`. (No test machine makes `flock` fail so; the held
+    /// lock is `WriterLockTests`' real second process.)
+    @Test func aLockTheSystemRefusesIsNotAnotherWriter() throws {
+        let directory = try TemporaryDirectory("integrity-writer-lock-refused")
+        let refused = WriterLock.failure(ENOLCK, directory: directory.path)
+        #expect((refused as? LMDBError)?.code == LMDBError.Code(rawValue: ENOLCK), "\(refused)")
+        #expect("\(refused)".contains("writer.lock") && "\(refused)".contains(directory.path), "\(refused)")
+        let held = WriterLock.failure(EWOULDBLOCK, directory: directory.path)
+        #expect((held as? LogStoreError)?.code == .writerActive, "\(held)")
     }
 
     /// Damage to an outbox row makes the outbox unreadable; verify reports it.
