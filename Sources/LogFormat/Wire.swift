@@ -259,10 +259,13 @@ public struct PullChange: Codable, Sendable, Equatable {
     public var data: Fields?
     public var serverVersion: UInt64
     public var updatedAt: String
+    /// The idempotency key of the pushed operation that made the change;
+    /// nil when the server does not say (`Format/sync-protocol.md`, section 8).
+    public var idempotencyKey: String?
 
     public init(
         entityType: String, entityID: String, operation: Operation, data: Fields?, serverVersion: UInt64,
-        updatedAt: String
+        updatedAt: String, idempotencyKey: String? = nil
     ) {
         self.entityType = entityType
         self.entityID = entityID
@@ -270,6 +273,7 @@ public struct PullChange: Codable, Sendable, Equatable {
         self.data = data
         self.serverVersion = serverVersion
         self.updatedAt = updatedAt
+        self.idempotencyKey = idempotencyKey
     }
 
     enum CodingKeys: String, CodingKey {
@@ -278,6 +282,7 @@ public struct PullChange: Codable, Sendable, Equatable {
         case operation, data
         case serverVersion = "server_version"
         case updatedAt = "updated_at"
+        case idempotencyKey = "idempotency_key"
     }
 
     /// Encodes `data` as JSON null for a delete, as the protocol shows it.
@@ -289,6 +294,7 @@ public struct PullChange: Codable, Sendable, Equatable {
         try container.encode(data, forKey: .data)
         try container.encode(serverVersion, forKey: .serverVersion)
         try container.encode(updatedAt, forKey: .updatedAt)
+        try container.encodeIfPresent(idempotencyKey, forKey: .idempotencyKey)
     }
 }
 

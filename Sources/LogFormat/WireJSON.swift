@@ -217,9 +217,14 @@ extension PullChange {
         guard case .int(let version)? = json["server_version"], version >= 0 else {
             throw WireDecodingError("\(path).server_version", "is missing or not a version")
         }
+        // Absent (or null) when the server does not say; another value is
+        // a body the protocol does not define.
+        var idempotencyKey: String?
+        if let value = json["idempotency_key"], value != .null { idempotencyKey = try json.string("idempotency_key", path) }
         self.init(
             entityType: try json.string("entity_type", path), entityID: try json.string("entity_id", path), operation: kind,
-            data: data, serverVersion: UInt64(version), updatedAt: try json.string("updated_at", path))
+            data: data, serverVersion: UInt64(version), updatedAt: try json.string("updated_at", path),
+            idempotencyKey: idempotencyKey)
     }
 }
 

@@ -156,6 +156,7 @@ extension PullChange {
         if let data { try data.writeJSON(to: &writer) } else { writer.null() }
         writer.member("entity_id", entityID)
         writer.member("entity_type", entityType)
+        if let idempotencyKey { writer.member("idempotency_key", idempotencyKey) }
         writer.member("operation", operation.rawValue)
         writer.member("server_version", serverVersion)
         writer.member("updated_at", updatedAt)

@@ -144,12 +144,14 @@ extension SyncService {
             guard case .remote(let remote) = entry.body else {
                 throw ServiceError(.internalError, "change \(offset) is a \(entry.kind) entry")
             }
+            let idempotencyKey = try txn.withValue(storage.changeKeys, key: key) { String(decoding: $0, as: UTF8.self) }
             changes.append(
                 PullChange(
                     entityType: remote.entityType, entityID: remote.entityID,
                     operation: remote.operation == .delete ? .delete : .upsert,
                     data: remote.operation == .delete ? nil : remote.fields, serverVersion: remote.serverVersion,
-                    updatedAt: Value.rfc3339(microseconds: Int64(entry.timestamp.milliseconds) * 1000)))
+                    updatedAt: Value.rfc3339(microseconds: Int64(entry.timestamp.milliseconds) * 1000),
+                    idempotencyKey: idempotencyKey))
             last = (offset, CRC32C.checksum(value))
             return true
         }

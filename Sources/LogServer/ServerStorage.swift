@@ -4,8 +4,9 @@ import LogFormat
 import Synchronization
 
 /// The reference server's storage: one LMDB environment holding, for every
-/// user, the entities' current state, the change feed and the idempotency
-/// keys of applied operations. Keys start with the user's 4-byte number, so
+/// user, the entities' current state, the change feed (with the idempotency
+/// key of the operation that made each change) and the idempotency keys of
+/// applied operations. Keys start with the user's 4-byte number, so
 /// each user is a key range of its own.
 ///
 /// Writes run one at a time on a serial queue of their own, so a durable
@@ -17,6 +18,10 @@ final class ServerStorage: Sendable {
     let users: Database
     let entities: Database
     let changes: Database
+    /// Change key -> the idempotency key of the operation that made it,
+    /// shown with the change in the feed. A store made before has none for
+    /// its earlier changes, and their feed shows none.
+    let changeKeys: Database
     let idempotency: Database
     /// The server's identity, made with the store; cursors carry it.
     let serverID: UUIDv7
@@ -36,6 +41,7 @@ final class ServerStorage: Sendable {
         users = try ServerStorage.open("users", environment)
         entities = try ServerStorage.open("entities", environment)
         changes = try ServerStorage.open("changes", environment)
+        changeKeys = try ServerStorage.open("change-keys", environment)
         idempotency = try ServerStorage.open("idempotency", environment)
         let meta = self.meta
         serverID = try environment.write { txn in

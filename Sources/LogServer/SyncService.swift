@@ -246,7 +246,9 @@ final class SyncService: Sendable {
         let entry = Entry(
             offset: offset, timestamp: HybridTimestamp(milliseconds: min(milliseconds, (1 << 48) - 1), logical: 0),
             body: .remote(change))
-        try txn.put(storage.changes, key: ServerStorage.changeKey(user, offset), value: try EntryCodec.encode(entry))
+        let key = ServerStorage.changeKey(user, offset)
+        try txn.put(storage.changes, key: key, value: try EntryCodec.encode(entry))
+        try txn.put(storage.changeKeys, key: key, value: Array(operation.idempotencyKey.utf8))
     }
 
     func loadState(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityState? {

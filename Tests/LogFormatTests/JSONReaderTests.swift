@@ -90,12 +90,26 @@ import Testing
         let page = PullResponse(
             changes: [
                 PullChange(entityType: "te", entityID: "a", operation: .upsert, data: ["n": 1, "d": .double(2), "s": "x"], serverVersion: 3, updatedAt: "2026-11-22T08:00:00.000000Z"),
-                PullChange(entityType: "te", entityID: "b", operation: .delete, data: nil, serverVersion: 4, updatedAt: "2026-11-22T08:00:00.000000Z"),
+                PullChange(
+                    entityType: "te", entityID: "b", operation: .delete, data: nil, serverVersion: 4,
+                    updatedAt: "2026-11-22T08:00:00.000000Z", idempotencyKey: "k2"),
             ], cursor: "c", hasMore: true)
         let json = try Wire.makeEncoder().encode(page)
         #expect(try PullResponse.decode(json: json) == page)
         #expect(try JSONDecoder().decode(PullResponse.self, from: json) == page)
         #expect(throws: (any Error).self) { try PullResponse.decode(json: Array(#"{"changes": 1}"#.utf8)) }
+        // A change's idempotency key is optional, and null is none; another
+        // kind of value is a body the protocol does not define.
+        func change(_ key: String) -> [UInt8] {
+            Array(
+                (#"{"changes": [{"entity_type": "te", "entity_id": "a", "operation": "delete", "data": null, "#
+                    + #""server_version": 1, "updated_at": "x"\#(key)}], "cursor": "c", "has_more": false, "force_resync": false}"#).utf8)
+        }
+        #expect(try PullResponse.decode(json: change("")).changes.first?.idempotencyKey == nil)
+        #expect(try PullResponse.decode(json: change(#", "idempotency_key": null"#)).changes.first?.idempotencyKey == nil)
+        #expect(try PullResponse.decode(json: change(#", "idempotency_key": "k""#)).changes.first?.idempotencyKey == "k")
+        let error = #expect(throws: WireDecodingError.self) { try PullResponse.decode(json: change(#", "idempotency_key": 7"#)) }
+        #expect("\(String(describing: error))".contains("changes[0].idempotency_key"), "\(String(describing: error))")
     }
 
     /// A number's value decides int or double (`Format/sync-protocol.md`

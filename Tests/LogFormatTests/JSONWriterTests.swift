@@ -66,7 +66,9 @@ import Testing
         let page = PullResponse(
             changes: [
                 PullChange(entityType: "te", entityID: "a", operation: .upsert, data: data, serverVersion: 3, updatedAt: "2026-11-22T08:00:00.000000Z"),
-                PullChange(entityType: "te", entityID: "b", operation: .delete, data: nil, serverVersion: 4, updatedAt: "2026-11-22T08:00:00.000000Z"),
+                PullChange(
+                    entityType: "te", entityID: "b", operation: .delete, data: nil, serverVersion: 4,
+                    updatedAt: "2026-11-22T08:00:00.000000Z", idempotencyKey: "k2"),
             ], cursor: "c", hasMore: true)
         #expect(text(try page.encodeJSON()) == text(try encoder.encode(page)))
         #expect(try PullResponse.decode(json: try page.encodeJSON()) == page)

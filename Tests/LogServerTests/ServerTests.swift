@@ -322,6 +322,31 @@ import Testing
 }
 
 @Suite struct PullTests {
+    /// Each change names the idempotency key of the operation that made it
+    /// (section 8), so a client can tell its acknowledged change from
+    /// another made at its version. A change stored by a server before it
+    /// kept them (here: their keys taken out of the store) names none.
+    @Test func aChangeNamesTheOperationThatMadeIt() async throws {
+        let server = try await TestServer("pull-keys")
+        defer { Task { await server.stop() } }
+        #expect(try await server.push([operation(.create, "a", key: "k1"), operation(.update, "a", key: "k2", base: 1)]).status == 200)
+        #expect(try await server.push([operation(.create, "a", key: "k1")]).status == 200)  // a repeat adds no change
+        #expect(try await server.pullAll().map(\.idempotencyKey) == ["k1", "k2"])
+        await server.stop()
+        do {
+            let store = try Environment(path: server.configuration.dataDirectory)
+            defer { store.close() }
+            let changeKeys = try #require(try store.openDatabase("change-keys", create: false))
+            // alice is user 1; her first change is at offset 1.
+            let first: [UInt8] = [0, 0, 0, 1] + UInt64(1).bigEndianBytes
+            #expect(try store.write { txn in try txn.delete(changeKeys, key: first) })
+        }
+        try await server.restart()
+        #expect(try await server.pullAll().map(\.idempotencyKey) == [nil, "k2"])
+        let body = try #require(String(data: try await server.pull().body, encoding: .utf8))
+        #expect(body.components(separatedBy: "idempotency_key").count == 2, "\(body)")
+    }
+
     @Test func tenThousandChangesPageWithoutLossOrDuplicate() async throws {
         let server = try await TestServer("pull-10k")
         defer { Task { await server.stop() } }
