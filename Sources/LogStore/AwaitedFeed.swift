@@ -11,15 +11,19 @@ public struct AwaitedChange: Sendable, Equatable {
 }
 
 /// The `awaited-feed` database (`Format/storage.md`, section 15): entity
-/// key -> the offset of the entity's latest `ack` and its server version,
-/// while no pulled change of the entity at that version or later has come.
+/// key -> the offset of the entity's latest `ack`, its server version and
+/// its intent's idempotency key, while no pulled change of the entity at
+/// that version or later has come.
 ///
 /// The server puts every change it applies in the feed before it answers
 /// the push (`Format/sync-protocol.md`, section 8), so a pull that starts
 /// after the answer and reaches the feed's end shows the change, or a later
 /// one of the entity. A row left after such a pull is a change the server
 /// no longer has: its store was put back from a backup, and the client's
-/// cursor is older than the backup, so no 410 says so (section 10).
+/// cursor is older than the backup, so no 410 says so (section 10). A
+/// change at the row's version made by another operation (its idempotency
+/// key differs) shows the same: the server gave the version again, so the
+/// row is marked lost and no later change clears it.
 ///
 /// It is not derived from the log: only writes made now keep it (a replay
 /// leaves it alone), like the outbox's attempt state. One database serves
@@ -27,33 +31,56 @@ public struct AwaitedChange: Sendable, Equatable {
 extension Projector {
     static let awaitedFeedName = "awaited-feed"
 
+    /// One row. `key` is nil in a row written before rows had one (16
+    /// bytes), which the feed's versions alone clear.
+    struct AwaitedRow {
+        var ackOffset: UInt64
+        var version: UInt64
+        /// The feed showed another operation's change at `version`.
+        var lost = false
+        var key: [UInt8]?
+
+        func encoded() -> [UInt8] {
+            var bytes = ackOffset.bigEndianBytes + version.bigEndianBytes
+            if let key { bytes += [lost ? 1 : 0] + key }
+            return bytes
+        }
+    }
+
     /// The server acknowledged `intent` at `version`, past the entity's base
     /// version. A row with a later version stays (answers come in order;
-    /// this is a late repeat).
+    /// this is a late repeat), and so does a row marked lost, which waits
+    /// for the engine to report it.
     func awaitFeed(_ intent: Intent, version: UInt64, ackOffset: UInt64, _ txn: borrowing Transaction) throws {
         // A read-only store writes nothing, so it never gets here without one.
         guard let awaitedFeed else { return }
         try EntityKey.withKey(type: intent.entityType, id: intent.entityID) { key in
-            if let row = try awaitedRow(key, txn), row.version >= version { return }
-            try (ackOffset.bigEndianBytes + version.bigEndianBytes).withUnsafeBytes { value in
-                try txn.put(awaitedFeed, key: key, value: value)
+            if let row = try awaitedRow(key, txn), row.lost || row.version >= version { return }
+            let row = AwaitedRow(ackOffset: ackOffset, version: version, key: Array(intent.idempotencyKey.utf8))
+            try row.encoded().withUnsafeBytes { value in try txn.put(awaitedFeed, key: key, value: value) }
+        }
+    }
+
+    /// The feed showed the entity at `version`, made by the operation with
+    /// `idempotencyKey` (nil: the server did not say, or a snapshot). A row
+    /// at an earlier version is done with, and so is one at this version
+    /// unless the change is another operation's: then the row is lost.
+    func sawInFeed(_ type: String, _ id: String, version: UInt64, idempotencyKey: String?, _ txn: borrowing Transaction)
+        throws
+    {
+        guard let awaitedFeed else { return }
+        try EntityKey.withKey(type: type, id: id) { key in
+            guard var row = try awaitedRow(key, txn), !row.lost, row.version <= version else { return }
+            if row.version == version, let idempotencyKey, let awaited = row.key, !awaited.elementsEqual(idempotencyKey.utf8) {
+                row.lost = true
+                try row.encoded().withUnsafeBytes { value in try txn.put(awaitedFeed, key: key, value: value) }
+            } else {
+                try txn.delete(awaitedFeed, key: key)
             }
         }
     }
 
-    /// The feed showed the entity at `version`: a row at that version or an
-    /// earlier one is done with.
-    func sawInFeed(_ type: String, _ id: String, version: UInt64, _ txn: borrowing Transaction) throws {
-        guard let awaitedFeed else { return }
-        try EntityKey.withKey(type: type, id: id) { key in
-            guard let row = try awaitedRow(key, txn), row.version <= version else { return }
-            try txn.delete(awaitedFeed, key: key)
-        }
-    }
-
-    private func awaitedRow(_ key: UnsafeRawBufferPointer, _ txn: borrowing Transaction) throws
-        -> (ackOffset: UInt64, version: UInt64)?
-    {
+    private func awaitedRow(_ key: UnsafeRawBufferPointer, _ txn: borrowing Transaction) throws -> AwaitedRow? {
         guard let awaitedFeed else { return nil }
         return try txn.withValue(awaitedFeed, key: key) { try decodeAwaited($0, key: key) }
     }
@@ -95,17 +122,24 @@ extension Projector {
         return changes
     }
 
-    private func decodeAwaited(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws
-        -> (ackOffset: UInt64, version: UInt64)
-    {
-        guard value.count == 16, let offset = UInt64(bigEndianBytes: UnsafeRawBufferPointer(rebasing: value[0..<8])),
+    /// A row: the ack's offset and the version (8 bytes each, big-endian),
+    /// then, but in a row written before keys, a byte 0 (awaited) or 1
+    /// (lost) and the idempotency key (1 to `Limits.idempotencyKeyBytesMax`
+    /// bytes).
+    private func decodeAwaited(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> AwaitedRow {
+        guard value.count == 16 || (18...17 + Limits.idempotencyKeyBytesMax).contains(value.count),
+            value.count == 16 || value[16] <= 1,
+            let offset = UInt64(bigEndianBytes: UnsafeRawBufferPointer(rebasing: value[0..<8])),
             let version = UInt64(bigEndianBytes: UnsafeRawBufferPointer(rebasing: value[8..<16]))
         else {
             let (type, id) = EntityKey.split([UInt8](key))
             throw LogStoreError(
-                .corruptEntry, path: path, "the \(Projector.awaitedFeedName) row of \(type)/\(id) is \(value.count) bytes, not 16")
+                .corruptEntry, path: path,
+                "the \(Projector.awaitedFeedName) row of \(type)/\(id) is damaged: \(value.count) bytes, "
+                    + "not 16 nor a state byte of 0 or 1 and a key of 1 to \(Limits.idempotencyKeyBytesMax) bytes after 16")
         }
-        return (offset, version)
+        guard value.count > 16 else { return AwaitedRow(ackOffset: offset, version: version) }
+        return AwaitedRow(ackOffset: offset, version: version, lost: value[16] == 1, key: Array(value[17...]))
     }
 }
 

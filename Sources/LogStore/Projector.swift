@@ -85,10 +85,9 @@ struct Projector: Sendable {
             let changed = try confirm(
                 remote.entityType, remote.entityID, version: remote.serverVersion,
                 state: remote.operation == .upsert ? remote.fields : nil, txn)
-            if live {
-                if changed { effects.touchedTypes.insert(remote.entityType) }
-                try sawInFeed(remote.entityType, remote.entityID, version: remote.serverVersion, txn)
-            }
+            // `applyPulledPage` tells `awaited-feed`: the change's
+            // idempotency key comes with the page, not in the entry.
+            if live, changed { effects.touchedTypes.insert(remote.entityType) }
             try setCursor(remote.cursor, txn)
         case .snapshot(let snapshot):
             if !snapshot.entityType.isEmpty {
@@ -97,7 +96,8 @@ struct Projector: Sendable {
                     state: snapshot.deleted ? nil : snapshot.fields, txn)
                 if live {
                     if changed { effects.touchedTypes.insert(snapshot.entityType) }
-                    try sawInFeed(snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion, txn)
+                    try sawInFeed(
+                        snapshot.entityType, snapshot.entityID, version: snapshot.serverVersion, idempotencyKey: nil, txn)
                 }
             }
             try setCursor(snapshot.cursor, txn)

@@ -9,13 +9,22 @@ public struct PulledChange: Sendable, Equatable {
     public var serverVersion: UInt64
     /// The entity's fields (empty for a delete).
     public var fields: Fields
+    /// The idempotency key of the operation that made the change, when the
+    /// server says (`Format/sync-protocol.md`, section 8). It tells a change
+    /// the server lost from another made at its version (`awaited-feed`);
+    /// the log does not keep it.
+    public var idempotencyKey: String?
 
-    public init(_ operation: Remote.Operation, entityType: String, entityID: String, serverVersion: UInt64, fields: Fields = [:]) {
+    public init(
+        _ operation: Remote.Operation, entityType: String, entityID: String, serverVersion: UInt64, fields: Fields = [:],
+        idempotencyKey: String? = nil
+    ) {
         self.operation = operation
         self.entityType = entityType
         self.entityID = entityID
         self.serverVersion = serverVersion
         self.fields = fields
+        self.idempotencyKey = idempotencyKey
     }
 }
 
@@ -40,6 +49,7 @@ extension Store {
         }
         guard !changes.isEmpty else { return }
         try await write { txn, context, store in
+            let projector = try store.projector(txn)
             for change in changes {
                 try store.append(
                     .remote(
@@ -47,6 +57,8 @@ extension Store {
                             cursor: cursor, change.operation, entityType: change.entityType, entityID: change.entityID,
                             serverVersion: change.serverVersion, fields: change.operation == .delete ? [:] : change.fields)),
                     txn, &context)
+                try projector.sawInFeed(
+                    change.entityType, change.entityID, version: change.serverVersion, idempotencyKey: change.idempotencyKey, txn)
             }
         }
     }

@@ -518,7 +518,7 @@ public actor SyncEngine {
             let changes = page.changes.map {
                 PulledChange(
                     $0.operation == .upsert ? .upsert : .delete, entityType: $0.entityType, entityID: $0.entityID,
-                    serverVersion: $0.serverVersion, fields: $0.data ?? [:])
+                    serverVersion: $0.serverVersion, fields: $0.data ?? [:], idempotencyKey: $0.idempotencyKey)
             }
             try await store.applyPulledPage(changes, cursor: page.cursor)
             report.pages += 1

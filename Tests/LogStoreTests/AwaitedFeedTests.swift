@@ -82,10 +82,58 @@ import Testing
         let store = try Store(path: fixture.directory.path)
         defer { store.close() }
         let error = try #require(throws: LogStoreError.self) { try store.acknowledgedChangesNotInFeed(through: .max) }
-        #expect(error.code == .corruptEntry && "\(error)".contains("te/x is 3 bytes"), "\(error)")
+        #expect(error.code == .corruptEntry && "\(error)".contains("te/x is damaged: 3 bytes"), "\(error)")
         // It stops every answer and pulled change of its entity; a resync,
         // which keeps the rows that decode, takes it out.
         try await store.resync(reason: "repair")
         #expect(try store.acknowledgedChangesNotInFeed(through: .max).isEmpty)
+    }
+
+    /// The feed names the operation that made each change: a change at the
+    /// acknowledged version made by another operation is the server giving
+    /// that version again (a store put back from a backup, then written to
+    /// by another client), so the acknowledged change is lost, and stays
+    /// so whatever comes after it. The acknowledged operation's own change,
+    /// or one whose operation the server does not name, clears the row.
+    @Test func aChangeAtTheAcknowledgedVersionByAnotherOperationIsALoss() async throws {
+        let fixture = try StoreFixture("awaited-keys")
+        let store = fixture.store
+        for id in ["a", "b", "c"] { try await store.create(type: "te", id: id, fields: ["n": 1]) }
+        let pending = try store.outbox()
+        try await store.record(pending.map { ($0.offset, .acknowledged(.applied, serverVersion: 1)) })
+        let keys = pending.map(\.intent.idempotencyKey)
+        func pulled(_ id: String, _ version: UInt64, key: String?) -> PulledChange {
+            PulledChange(.upsert, entityType: "te", entityID: id, serverVersion: version, fields: ["n": 9], idempotencyKey: key)
+        }
+        try await store.applyPulledPage(
+            [pulled("a", 1, key: keys[0]), pulled("b", 1, key: nil), pulled("c", 1, key: "another-clients-key")], cursor: "c1")
+        #expect(try awaited(store) == ["te/c@1"])
+        // Neither a later change nor a repeat of its own clears a lost one.
+        try await store.applyPulledPage([pulled("c", 2, key: "later"), pulled("c", 1, key: keys[2])], cursor: "c2")
+        #expect(try awaited(store) == ["te/c@1"])
+        // Nor does a later ack of the entity take its place: the engine has
+        // still to report it.
+        try await store.update(type: "te", id: "c", changes: ["n": 3])
+        try await store.record([(try store.outbox()[0].offset, .acknowledged(.applied, serverVersion: 3))])
+        #expect(try awaited(store) == ["te/c@1"])
+    }
+
+    /// A row written before rows held the key (16 bytes: the ack's offset
+    /// and the version) is read, and cleared by the version alone; a state
+    /// byte other than 0 or 1 is damage.
+    @Test func aRowWithoutAKeyIsClearedByItsVersion() async throws {
+        let fixture = try StoreFixture("awaited-old-rows")
+        fixture.store.close()
+        try putRaw(fixture.directory.path, database: "awaited-feed", key: Array("te\0x".utf8), value: UInt64(7).bigEndianBytes + UInt64(2).bigEndianBytes)
+        try putRaw(fixture.directory.path, database: "awaited-feed", key: Array("te\0y".utf8), value: UInt64(8).bigEndianBytes + UInt64(2).bigEndianBytes + [2, 65])
+        let store = try Store(path: fixture.directory.path)
+        defer { store.close() }
+        let error = try #require(throws: LogStoreError.self) { try store.acknowledgedChangesNotInFeed(through: .max) }
+        #expect(error.code == .corruptEntry && "\(error)".contains("te/y is damaged: 18 bytes"), "\(error)")
+        try await store.resync(reason: "repair")
+        #expect(try awaited(store) == ["te/x@2"])
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 2, idempotencyKey: "any")], cursor: "c1")
+        #expect(try awaited(store).isEmpty)
     }
 }
