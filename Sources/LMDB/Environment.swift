@@ -500,28 +500,42 @@ extension Environment {
         try openDatabaseLock.withLock { _ in
             if options.readOnly || !create {
                 // A handle opened in a read transaction stays valid once that
-                // transaction commits.
-                return try resizeLock.withShared { () throws -> Database? in
-                    try checkUsable("mdb_dbi_open")
-                    var txn: OpaquePointer?
-                    try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin", path: path)
-                    var dbi = MDB_dbi()
-                    let result = mdb_dbi_open(txn, name, 0, &dbi)
-                    if result == MDB_NOTFOUND {
-                        mdb_txn_abort(txn)
-                        return nil
-                    }
-                    if result != 0 { mdb_txn_abort(txn) }
-                    try check(result, "mdb_dbi_open", path: path)
-                    try check(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
-                    return Database(dbi: dbi)
+                // transaction commits. Another process may have grown the map
+                // since this one mapped it: the read takes the new size and
+                // begins again, as every read does.
+                for _ in 0..<Environment.mapGrowthAttemptsMax {
+                    if let opened = try openExisting(name) { return opened }
+                    try adoptResizedMap()
                 }
+                throw LMDBError(code: .mapResized, operation: "mdb_txn_begin", path: path)
             }
             return try write { txn in
                 var dbi = MDB_dbi()
                 try check(mdb_dbi_open(txn.handle, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open", path: path)
                 return Database(dbi: dbi)
             }
+        }
+    }
+
+    /// Opens an existing database in a read transaction: `.some(nil)` when
+    /// there is none by that name, nil when another process resized the map.
+    private func openExisting(_ name: String) throws -> Database?? {
+        try resizeLock.withShared { () throws -> Database?? in
+            try checkUsable("mdb_dbi_open")
+            var txn: OpaquePointer?
+            let begun = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
+            if begun == MDB_MAP_RESIZED { return nil }
+            try check(begun, "mdb_txn_begin", path: path)
+            var dbi = MDB_dbi()
+            let result = mdb_dbi_open(txn, name, 0, &dbi)
+            if result == MDB_NOTFOUND {
+                mdb_txn_abort(txn)
+                return .some(nil)
+            }
+            if result != 0 { mdb_txn_abort(txn) }
+            try check(result, "mdb_dbi_open", path: path)
+            try check(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
+            return Database(dbi: dbi)
         }
     }
 

@@ -489,6 +489,32 @@ extension ToolRun {
         #expect(reader.log.mapUsage().mapSize > mapBefore)
     }
 
+    /// A read-only process that opens a database after another process grew
+    /// the map past the one it mapped (as a read-only `Store` does while it
+    /// opens, racing a writer's growth) takes the new size, as a read does.
+    /// It was `MDB_MAP_RESIZED`, and the open failed.
+    @Test func openingADatabaseAfterAnotherProcessGrewTheMapTakesTheNewSize() async throws {
+        let directory = try TemporaryDirectory("logtool-open-after-grow")
+        let writer = try Store(path: directory.path, options: .init(durability: .process))
+        let blob = Value.bytes([UInt8](repeating: 0x5A, count: 2 << 20))
+        var count = 0
+        repeat {
+            try await writer.create(type: "blob", id: "b\(count)", fields: ["data": blob])
+            count += 1
+        } while writer.log.mapUsage().usedBytes * 10 < writer.log.mapUsage().mapSize * 7
+        writer.close()
+        var options = Environment.Options()
+        options.readOnly = true
+        let reader = try Environment(path: directory.path, options: options)
+        defer { reader.close() }
+        let mapBefore = reader.info().mapSize
+        let replay = try Tool.run(["replay", directory.path])
+        #expect(replay.status == 0, "exit \(replay.status): \(replay.errors)")
+        #expect(try reader.openDatabase("log", create: false) != nil)
+        #expect(try reader.openDatabase("no-such-database", create: false) == nil)
+        #expect(reader.info().mapSize > mapBefore)
+    }
+
     /// `replay` and `compact --below` open the store for writing (a dry run
     /// reads it); a path with no store there is refused as the read commands
     /// refuse it, not made into a new, empty store reported as a success.
