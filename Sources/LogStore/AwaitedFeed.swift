@@ -123,9 +123,9 @@ extension Projector {
     }
 
     /// A row: the ack's offset and the version (8 bytes each, big-endian),
-    /// then, but in a row written before keys, a byte 0 (awaited) or 1
-    /// (lost) and the idempotency key (1 to `Limits.idempotencyKeyBytesMax`
-    /// bytes).
+    /// then a byte 0 (awaited) or 1 (lost) and the idempotency key (1 to
+    /// `Limits.idempotencyKeyBytesMax` bytes); a row written before rows
+    /// held keys ends after the version.
     private func decodeAwaited(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> AwaitedRow {
         guard value.count == 16 || (18...17 + Limits.idempotencyKeyBytesMax).contains(value.count),
             value.count == 16 || value[16] <= 1,
