@@ -13,6 +13,18 @@ import Testing
         .deletingLastPathComponent()
         .appendingPathComponent("Format/vectors/protocol.json")
 
+    /// Section 14 counts the script's exchanges ("The 79 exchanges cover:
+    /// ..."); an exchange added without the text said 78 for 79.
+    @Test func theSpecificationCountsTheScriptsExchanges() throws {
+        let exchanges = try ProtocolExchange.load(from: Self.url)
+        let spec = try String(
+            contentsOf: Self.url.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("sync-protocol.md"),
+            encoding: .utf8)
+        let sentence = try #require(spec.range(of: " exchanges cover:"))
+        let stated = spec[..<sentence.lowerBound].split(separator: " ").last.map(String.init)
+        #expect(stated == String(exchanges.count), "section 14 says \(stated ?? "no number"); the script has \(exchanges.count)")
+    }
+
     /// One issue per failing exchange; the run goes on after a failure so
     /// that one run shows every problem.
     @Test func everyExchangeGetsTheResponseTheScriptExpects() async throws {
