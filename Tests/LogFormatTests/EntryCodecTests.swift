@@ -82,6 +82,43 @@ import Testing
         #expect(throws: FormatError.self) { try EntryCodec.encode(entry) }
     }
 
+    /// `limits.md`, `entryBodyBytesMax`: a body of exactly 4,194,304 bytes
+    /// is an entry of 4,194,332 bytes that encodes and decodes; one byte
+    /// more is refused by the encoder with "length out of range" at 28, and
+    /// by the decoder, checksum and all correct, at 4 (`storage.md` section
+    /// 11, step 5).
+    @Test func aBodyAtTheLimitRoundTripsAndOneByteMoreIsRefused() throws {
+        func entry(blobBytes: Int) -> Entry {
+            Entry(
+                offset: 1, timestamp: .init(rawValue: 1),
+                body: .intent(
+                    Intent(
+                        .create, idempotencyKey: "k", entityType: "t", entityID: "i",
+                        fields: ["b": .bytes([UInt8](repeating: 7, count: blobBytes))])))
+        }
+        let overhead = try EntryCodec.encode(entry(blobBytes: 0)).count - EntryCodec.headerBytes
+        let largest = entry(blobBytes: Limits.entryBodyBytesMax - overhead)
+        let bytes = try EntryCodec.encode(largest)
+        #expect(bytes.count == 4_194_332)
+        #expect(try EntryCodec.decode(bytes, expectedOffset: 1) == largest)
+
+        let error = #expect(throws: FormatError.self) { try EntryCodec.encode(entry(blobBytes: Limits.entryBodyBytesMax - overhead + 1)) }
+        #expect(error?.code == .lengthOutOfRange && error?.position == 28, "\(String(describing: error))")
+
+        // The same entry with one more byte in its last value, its length
+        // and checksum made to match: only the limit is broken.
+        func bigEndian(_ number: UInt32) -> ArraySlice<UInt8> { ArraySlice(withUnsafeBytes(of: number.bigEndian) { Array($0) }) }
+        let blobBytes = Limits.entryBodyBytesMax - overhead + 1
+        var longer = bytes + [7]
+        longer[4..<8] = bigEndian(UInt32(Limits.entryBodyBytesMax + 1))
+        // The blob is the body's last value: its length sits just before it.
+        let blobStart = longer.count - blobBytes
+        longer[(blobStart - 4)..<blobStart] = bigEndian(UInt32(blobBytes))
+        longer[24..<28] = bigEndian(longer.withUnsafeBytes { EntryCodec.checksum(of: $0) })
+        let decodeError = #expect(throws: FormatError.self) { try EntryCodec.decode(longer, expectedOffset: 1) }
+        #expect(decodeError?.code == .lengthOutOfRange && decodeError?.position == 4, "\(String(describing: decodeError))")
+    }
+
     @Test func nestingAtTheLimitRoundTripsAndPastItIsRefused() throws {
         func nested(_ depth: Int) -> Entry {
             var value = Value.null
@@ -93,7 +130,7 @@ import Testing
         let deepest = nested(Limits.valueDepthMax)
         #expect(try EntryCodec.decode(EntryCodec.encode(deepest)) == deepest)
         let error = #expect(throws: FormatError.self) { try EntryCodec.encode(nested(Limits.valueDepthMax + 1)) }
-        #expect(error?.code == .depthExceeded)
+        #expect(error?.code == .depthExceeded && error?.position == 28, "\(String(describing: error))")
     }
 
     @Test func valueEqualityIsBitwise() {

@@ -92,6 +92,19 @@ import Testing
         #expect(Fields([(composed, Value.int(1))]) != Fields([(decomposed, Value.int(1))]))
     }
 
+    /// storage.md section 10: the wall clock with a counter of 0 when that
+    /// is greater, otherwise the previous timestamp plus 1, which carries
+    /// from a counter of 0xFFFF into the milliseconds.
+    @Test func theHybridClockTicksAsSection10Says() {
+        let previous = HybridTimestamp(milliseconds: 1_000, logical: 7)
+        #expect(previous.next(wallClockMilliseconds: 1_001) == HybridTimestamp(milliseconds: 1_001, logical: 0))
+        #expect(previous.next(wallClockMilliseconds: 1_000) == HybridTimestamp(milliseconds: 1_000, logical: 8))
+        #expect(previous.next(wallClockMilliseconds: 5) == HybridTimestamp(milliseconds: 1_000, logical: 8))
+        let full = HybridTimestamp(milliseconds: 1_000, logical: 0xFFFF)
+        #expect(full.next(wallClockMilliseconds: 1_000) == HybridTimestamp(milliseconds: 1_001, logical: 0))
+        #expect(full.next(wallClockMilliseconds: 999) == HybridTimestamp(milliseconds: 1_001, logical: 0))
+    }
+
     @Test func theHybridClockSaturatesInsteadOfTrapping() {
         #expect(HybridTimestamp(rawValue: .max).next(wallClockMilliseconds: 0) == HybridTimestamp(rawValue: .max))
     }
