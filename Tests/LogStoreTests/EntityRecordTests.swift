@@ -47,12 +47,40 @@ import Testing
         #expect(try roundTrip(acked) == acked)
     }
 
+    /// The other two examples of storage.md section 15: the record above
+    /// with an acked version of 3 (flags `0b`, the acked version at 10 and
+    /// everything after it 8 bytes further on, 56 bytes), and the entity once
+    /// its update is acknowledged at 4 (flags `07`, 27 bytes).
+    @Test func theWorkedExamplesWithAnAckedVersionAndSettled() throws {
+        var record = EntityRecord()
+        record.baseVersion = 3
+        record.base = ["done": false]
+        record.visible = ["done": true]
+        record.pending = [9]
+        let plain = record.encoded()
+        record.ackedVersion = 3
+        let acked = record.encoded()
+        #expect(acked.count == 56)
+        #expect(Array(acked[0..<18]) == [0x01, 0x0b, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3])
+        #expect(Array(acked[18...]) == Array(plain[10...]))
+        #expect(try roundTrip(record) == record)
+
+        var settled = EntityRecord()
+        settled.baseVersion = 4
+        settled.base = ["done": true]
+        settled.visible = ["done": true]
+        #expect(settled.encoded() == [
+            0x01, 0x07, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0,
+            0, 0, 0, 1, 0, 0, 0, 4, 0x64, 0x6f, 0x6e, 0x65, 0x02,
+        ])
+    }
+
     @Test func damagedRecordsAreRefused() {
         for (bytes, code, position) in [
-            ([2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .unsupportedVersion, nil),
-            ([1, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, nil),  // shared without base and visible
-            ([1, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, nil),
-            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, nil),  // acked version 0
+            ([2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .unsupportedVersion, 0),
+            ([1, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, 1),  // shared without base and visible
+            ([1, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, 1),
+            ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .invalidFlags, 1),  // acked version 0
             ([1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], .truncated, nil),
             ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9], .lengthOutOfRange, nil),
             ([1, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], .trailingBytes, nil),

@@ -163,6 +163,55 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data.mdb")))
     }
 
+    /// storage.md section 3: a new store's marker is the magic (`SYNCLOG`
+    /// and a zero byte) and the store version 1 as a `u32`, and its
+    /// `store-id` is 16 bytes, a UUIDv7 (version bits `0111`).
+    @Test func aNewStoreWritesTheSpecifiedMarker() throws {
+        let directory = try TemporaryDirectory("integrity-marker")
+        defer { directory.remove() }
+        do {
+            let log = try EventLog(path: directory.path)
+            log.close()
+        }
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let meta = try #require(try environment.openDatabase("meta", create: false))
+        let format = try environment.read { txn in try txn.get(meta, key: Array("format".utf8)) }
+        let storeID = try environment.read { txn in try txn.get(meta, key: Array("store-id".utf8)) }
+        #expect(format == [0x53, 0x59, 0x4e, 0x43, 0x4c, 0x4f, 0x47, 0x00, 0x00, 0x00, 0x00, 0x01])
+        #expect(storeID?.count == 16 && storeID.map { $0[6] >> 4 } == 7, "\(String(describing: storeID))")
+    }
+
+    /// storage.md section 3, "Opening a store", step 2: a `format` key that
+    /// is absent, not exactly 12 bytes, or without the magic is not a sync
+    /// store ("not a sync store", not "unsupported format").
+    @Test(arguments: [
+        ("absent", nil), ("another magic", Array("SYNCLOG!".utf8) + [0, 0, 0, 1]),
+        ("11 bytes", Array("SYNCLOG\0".utf8) + [0, 0, 1]), ("13 bytes", Array("SYNCLOG\0".utf8) + [0, 0, 0, 1, 0]),
+    ] as [(String, [UInt8]?)])
+    func aDamagedMarkerIsNotAStore(damage: String, marker: [UInt8]?) throws {
+        let directory = try TemporaryDirectory("integrity-marker-damaged")
+        defer { directory.remove() }
+        do {
+            let log = try EventLog(path: directory.path)
+            log.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            try environment.write { txn in
+                if let marker { try txn.put(meta, key: Array("format".utf8), value: marker) } else { _ = try txn.delete(meta, key: Array("format".utf8)) }
+            }
+        }
+        for readOnly in [false, true] {
+            let error = #expect(throws: LogStoreError.self, "\(damage)") {
+                try EventLog(path: directory.path, options: EventLog.Options(readOnly: readOnly))
+            }
+            #expect(error?.code == .notAStore, "\(damage), read-only \(readOnly): \(String(describing: error))")
+        }
+    }
+
     @Test func aNewerStoreVersionIsRefused() throws {
         let directory = try TemporaryDirectory("integrity-version")
         do {
@@ -295,6 +344,32 @@ import Testing
         try await store.scheduleRetry(offsets: [1], error: "timeout", at: 0, attemptsMax: 10)
         let state = try #require(try store.outbox().first?.state)
         #expect(state.attempts == .max && state.status == .failed)
+    }
+
+    /// storage.md section 15, "`conflicts`": a row whose key or value is
+    /// not 8 bytes, or that names an entry of another kind, is reported as
+    /// "corrupt entry", and one that names a missing entry as "gap in the
+    /// log", by the list of waiting conflicts.
+    @Test(arguments: [
+        ("a value of 3 bytes", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 1], LogStoreError.Code.corruptEntry),
+        ("a key of 7 bytes", [0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 1], .corruptEntry),
+        ("an intent named as the conflict", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 1], .corruptEntry),
+        ("a missing entry", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 99], .gap),
+    ] as [(String, [UInt8], [UInt8], LogStoreError.Code)])
+    func aDamagedConflictsRowIsReported(damage: String, key: [UInt8], value: [UInt8], code: LogStoreError.Code) async throws {
+        let directory = try TemporaryDirectory("integrity-conflicts")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            #expect(try store.conflicts().isEmpty)
+            store.close()
+        }
+        try putRaw(directory.path, database: "conflicts", key: key, value: value)
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let error = #expect(throws: LogStoreError.self, "\(damage)") { try store.conflicts() }
+        #expect(error?.code == code, "\(damage): \(String(describing: error))")
     }
 
     @Test func aReadOnlyStoreReadsButRefusesAppends() async throws {
