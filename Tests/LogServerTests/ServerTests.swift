@@ -866,6 +866,48 @@ import Testing
         #expect(reply.hasSuffix("invalid HTTP method\",\"retryable\":false}}"), "\(reply)")
     }
 
+    /// Section 13 at its bounds, where `everyRequestLevelErrorHasTheEnvelope`
+    /// covers one past them: a push of exactly `pushOperationCountMax`
+    /// operations is applied, and a body of exactly `requestBodyBytesMax`
+    /// bytes ("a body of exactly this size is allowed") is read and applied,
+    /// not 413.
+    @Test func requestsAtTheLimitsAreServed() async throws {
+        let server = try await TestServer("limits-at-bounds")
+        defer { Task { await server.stop() } }
+        let most = PushRequest(operations: (1...Wire.pushOperationCountMax).map { operation(.create, "m\($0)", [:]) })
+        let reply = try await server.send("POST", "/v1/push", body: try JSONEncoder().encode(most))
+        #expect(reply.status == 200, "\(String(decoding: reply.body.prefix(300), as: UTF8.self))")
+        let results = try reply.decode(PushResponse.self).results
+        #expect(results.count == Wire.pushOperationCountMax && results.allSatisfy { $0.status == .applied })
+
+        // One operation and a member the server ignores, padded to the byte.
+        let head = #"{"operations":[{"idempotency_key":"big","entity_type":"te","entity_id":"big","intent":"create","data":{},"#
+            + #""client_timestamp":"2026-11-22T08:00:00Z","base_version":0}],"pad":""#
+        let tail = #""}"#
+        let padding = String(repeating: "x", count: Wire.requestBodyBytesMax - head.utf8.count - tail.utf8.count)
+        let body = Data((head + padding + tail).utf8)
+        #expect(body.count == Wire.requestBodyBytesMax)
+        let big = try await server.send("POST", "/v1/push", body: body)
+        #expect(big.status == 200, "\(String(decoding: big.body.prefix(300), as: UTF8.self))")
+        #expect(try big.decode(PushResponse.self).results.map(\.status) == [.applied])
+    }
+
+    /// Section 12 at its bounds: `fail_next` and `drop_after_push` of
+    /// 1,000,000 and `delay_ms` of 60,000 are taken (one more is refused,
+    /// `aFaultOutOfRangeIsNamedWithItsRange`), and answered in force.
+    @Test func faultsAtTheirLimitsAreTaken() async throws {
+        let server = try await TestServer("faults-at-bounds")
+        defer { Task { await server.stop() } }
+        let most = #"{"fail_next": 1000000, "status": 429, "delay_ms": 60000, "drop_after_push": 1000000}"#
+        let reply = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: Data(most.utf8))
+        #expect(reply.status == 200, "\(String(decoding: reply.body, as: UTF8.self))")
+        #expect(try reply.decode(FaultSettings.self) == FaultSettings(failNext: 1_000_000, status: 429, delayMs: 60_000, dropAfterPush: 1_000_000))
+        // The admin endpoints are never delayed or failed: clearing is at once.
+        let cleared = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: Data("{}".utf8))
+        #expect(try cleared.decode(FaultSettings.self) == FaultSettings(failNext: 0, status: 503, delayMs: 0, dropAfterPush: 0))
+        #expect(try await server.pull().status == 200)
+    }
+
     @Test func everyRequestLevelErrorHasTheEnvelope() async throws {
         let server = try await TestServer("errors")
         defer { Task { await server.stop() } }

@@ -98,6 +98,21 @@ import Testing
         #expect(try a.store.get(type: "task", id: "t1") == nil)
     }
 
+    /// The bound itself is a cursor: one of exactly `cursorBytesMax` bytes,
+    /// from `!` to `~`, is applied with its page and stored as it came.
+    @Test func aPageWithACursorOfExactlyCursorBytesMaxIsApplied() async throws {
+        let cursor = "!" + String(repeating: "x", count: Wire.cursorBytesMax - 2) + "~"
+        let server = try Self.feed(counting: Counter()) { _ in
+            PullResponse(changes: [HostileServerTests.change("t1", version: 1)], cursor: cursor, hasMore: false)
+        }
+        defer { server.stop() }
+        let a = try Replica("cursor-at-limit", url: server.url)
+        let report = await a.sync()
+        #expect(report.outcome == .completed, "\(report.outcome)")
+        #expect(try a.store.pullCursor() == cursor)
+        #expect(try a.store.get(type: "task", id: "t1") != nil)
+    }
+
     /// Text the server writes for people (an error envelope's message, a
     /// rejection's `error_message`) is kept only in part: the engine copies
     /// a request's failure into the outbox state of every intent of the
