@@ -98,6 +98,43 @@ import Testing
         #expect(try a.store.get(type: "task", id: "t1") == nil)
     }
 
+    /// Section 8: an upsert's `data` is the entity's full fields. A page
+    /// with an upsert whose `data` is null or absent is a body the protocol
+    /// does not define (section 10: retryable, as a network error), and is
+    /// not applied: taken for an entity with no fields, it would have the
+    /// app see every field of the entity gone until its next change.
+    @Test(arguments: ["null", "absent"])
+    func anUpsertWithoutDataIsNotApplied(_ shape: String) async throws {
+        let first = PullResponse(changes: [HostileServerTests.change("t1", version: 1)], cursor: "c1", hasMore: false)
+        let bare = PullChange(
+            entityType: "task", entityID: "t1", operation: .upsert, data: nil, serverVersion: 2, updatedAt: "2026-11-25T12:00:00.000000Z")
+        var second = String(decoding: try PullResponse(changes: [bare], cursor: "c2", hasMore: false).encodeJSON(), as: UTF8.self)
+        if shape == "absent" {
+            let withoutData = second.replacingOccurrences(of: #""data":null,"#, with: "")
+            #expect(withoutData != second, "\(second)")
+            second = withoutData
+        }
+        let pages = [try first.encodeJSON(), Data(second.utf8)]
+        let server = try ScriptedServer { request in
+            let headers = HostileServerTests.protocolHeaders
+            guard request.path == "/v1/pull" else { return .answer(status: 200, headers: headers, body: HostileServerTests.health) }
+            let cursor = URLComponents(string: request.target)?.queryItems?.first { $0.name == "cursor" }?.value
+            return .answer(status: 200, headers: headers, body: pages[cursor == nil ? 0 : 1])
+        }
+        defer { server.stop() }
+        let a = try Replica("upsert-without-data", url: server.url)
+        #expect(await a.sync().outcome == .completed)
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("\(shape): expected the run to fail, got \(report.outcome)")
+            #expect(try a.store.get(type: "task", id: "t1")?.fields == ["v": 1], "\(shape)")
+            return
+        }
+        #expect(message.hasPrefix("pull: ") && message.contains("changes[0] (task t1) is an upsert without data"), "\(message)")
+        #expect(try a.store.get(type: "task", id: "t1")?.fields == ["v": 1])
+        #expect(try a.store.pullCursor() == "c1")
+    }
+
     /// The bound itself is a cursor: one of exactly `cursorBytesMax` bytes,
     /// from `!` to `~`, is applied with its page and stored as it came.
     @Test func aPageWithACursorOfExactlyCursorBytesMaxIsApplied() async throws {
