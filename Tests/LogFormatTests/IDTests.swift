@@ -51,6 +51,21 @@ import Testing
         #expect(UUIDv7(high: 0, low: 0).ulidString == "00000000000000000000000000")
     }
 
+    /// storage.md section 14: readers take lowercase, read I, i, L and l
+    /// as 1 and O and o as 0, and refuse U, any other character, and a
+    /// first character above 7.
+    @Test func ulidReadersTakeCrockfordsAliases() {
+        let canonical = UUIDv7(ulidString: "01J3Q4ZZ0000000000000000A1")
+        #expect(canonical != nil)
+        for alias in ["OIJ3Q4ZZ0000000000000000A1", "oij3q4zz000000000000000oa1", "0LJ3Q4ZZ0000000000000000AL", "0lJ3Q4ZZ0000000000000000Ai"] {
+            #expect(UUIDv7(ulidString: alias) == canonical, "\(alias)")
+        }
+        #expect(UUIDv7(ulidString: "01J3Q4ZZ0000000000000000U1") == nil)
+        #expect(UUIDv7(ulidString: "01J3Q4ZZ0000000000000000u1") == nil)
+        #expect(UUIDv7(ulidString: "81J3Q4ZZ0000000000000000A1") == nil)
+        #expect(UUIDv7(ulidString: "01J3Q4ZZ0000000000000000A") == nil)
+    }
+
     @Test func ulidOrderMatchesIDOrder() {
         var random = SeededRandom(seed: 99)
         for _ in 0..<1000 {

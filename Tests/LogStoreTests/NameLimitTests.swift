@@ -42,6 +42,23 @@ import Testing
         #expect(try fixture.store.get(type: Self.typeAtLimit, id: Self.idAtLimit)?.fields == ["n": 1])
     }
 
+    /// limits.md: an entity created without an ID gets `type_ULID` when the
+    /// type is also a valid ID prefix (1 to 16 lowercase letters and digits,
+    /// starting with a letter), and the bare 26-character ULID otherwise.
+    @Test func aMadeIDIsPrefixedOnlyWhenTheTypeIsAValidPrefix() async throws {
+        let fixture = try StoreFixture("made-ids")
+        let store = fixture.store
+        let sixteen = String(repeating: "p", count: PrefixedID.prefixCountMax)
+        for type in ["te", "t2", sixteen] {
+            let id = try await store.create(type: type, fields: [:])
+            #expect(PrefixedID(id)?.prefix == type, "\(type): \(id)")
+        }
+        for type in [sixteen + "p", "t.x", "t-x", "t_x"] {
+            let id = try await store.create(type: type, fields: [:])
+            #expect(id.utf8.count == 26 && UUIDv7(ulidString: id) != nil, "\(type): \(id)")
+        }
+    }
+
     /// Appends straight through `EventLog` are held to the same rules
     /// (`limits.md`, and `storage.md` section 13): an idempotency key of
     /// 256 bytes is taken; 257 bytes, or none, is refused before anything
