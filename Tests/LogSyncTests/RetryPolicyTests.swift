@@ -15,6 +15,53 @@ import Testing
     /// then never made. A jitter outside 0...1 or NaN is taken as the
     /// nearest bound (NaN as none), not a trap. Before, `delay` trapped in
     /// `Double.random(in:)` on a NaN or negative jitter.
+    /// Section 10, "Retry timing", and section 13's constants: with the
+    /// default policy, retry n waits min(1 s × 2^(n-1), 300 s) times a
+    /// factor from 0.8 to 1.2 (about 1 s, 2 s, 4 s, ..., 256 s, then 300
+    /// s), and an operation has 10 attempts.
+    @Test func theDefaultRetryDelaysAreSection10s() {
+        var random = SeededRandom(seed: 3)
+        let policy = RetryPolicy()
+        #expect(policy.attemptsMax == 10)
+        var exact = policy
+        exact.jitter = 0
+        let delays = (1...11).map { exact.delay(beforeRetry: UInt32($0), random: &random) }
+        #expect(delays == [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000, 300_000])
+        for (retry, backoff) in [(1, 1_000.0), (9, 256_000), (10, 300_000)] {
+            let jittered = (0..<200).map { _ in Double(policy.delay(beforeRetry: UInt32(retry), random: &random)) }
+            #expect(jittered.allSatisfy { (backoff * 0.8...backoff * 1.2).contains($0) }, "retry \(retry)")
+            // The factor spreads: not every delay is the bare backoff.
+            #expect(Set(jittered).count > 1, "retry \(retry)")
+        }
+    }
+
+    /// Section 10, "Circuit breaker": three consecutive 429s open it for
+    /// 30 s, then 60 s after the next trip, 120 s, 240 s, and at most 300 s;
+    /// another answer resets the count but not the delay, and a successful
+    /// push or pull sets the delay back to 30 s.
+    @Test func theBreakersDelaysDoubleFrom30To300Seconds() {
+        var breaker = CircuitBreaker()
+        var now: UInt64 = 1_000_000
+        func trip() -> UInt64? {
+            let opened = (0..<CircuitBreaker.thresholdCount).map { _ in breaker.recordRateLimited(retryAfterSeconds: nil, at: now) }
+            guard opened == [false, false, true] else { return nil }
+            defer { now = breaker.openUntil }
+            return breaker.openUntil - now
+        }
+        #expect(CircuitBreaker.thresholdCount == 3)
+        let trips = (0..<6).map { _ in trip() }
+        #expect(trips == [30_000, 60_000, 120_000, 240_000, 300_000, 300_000])
+        let twice = (0..<2).map { _ in breaker.recordRateLimited(retryAfterSeconds: nil, at: now) }
+        #expect(twice == [false, false])
+        breaker.recordAnswer(success: false)
+        #expect(breaker.consecutiveRateLimits == 0)
+        let afterAnAnswer = trip()
+        #expect(afterAnAnswer == 300_000, "an answer that is no success keeps the delay")
+        breaker.recordAnswer(success: true)
+        let afterASuccess = trip()
+        #expect(afterASuccess == 30_000)
+    }
+
     @Test func aJitterOutOfRangeIsClampedNotATrap() {
         var random = SeededRandom(seed: 1)
         var policy = RetryPolicy()
