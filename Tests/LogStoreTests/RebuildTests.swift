@@ -491,3 +491,34 @@ extension RebuildTests {
         #expect(try fixture.store.outbox().allSatisfy { $0.state == OutboxState() })
     }
 }
+
+extension RebuildTests {
+    /// storage.md section 15, "Replay": a `projection-version` that is
+    /// absent, not 4 bytes, or not 4 is refused by a read-only open
+    /// ("projections stale"), and rebuilt from the log by a writable one,
+    /// after which a read-only open reads the store.
+    @Test(arguments: [("absent", nil), ("3", [0, 0, 0, 3]), ("3 bytes", [0, 0, 4]), ("5 bytes", [0, 0, 0, 0, 4])] as [(String, [UInt8]?)])
+    func aProjectionVersionOtherThan4IsStaleReadOnlyAndRebuiltWritable(shape: String, version: [UInt8]?) async throws {
+        var fixture = try StoreFixture("projection-version-\(shape.replacingOccurrences(of: " ", with: "-"))")
+        let id = try await fixture.store.create(type: "te", fields: ["a": 1])
+        fixture.store.close()
+        do {
+            let environment = try Environment(path: fixture.directory.path)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            try environment.write { txn in
+                let key = Array("projection-version".utf8)
+                if let version { try txn.put(meta, key: key, value: version) } else { _ = try txn.delete(meta, key: key) }
+            }
+        }
+        let refused = #expect(throws: LogStoreError.self, "\(shape)") { try Store(path: fixture.directory.path, options: .inspecting) }
+        #expect(refused?.code == .projectionsStale, "\(shape): \(String(describing: refused))")
+        try fixture.reopen()
+        #expect(try fixture.store.projectionState().version == Store.projectionVersion, "\(shape)")
+        #expect(try fixture.store.get(type: "te", id: id)?.fields == ["a": 1])
+        fixture.store.close()
+        let reader = try Store(path: fixture.directory.path, options: .inspecting)
+        defer { reader.close() }
+        #expect(try reader.get(type: "te", id: id)?.fields == ["a": 1], "\(shape)")
+    }
+}
