@@ -191,6 +191,22 @@ func putRaw(_ path: String, database name: String, key: [UInt8], value: [UInt8],
         #expect(try store.count(type: "te") == 25)
     }
 
+    /// limits.md, `Store.pageCountMax`: one call of `all` returns at most
+    /// 10,000 entities; a larger `limit` is lowered to it, and the next
+    /// page goes on after the last one returned.
+    @Test func aLimitOverPageCountMaxIsLoweredToIt() async throws {
+        let fixture = try StoreFixture("store-page-max")
+        let store = fixture.store
+        var batch = WriteBatch()
+        for n in 0...Store.pageCountMax { try batch.create(type: "te", id: String(format: "id-%05d", n), fields: [:]) }
+        try await store.write(batch)
+        #expect(Store.pageCountMax == 10_000)
+        #expect(try store.all(type: "te", limit: Store.pageCountMax).count == Store.pageCountMax)
+        let page = try store.all(type: "te", limit: Int.max)
+        #expect(page.count == Store.pageCountMax)
+        #expect(try store.all(type: "te", after: page.last?.id, limit: Int.max).map(\.id) == [String(format: "id-%05d", Store.pageCountMax)])
+    }
+
     /// Ids are any UTF-8: short ones (stored inside the string) and long
     /// ones, with characters of two to four bytes, are found by `get`,
     /// ordered by their bytes in `all`, and come back the same from a replay.
