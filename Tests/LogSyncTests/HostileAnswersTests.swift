@@ -150,6 +150,35 @@ import Testing
         #expect(try a.store.get(type: "task", id: "t1") != nil)
     }
 
+    /// Section 8: a client sends a cursor back unchanged, percent-encoded
+    /// in the query as any value is. A cursor may hold any printable ASCII
+    /// character, `&`, `=`, `+`, `#`, `%` and `?` among them, each of which
+    /// a query would read as something else if sent as it is. The server
+    /// here reads the query as HTML forms do, `+` as a space, as many do.
+    @Test func aCursorOfEveryPrintableCharacterGoesBackUnchanged() async throws {
+        let cursor = String(decoding: (0x21...0x7E).map { UInt8($0) }, as: UTF8.self)
+        let returned = Mutex<[String?]>([])
+        let server = try ScriptedServer { request in
+            let headers = HostileServerTests.protocolHeaders
+            guard request.path == "/v1/pull" else { return .answer(status: 200, headers: headers, body: HostileServerTests.health) }
+            let query = request.target.drop { $0 != "?" }.dropFirst()
+            let sent = query.split(separator: "&").first { $0.hasPrefix("cursor=") }.map {
+                $0.dropFirst("cursor=".count).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? "undecodable"
+            }
+            returned.withLock { $0.append(sent) }
+            let page =
+                sent == nil
+                ? PullResponse(changes: [HostileServerTests.change("t1", version: 1)], cursor: cursor, hasMore: true)
+                : PullResponse(changes: [HostileServerTests.change("t2", version: 1)], cursor: "end", hasMore: false)
+            return .answer(status: 200, headers: headers, body: (try? page.encodeJSON()) ?? Data())
+        }
+        defer { server.stop() }
+        let a = try Replica("cursor-characters", url: server.url)
+        let report = await a.sync()
+        #expect(report.outcome == .completed, "\(report.outcome)")
+        #expect(returned.withLock { $0 } == [nil, cursor])
+    }
+
     /// Text the server writes for people (an error envelope's message, a
     /// rejection's `error_message`) is kept only in part: the engine copies
     /// a request's failure into the outbox state of every intent of the
