@@ -101,6 +101,29 @@ import Testing
         #expect(error?.offset == 4)
     }
 
+    /// storage.md section 4, "Density", at the watermark C: with entries 3
+    /// to 5 missing, C = 6 makes key 6 follow 2 (6 > 3 and 6 <= C); C = 5
+    /// leaves a gap, reported at 3; and a value that is not 8 bytes counts
+    /// as 0 (section 3), so the log is held to be dense from 1.
+    @Test(arguments: [
+        ("C = 6", [0, 0, 0, 0, 0, 0, 0, 6], nil), ("C = 5", [0, 0, 0, 0, 0, 0, 0, 5], 3), ("7 bytes", [0, 0, 0, 0, 0, 0, 6], 3),
+    ] as [(String, [UInt8], UInt64?)])
+    func holesAreLegalExactlyBelowTheWatermark(shape: String, watermark: [UInt8], gapAt: UInt64?) async throws {
+        let directory = try await damagedStore("integrity-holes", count: 10) { txn, table in
+            for offset: UInt64 in 3...5 { _ = try txn.delete(table, key: key(offset)) }
+        }
+        defer { directory.remove() }
+        try putRaw(directory.path, database: "meta", key: Array("compacted-below".utf8), value: watermark)
+        let log = try EventLog(path: directory.path)
+        defer { log.close() }
+        if let gapAt {
+            let error = #expect(throws: LogStoreError.self, "\(shape)") { try scanAll(log) }
+            #expect(error?.code == .gap && error?.offset == gapAt, "\(shape): \(String(describing: error))")
+        } else {
+            #expect(try scanAll(log).map(\.offset) == [1, 2, 6, 7, 8, 9, 10])
+        }
+    }
+
     /// storage.md sections 4 and 16 (step 6): a reader checks a record's
     /// key, then that it may follow the offset expected, then decodes it.
     /// With 3 missing and 4 damaged, a scan reports the gap at 3, not the
