@@ -33,10 +33,20 @@ final class ServerStorage: Sendable {
         static let nextUser = Array("next-user".utf8)
     }
 
+    /// Opens the store at `path`, creating it in a missing or empty directory.
+    /// - Throws: `SyncServer.ConfigurationError` when `path` holds an LMDB
+    ///   environment that is not a server's store; `LMDBError` when the
+    ///   directory cannot be used.
     init(path: String, durability: Environment.Durability) throws {
         var options = Environment.Options()
         options.durability = durability
         environment = try Environment(path: path, options: options)
+        do {
+            try environment.read { txn in try ServerStorage.checkIsServerStore(txn, path: path) }
+        } catch {
+            environment.close()
+            throw error
+        }
         meta = try ServerStorage.open("meta", environment)
         users = try ServerStorage.open("users", environment)
         entities = try ServerStorage.open("entities", environment)
@@ -50,6 +60,24 @@ final class ServerStorage: Sendable {
             try txn.put(meta, key: MetaKey.serverID, value: id.bytes)
             return id
         }
+    }
+
+    /// Refuses an environment some other program made (a client's sync
+    /// store, a `--data` mistyped): the server would add its databases to
+    /// it, and its pushes would write into tables of the same names
+    /// (`entities`, `idempotency`) that mean something else there. An
+    /// environment that holds anything is the server's when its `meta`
+    /// holds the server's identity, or is empty: a first start that
+    /// stopped before it wrote the identity, which `meta`, made first,
+    /// comes before.
+    private static func checkIsServerStore(_ txn: borrowing Transaction, path: String) throws {
+        guard let main = try txn.openDatabase(nil, create: false), try txn.count(main) > 0 else { return }
+        // A "meta" that is a plain key, not a database, is not the server's either.
+        let meta = try? txn.openDatabase("meta", create: false)
+        if let meta, try txn.count(meta) == 0 || txn.get(meta, key: MetaKey.serverID) != nil { return }
+        let what = meta == nil ? "no meta database" : "a meta database without a server id"
+        throw SyncServer.ConfigurationError(
+            "dataDirectory \(path) holds an LMDB environment that is not a sync server's store (\(what); a client's sync store?)")
     }
 
     private static func open(_ name: String, _ environment: Environment) throws -> Database {

@@ -14,11 +14,11 @@ import Testing
 /// runs it.
 @Suite struct SyncServerProcessTests {
     /// The built executable, beside the test bundle's build products.
-    static var executable: URL {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        return URL(fileURLWithPath: ToolRun.builtProduct("syncserver", root: root))
-    }
+    static var executable: URL { URL(fileURLWithPath: ToolRun.builtProduct("syncserver", root: root)) }
+
+    /// The package's directory.
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     /// Starts `syncserver` with `arguments` and waits for its banner.
     /// - Returns: the child, which the caller kills, and the port it
@@ -117,6 +117,33 @@ import Testing
         #expect(await server.waitForExit(timeout: .seconds(60)))
         #expect(server.ending == .exit(1))
         #expect(server.errorText.contains("cannot listen on 203.0.113.1:0"), "\(server.errorText)")
+    }
+}
+
+extension SyncServerProcessTests {
+    /// A `--data` that holds another program's LMDB environment (a client's
+    /// sync store, a path mistyped) is refused at start, naming the
+    /// directory, and left as it was. The server served it: it wrote its
+    /// identity into the store's `meta`, added its databases, and would
+    /// have written pushes into the store's own `entities` table.
+    @Test func aDataDirectoryHoldingAClientStoreIsRefusedAndLeftAlone() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-client-store")
+        let client = directory.appending("client")
+        let made = try ToolRun.run(
+            ToolRun.builtProduct("demo", root: Self.root), ["--path", client, "--writers", "1", "--entries-per-writer", "1"])
+        #expect(made.status == 0, "\(made.errors)")
+        let dataFile = URL(fileURLWithPath: client).appendingPathComponent("data.mdb")
+        let before = try Data(contentsOf: dataFile)
+        // Its stdin at its end: a server that starts stops at once, status 0.
+        let server = try ChildProcess(
+            executable: Self.executable.path,
+            arguments: ["--data", client, "--port", "0", "--token", "t:alice", "--stop-at-stdin-end"])
+        defer { server.kill() }
+        #expect(await server.waitForExit(timeout: .seconds(60)))
+        #expect(server.ending == .exit(1), "\(server.ending): \(server.outputText)")
+        #expect(server.errorText.contains("\(client) holds an LMDB environment that is not a sync server's store"), "\(server.errorText)")
+        #expect(try Data(contentsOf: dataFile) == before, "the client's store was written")
     }
 }
 
@@ -326,7 +353,13 @@ import Testing
             let environment = try Environment(path: data)
             defer { environment.close() }
             let meta = try #require(try environment.openDatabase("meta", create: true))
-            try environment.write { txn in try txn.put(meta, key: Array("next-user".utf8), value: (UInt32.max - 1).bigEndianBytes) }
+            // A server's store, as its first start leaves it (the server
+            // refuses a meta without its id), whose users took every number
+            // but the last.
+            try environment.write { txn in
+                try txn.put(meta, key: Array("server-id".utf8), value: UUIDv7.Generator.shared.next().bytes)
+                try txn.put(meta, key: Array("next-user".utf8), value: (UInt32.max - 1).bigEndianBytes)
+            }
         }
         let (server, port) = try await SyncServerProcessTests.started(
             ["--data", data, "--port", "0", "--token", "a:alice", "--token", "b:bob"])
