@@ -1278,3 +1278,20 @@ extension LogToolExportTests {
         #expect(usage.mapSize <= 4 << 20, "map \(usage.mapSize) bytes, \(usage.usedBytes) used")
     }
 }
+
+extension LogToolTests {
+    /// A `data.mdb` that cannot be looked at is named with the reason, not
+    /// called missing: a store in a directory without search permission
+    /// was "not a sync store: no data.mdb in the directory". Root (which
+    /// these tests may run as) is refused no permission, so a `data.mdb`
+    /// that links to itself stands in for it: looking at it fails with
+    /// ELOOP as the other fails with EACCES, and only ENOENT means "none".
+    @Test func aDataFileThatCannotBeLookedAtIsNotCalledMissing() async throws {
+        let directory = try TemporaryDirectory("logtool-unlookable")
+        try FileManager.default.createSymbolicLink(atPath: directory.appending("data.mdb"), withDestinationPath: "data.mdb")
+        let run = try Tool.run(["stat", directory.path])
+        #expect(run.status == 2)
+        #expect(run.errors.contains("Too many levels of symbolic links") && !run.errors.contains("no data.mdb"), "\(run.errors)")
+        #expect(run.errors.split(separator: "\n").count == 1, "\(run.errors)")
+    }
+}
