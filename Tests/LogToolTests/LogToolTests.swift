@@ -1294,4 +1294,18 @@ extension LogToolTests {
         #expect(run.errors.contains("Too many levels of symbolic links") && !run.errors.contains("no data.mdb"), "\(run.errors)")
         #expect(run.errors.split(separator: "\n").count == 1, "\(run.errors)")
     }
+
+    /// A scratch directory `verify` cannot make (a `$TMPDIR` that is a
+    /// file, or one it may not write to) is named with the reason in one
+    /// line: the message was Foundation's error dump.
+    @Test func aScratchDirectoryVerifyCannotMakeIsNamed() async throws {
+        let directory = try await makeStore("logtool-verify-no-scratch")
+        let file = directory.appending("not-a-directory")
+        _ = FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
+        let run = try ToolRun.run("/usr/bin/env", ["TMPDIR=\(file)", Tool.path("logtool"), "verify", directory.path])
+        #expect(run.status == 2)
+        #expect(run.errors.contains("cannot make the scratch directory \(file)/logtool-verify-"), "\(run.errors)")
+        #expect(run.errors.contains("Not a directory") && !run.errors.contains("NSCocoaErrorDomain"), "\(run.errors)")
+        #expect(run.errors.split(separator: "\n").count == 1, "\(run.errors)")
+    }
 }

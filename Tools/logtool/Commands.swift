@@ -311,6 +311,13 @@ struct Verify: AsyncParsableCommand {
         }
         let parent = scratchParent.map { $0 + "/" } ?? NSTemporaryDirectory()
         let scratch = parent + "logtool-verify-\(UUIDv7.Generator.shared.next().ulidString)"
+        // Made here, so that a parent it cannot be made in (a $TMPDIR that
+        // is not a directory, one without write permission) is named with
+        // the reason, not as Foundation's error dump.
+        guard mkdir(scratch, 0o700) == 0 else {
+            let reason = String(cString: strerror(errno))
+            throw LogToolError("cannot make the scratch directory \(scratch): \(reason) (--scratch DIR puts it elsewhere)")
+        }
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let report = try await Store.verify(path: store.path, scratchDirectory: scratch)
         let (checked, problems) = (report.checked, report.problems)
