@@ -147,6 +147,21 @@ extension SyncServerProcessTests {
     }
 }
 
+extension SyncServerProcessTests {
+    /// `--rate-limit inf` is a usage error (status 64, naming the option),
+    /// as `nan` and negative rates are: it passed the option checks and
+    /// failed at start with status 1.
+    @Test func anInfiniteRateLimitIsAUsageError() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-rate-limit")
+        let run = try ToolRun.run(
+            Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--rate-limit", "inf"])
+        #expect(run.status == 64, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("--rate-limit must be a finite number"), "\(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {

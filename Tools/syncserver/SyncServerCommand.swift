@@ -70,7 +70,10 @@ struct SyncServerCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
-        guard rateLimit >= 0, burst > 0 else { throw ValidationError("--rate-limit must be >= 0 and --burst > 0") }
+        // `inf` parses as a Double, and passed here to fail at start (status 1, not usage's 64).
+        guard rateLimit >= 0, rateLimit.isFinite, burst > 0 else {
+            throw ValidationError("--rate-limit must be a finite number >= 0 and --burst > 0")
+        }
         guard (0...86_400).contains(idleTimeout) else { throw ValidationError("--idle-timeout must be 0...86400 seconds") }
         guard (0...86_400).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be 0...86400 seconds") }
         guard (1...1_048_576).contains(pushBufferMib) else { throw ValidationError("--push-buffer-mib must be 1...1048576") }
