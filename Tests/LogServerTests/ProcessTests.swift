@@ -162,6 +162,26 @@ extension SyncServerProcessTests {
     }
 }
 
+extension SyncServerProcessTests {
+    /// A negative number for a numeric option is named as out of range
+    /// (status 64): the parser took "-1" for an option name and said
+    /// "Missing value for '--port <port>'", of a value the user had given.
+    @Test func aNegativeNumberIsNamedAsOutOfRange() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-negative")
+        let cases = [
+            (["--port", "-1"], "--port must be 0...65535"), (["--idle-timeout", "-5"], "--idle-timeout must be 0...86400"),
+            (["--rate-limit", "-1"], "--rate-limit must be a finite number >= 0"), (["--push-buffer-mib", "-2"], "--push-buffer-mib must be"),
+        ]
+        for (arguments, message) in cases {
+            let run = try ToolRun.run(Self.executable.path, ["--data", directory.appending("data"), "--token", "t:alice", "--stop-at-stdin-end"] + arguments)
+            #expect(run.status == 64, "\(arguments): \(run.status): \(run.errors)")
+            #expect(run.errors.contains(message) && !run.errors.contains("Missing value"), "\(arguments): \(run.errors)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {

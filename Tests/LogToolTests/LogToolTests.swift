@@ -1309,3 +1309,29 @@ extension LogToolTests {
         #expect(run.errors.split(separator: "\n").count == 1, "\(run.errors)")
     }
 }
+
+extension LogToolTests {
+    /// A negative number for a numeric option is named as out of range:
+    /// the parser took "-1" for an option name and said "Missing value for
+    /// '-n <count>'", of a value the user had given.
+    @Test func aNegativeNumberIsNamedAsOutOfRange() async throws {
+        let directory = try await makeStore("logtool-negative")
+        let path = directory.path
+        let cases: [([String], String)] = [
+            (["tail", path, "-n", "-1"], "--count must be 0 or more"),
+            (["tail", path, "--follow", "--seconds", "-1"], "--seconds must be from 0"),
+            (["dump", path, "--limit", "-1"], "--limit must be 0 or more"),
+            (["dump", path, "--from", "-1"], "The value '-1' is invalid for '--from <from>'"),
+            (["dump", path, "--to", "-1"], "The value '-1' is invalid for '--to <to>'"),
+            (["bundle", path, "--tail", "-5", "-o", directory.appending("bundle")], "--tail must be at least 1"),
+            (["compact", path, "--below", "-3"], "The value '-3' is invalid for '--below <below>'"),
+            (["replay", path, "--to", "-2", "--output", directory.appending("as-of")], "The value '-2' is invalid for '--to <to>'"),
+        ]
+        for (arguments, message) in cases {
+            let run = try Tool.run(arguments)
+            #expect(run.status == 2 && run.errors.contains(message) && !run.errors.contains("Missing value"), "\(arguments): \(run.errors)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("bundle")))
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("as-of")))
+    }
+}

@@ -14,7 +14,7 @@ struct Bundle: AsyncParsableCommand {
             """)
 
     @OptionGroup var store: StoreOptions
-    @Option(help: "How many of the last entries to keep.") var tail = 1000
+    @Option(parsing: .unconditional, help: "How many of the last entries to keep.") var tail = 1000
     @Option(name: .shortAndLong, help: "The new directory to write.") var output: String
 
     func validate() throws {

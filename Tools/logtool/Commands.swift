@@ -111,12 +111,12 @@ struct Dump: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Print entries, oldest first, with filters.")
 
     @OptionGroup var store: StoreOptions
-    @Option(help: "The first offset.") var from: UInt64 = 1
-    @Option(help: "The last offset.") var to: UInt64?
+    @Option(parsing: .unconditional, help: "The first offset.") var from: UInt64 = 1
+    @Option(parsing: .unconditional, help: "The last offset.") var to: UInt64?
     @Option(help: "Only entries of this kind (intent, ack, reject, remote, conflict, resync, snapshot).") var kind: String?
     @Option(help: "Only entries about this entity type.") var type: String?
     @Option(help: "Only entries about this entity id.") var id: String?
-    @Option(help: "At most this many entries.") var limit: Int?
+    @Option(parsing: .unconditional, help: "At most this many entries.") var limit: Int?
 
     func validate() throws {
         if let kind, EntryKind(name: kind) == nil { throw ValidationError("--kind \(kind) is not a kind") }

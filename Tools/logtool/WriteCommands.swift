@@ -15,9 +15,9 @@ struct Tail: AsyncParsableCommand {
     static let secondsMax = 1e9
 
     @OptionGroup var store: StoreOptions
-    @Option(name: [.customShort("n"), .customLong("count")], help: "How many of the last entries.") var count = 10
+    @Option(name: [.customShort("n"), .customLong("count")], parsing: .unconditional, help: "How many of the last entries.") var count = 10
     @Flag(help: "Keep running and print new entries (until interrupted).") var follow = false
-    @Option(help: "With --follow, stop after this many seconds (0: never).") var seconds = 0.0
+    @Option(parsing: .unconditional, help: "With --follow, stop after this many seconds (0: never).") var seconds = 0.0
 
     func validate() throws {
         guard count >= 0 else { throw ValidationError("--count must be 0 or more") }
@@ -68,7 +68,7 @@ struct Compact: AsyncParsableCommand {
             """)
 
     @OptionGroup var store: StoreOptions
-    @Option(help: "Fold the log below this offset.") var below: UInt64?
+    @Option(parsing: .unconditional, help: "Fold the log below this offset.") var below: UInt64?
     @Flag(help: "With --below: report what would go, change nothing.") var dryRun = false
     @Option(help: "Write a compacted copy of the store into this new directory.") var copy: String?
 
@@ -117,7 +117,7 @@ struct Replay: AsyncParsableCommand {
             """)
 
     @OptionGroup var store: StoreOptions
-    @Option(help: "Rebuild the state as of this offset (needs --output).") var to: UInt64?
+    @Option(parsing: .unconditional, help: "Rebuild the state as of this offset (needs --output).") var to: UInt64?
     @Option(help: "The new directory for --to.") var output: String?
 
     func validate() throws {

@@ -18,7 +18,7 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(help: "Address to listen on.")
     var host = "127.0.0.1"
 
-    @Option(help: "Port to listen on (0: any free port, printed at start).")
+    @Option(parsing: .unconditional, help: "Port to listen on (0: any free port, printed at start).")
     var port = 8080
 
     @Option(help: "The server's store directory (created if missing).")
@@ -33,10 +33,10 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(help: "The bearer token for /v1/admin endpoints (none: disabled).")
     var adminToken: String?
 
-    @Option(help: "Requests per second per user (token bucket); 0 for no limit.")
+    @Option(parsing: .unconditional, help: "Requests per second per user (token bucket); 0 for no limit.")
     var rateLimit: Double = 0
 
-    @Option(help: "Burst size of the per-user token bucket.")
+    @Option(parsing: .unconditional, help: "Burst size of the per-user token bucket.")
     var burst = 20
 
     @Flag(help: "Enable POST /v1/admin/faults (tests only; never in production).")
@@ -51,13 +51,18 @@ struct SyncServerCommand: AsyncParsableCommand {
             """)
     var durability = "full"
 
-    @Option(help: "Seconds a connection may send no part of a request, answer pending aside, before it is closed; 0 for never.")
+    @Option(
+        parsing: .unconditional,
+        help: "Seconds a connection may send no part of a request, answer pending aside, before it is closed; 0 for never.")
     var idleTimeout = 300
 
-    @Option(help: "Seconds a request may take to send its body, from its head on, before its connection is closed unanswered; 0 for never.")
+    @Option(
+        parsing: .unconditional,
+        help: "Seconds a request may take to send its body, from its head on, before its connection is closed unanswered; 0 for never.")
     var bodyTimeout = 300
 
     @Option(
+        parsing: .unconditional,
         help: """
             MiB of push bodies held at once, being received or waiting for the store's one writer; a push that would go \
             over it while others are held is answered 503 SERVICE_UNAVAILABLE with Retry-After: 1, which clients retry. \
