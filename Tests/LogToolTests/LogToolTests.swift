@@ -1335,3 +1335,17 @@ extension LogToolTests {
         #expect(!FileManager.default.fileExists(atPath: directory.appending("as-of")))
     }
 }
+
+extension LogToolTests {
+    /// `export -o DIR` names the reason it cannot write there: it said
+    /// "cannot write to DIR" alone.
+    @Test func anExportToADirectoryNamesTheReason() async throws {
+        let directory = try await makeStore("logtool-export-directory")
+        let target = directory.appending("a-directory")
+        try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: false)
+        let run = try Tool.run(["export", directory.path, "-o", target])
+        #expect(run.status == 2)
+        #expect(run.errors.contains("cannot write to \(target): Is a directory"), "\(run.errors)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty)
+    }
+}

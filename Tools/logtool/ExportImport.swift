@@ -75,9 +75,11 @@ struct Export: ParsableCommand {
         if let type = try? FileManager.default.attributesOfItem(atPath: target)[.type] as? FileAttributeType,
             type != .typeRegular
         {
-            // A pipe or a device (`-o /dev/stdout`) is written as it is.
-            guard let sink = FileHandle(forWritingAtPath: output) else { throw LogToolError("cannot write to \(output)") }
-            return try write(log, to: sink, named: output)
+            // A pipe or a device (`-o /dev/stdout`) is written as it is;
+            // a directory is refused, with the reason.
+            let descriptor = open(output, O_WRONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { throw LogToolError("cannot write to \(output): \(String(cString: strerror(errno)))") }
+            return try write(log, to: FileHandle(fileDescriptor: descriptor, closeOnDealloc: true), named: output)
         }
         // Written beside the file and renamed over it when complete: a
         // failed export never leaves a file that looks like a whole one.
