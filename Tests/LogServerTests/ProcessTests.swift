@@ -182,6 +182,19 @@ extension SyncServerProcessTests {
     }
 }
 
+extension SyncServerProcessTests {
+    /// A `--tokens-file` that is a directory is named as one (status 64):
+    /// the message was Foundation's "(NSCocoaErrorDomain error 256.)".
+    @Test func aTokensFileThatIsADirectoryIsNamedAsOne() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-tokens-directory")
+        let run = try ToolRun.run(
+            Self.executable.path, ["--data", directory.appending("data"), "--tokens-file", directory.path, "--stop-at-stdin-end"])
+        #expect(run.status == 64, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("cannot read --tokens-file \(directory.path): it is a directory"), "\(run.errors)")
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {

@@ -135,7 +135,7 @@ struct SyncServerCommand: AsyncParsableCommand {
             do {
                 text = try String(contentsOfFile: tokensFile, encoding: .utf8)
             } catch {
-                throw ValidationError("cannot read --tokens-file \(tokensFile): \(error.localizedDescription)")
+                throw ValidationError("cannot read --tokens-file \(tokensFile): \(SyncServerCommand.reason(error, reading: tokensFile))")
             }
             // Any line ending: "\r\n" is one Character, which a split on
             // "\n" leaves whole (and its user would end in "\r\n"). What
@@ -163,6 +163,16 @@ struct SyncServerCommand: AsyncParsableCommand {
             tokens[String(parts[0])] = Identity(user: String(parts[1]))
         }
         return tokens
+    }
+
+    /// Why `file` could not be read: Foundation's message, but for a
+    /// directory, of which it says only "NSCocoaErrorDomain error 256".
+    private static func reason(_ error: any Error, reading file: String) -> String {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
+            return "it is a directory"
+        }
+        return error.localizedDescription
     }
 
     /// A longer name would make every push of its user fail (a 500).
