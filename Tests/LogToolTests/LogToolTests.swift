@@ -1349,3 +1349,16 @@ extension LogToolTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty)
     }
 }
+
+extension LogToolTests {
+    /// `tail --follow | head -1` ends once head has: tail stops, as a write
+    /// to the pipe would stop it, by SIGPIPE (status 141 in the pipeline),
+    /// where it polled on until an entry came or its --seconds ran out
+    /// (status 0), holding up the shell that waits for the pipeline.
+    @Test func tailFollowEndsWhenItsReaderHasGone() async throws {
+        let directory = try await makeStore("logtool-tail-reader-gone")
+        let script = "set -o pipefail; \"$0\" tail \"$1\" -n 1 --follow --seconds 30 | head -n 1 >/dev/null"
+        let run = try await ToolRun.running("/bin/bash", ["-c", script, Tool.path("logtool"), directory.path])
+        #expect(run.status == 128 + SIGPIPE, "\(run.status): \(run.errors)")
+    }
+}

@@ -38,8 +38,22 @@ struct Tail: AsyncParsableCommand {
         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
             guard let next = following else { return }
             try await Task.sleep(for: Tail.pollInterval)
+            // A reader gone (`tail --follow | head -1` once head has ended)
+            // ends it as the next write would, by SIGPIPE: with no entry
+            // coming, it polled on for good, and held up the shell's pipeline.
+            if Tail.standardOutputReaderIsGone() {
+                signal(SIGPIPE, SIG_DFL)
+                raise(SIGPIPE)
+            }
             following = try printEntries(log, from: next)
         }
+    }
+
+    /// True when standard output is a pipe whose read end is closed: Linux
+    /// reports `POLLERR` on the write end then (a terminal hung up, `POLLHUP`).
+    static func standardOutputReaderIsGone() -> Bool {
+        var output = pollfd(fd: STDOUT_FILENO, events: 0, revents: 0)
+        return poll(&output, 1, 0) == 1 && output.revents & Int16(POLLERR | POLLHUP) != 0
     }
 
     /// Prints the entries from `offset` on; returns the next offset to read,
