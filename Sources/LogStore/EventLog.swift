@@ -388,8 +388,20 @@ extension EventLog {
     }
 
     /// The compaction watermark read inside `txn` (0 if never compacted).
+    /// - Throws: `LogStoreError.corruptEntry` for a stored value that is not
+    ///   8 bytes. Read as 0, the holes compaction left below it would be
+    ///   reported as entries missing from the log.
     func compactedBelow(_ txn: borrowing Transaction) throws -> UInt64 {
-        try metaNumber(StoreFormat.compactedBelowKey, txn) ?? 0
+        try StoreFormat.compactedBelowKey.withUnsafeBytes { key in
+            try txn.withValue(metaDatabase, key: key) { raw -> UInt64 in
+                guard let watermark = UInt64(bigEndianBytes: raw) else {
+                    throw LogStoreError(
+                        .corruptEntry, path: path,
+                        "the compaction watermark (meta compacted-below) is \(raw.count) bytes, not an offset of 8")
+                }
+                return watermark
+            }
+        } ?? 0
     }
 
     /// A u64 value of the `meta` database, read in `txn`; nil when the key

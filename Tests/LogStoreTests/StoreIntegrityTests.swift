@@ -326,6 +326,24 @@ import Testing
         #expect(report.problems.contains { $0.table == "outbox" && $0.offset == 1 }, "\(report.problems)")
     }
 
+    /// A compaction watermark that is not 8 bytes is damage named as such.
+    /// It was read as 0 (never compacted), so the holes compaction left
+    /// below it read as entries lost from the log: a gap at offset 1.
+    @Test func aDamagedCompactionWatermarkIsNamed() async throws {
+        // The holes a compaction below 3 leaves, and its watermark, damaged.
+        let directory = try await damagedStore("integrity-compacted-below", count: 5) { txn, table in
+            for offset: UInt64 in [1, 2] { try txn.delete(table, key: key(offset)) }
+        }
+        try putRaw(directory.path, database: "meta", key: Array("compacted-below".utf8), value: [0, 0, 3])
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        for read in [{ _ = try scanAll(log) }, { _ = try log.compactedBelow() }, { _ = try log.verifyEntries() }] {
+            let error = #expect(throws: LogStoreError.self) { try read() }
+            #expect(error?.code == .corruptEntry, "\(String(describing: error))")
+            #expect(error?.detail.contains("compacted-below") == true && error?.detail.contains("is 3 bytes") == true, "\(String(describing: error))")
+        }
+    }
+
     /// A damaged entity record is an error naming the entity and the store
     /// when the app reads it, one at a time or by pages; not a trap, and
     /// not an entity that is silently missing.
