@@ -144,8 +144,10 @@ extension Store {
 
     /// Compares every derived database (entities, counts, idempotency keys,
     /// outbox keys, conflicts, cursor, watermark) with what a replay of the log
-    /// computes. The replay runs in a copy of the store made in
-    /// `scratchDirectory`, so the store itself is only read.
+    /// computes, and reports the outbox and awaited-feed rows that do not
+    /// decode (replay does not make their values). The replay runs in a
+    /// copy of the store made in `scratchDirectory`, so the store itself is
+    /// only read.
     /// - Returns: one problem per differing row (up to `problemCountMax`).
     public func verifyProjections(scratchDirectory: String) async throws -> [StoreProblem] {
         let copyPath = (scratchDirectory as NSString).appendingPathComponent("replay")
@@ -162,6 +164,7 @@ extension Store {
             defer { snapshot.close() }
             stored = try snapshot.derivedTables()
             problems += try snapshot.damagedOutboxRows()
+            problems += try snapshot.log.environment.read { txn in try snapshot.projector(txn).damagedAwaitedRows(txn) }
         }
         let copy = try Store(path: copyPath, options: .init(durability: .process))
         defer { copy.close() }

@@ -326,6 +326,26 @@ import Testing
         #expect(report.problems.contains { $0.table == "outbox" && $0.offset == 1 }, "\(report.problems)")
     }
 
+    /// A damaged awaited-feed row stops every answer and pulled change of
+    /// its entity (`AwaitedFeedTests`); verify names it, as it names a
+    /// damaged outbox row. Replay cannot compare the table (it is not
+    /// derived from the log), so verify reported the store sound.
+    @Test func verifyFindsADamagedAwaitedFeedRow() async throws {
+        let directory = try TemporaryDirectory("integrity-awaited")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        // A row is 16 bytes: the ack's offset and the server version (storage.md, section 15).
+        try putRaw(directory.path, database: "awaited-feed", key: Array("te\0a".utf8), value: [1, 2, 3])
+        let scratch = try TemporaryDirectory("integrity-awaited-scratch")
+        let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
+        #expect(
+            report.problems.contains { $0.table == "awaited-feed" && $0.message.contains("te/a is 3 bytes") },
+            "\(report.problems)")
+    }
+
     /// A compaction watermark that is not 8 bytes is damage named as such.
     /// It was read as 0 (never compacted), so the holes compaction left
     /// below it read as entries lost from the log: a gap at offset 1.
