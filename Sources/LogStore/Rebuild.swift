@@ -333,11 +333,14 @@ extension Store {
     /// one derived state the log does not hold, so a replay starts it over.
     /// Only for sets of the same version (the same outbox layout); most
     /// rows are in their first state, and are left as the replay made them.
+    /// So is a row that does not decode: a rebuild is the repair for
+    /// damaged derived tables, and carried over, the damage would leave
+    /// the outbox unreadable (every push failing) after it too.
     private func carryOutboxState(from old: Projector, to new: Projector, _ txn: borrowing Transaction) throws {
         // A cursor on one database is not moved by writes to another; the
         // row is copied out first, as a put may spill the page it is on.
         try txn.forEach(old.outbox) { key, value in
-            guard !value.elementsEqual(Projector.newOutboxState) else { return true }
+            guard !value.elementsEqual(Projector.newOutboxState), (try? OutboxState(decoding: value)) != nil else { return true }
             let (key, value) = ([UInt8](key), [UInt8](value))
             if try txn.contains(new.outbox, key: key) { try txn.put(new.outbox, key: key, value: value) }
             return true

@@ -326,6 +326,33 @@ import Testing
         #expect(report.problems.contains { $0.table == "outbox" && $0.offset == 1 }, "\(report.problems)")
     }
 
+    /// A rebuild, the repair for derived tables, starts a damaged outbox
+    /// row over (pending, never tried). It copied the damage into the new
+    /// tables with the attempt states, and the outbox stayed unreadable:
+    /// every push failed, for good.
+    @Test func aRebuildStartsADamagedOutboxRowOver() async throws {
+        let directory = try TemporaryDirectory("integrity-outbox-rebuild")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            try await store.create(type: "te", id: "b", fields: [:])
+            try await store.scheduleRetry(offsets: [2], error: "timeout", at: 0, attemptsMax: 10)
+            store.close()
+        }
+        // Status 7 is no status (storage.md, section 15, "outbox").
+        try putRaw(directory.path, database: "outbox", key: key(1), value: [7] + [UInt8](repeating: 0, count: 16))
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let error = #expect(throws: LogStoreError.self) { try store.outbox() }
+        #expect(error?.code == .corruptEntry && error?.offset == 1, "\(String(describing: error))")
+        try await store.rebuildProjections()
+        let pending = try store.outbox()
+        #expect(pending.map(\.offset) == [1, 2])
+        #expect(pending.first?.state == OutboxState())
+        // The row that decodes keeps its attempt state.
+        #expect(pending.last?.state.attempts == 1 && pending.last?.state.lastError == "timeout")
+    }
+
     /// A damaged awaited-feed row stops every answer and pulled change of
     /// its entity (`AwaitedFeedTests`); verify names it, as it names a
     /// damaged outbox row. Replay cannot compare the table (it is not
