@@ -159,11 +159,12 @@ extension Store {
         let projector = try self.projector(txn)
         let pending = record?.pending ?? []
         let later = pending.filter { $0 > refused }
+        let (type, id) = (conflictCase.intent.entityType, conflictCase.intent.entityID)
         if waiting.serverDeleted, !waiting.resolvedFields.isEmpty {
-            return try projector.fold(waiting.resolvedFields, later, txn)
+            return try projector.fold(waiting.resolvedFields, later, of: type, id, txn)
         }
-        let before = try projector.fold(record?.base, pending.filter { $0 < refused }, txn)
-        return try projector.fold(Projector.applying(conflictCase.intent, to: before), later, txn)
+        let before = try projector.fold(record?.base, pending.filter { $0 < refused }, of: type, id, txn)
+        return try projector.fold(Projector.applying(conflictCase.intent, to: before), later, of: type, id, txn)
     }
 
     /// The entries that record `decision`, planned before any is appended

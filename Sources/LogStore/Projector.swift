@@ -199,7 +199,7 @@ struct Projector: Sendable {
             // to read back from the log. Otherwise it is folded again (with
             // none pending, that is the base itself, sharing its storage).
             if index != 0 || !appliedToBase || record.pending.isEmpty {
-                record.visible = try fold(record.base, record.pending, txn)
+                record.visible = try fold(record.base, record.pending, of: intent.entityType, intent.entityID, txn)
             }
             return true
         }
@@ -222,7 +222,7 @@ struct Projector: Sendable {
             let confirmed = record.confirmed.applying(version: version, state: state)
             guard confirmed != record.confirmed else { return false }
             record.confirmed = confirmed
-            record.visible = try fold(record.base, record.pending, txn)
+            record.visible = try fold(record.base, record.pending, of: type, id, txn)
             return true
         }
     }
@@ -241,7 +241,7 @@ struct Projector: Sendable {
                     record.baseVersion = 0
                     // The server's versions may have started over (a new store).
                     record.ackedVersion = 0
-                    record.visible = try fold(nil, record.pending, txn)
+                    record.visible = try fold(nil, record.pending, of: type, id, txn)
                     return true
                 }
                 effects.touchedTypes.insert(type)
@@ -269,10 +269,33 @@ struct Projector: Sendable {
         return batch
     }
 
-    /// Base with the pending intents applied in log order.
-    func fold(_ base: Fields?, _ pending: [UInt64], _ txn: borrowing Transaction) throws -> Fields? {
+    /// Base with the pending intents of the entity `type`/`id` applied in
+    /// log order.
+    /// - Throws: `LogStoreError.corruptEntry` naming the entity and the
+    ///   offset when a pending offset is not an intent of that entity:
+    ///   damage to its record that its layout cannot show, which would
+    ///   otherwise apply another entity's intent to it, or be reported as
+    ///   an answer naming an entry that is not an intent.
+    func fold(
+        _ base: Fields?, _ pending: [UInt64], of type: String, _ id: String, _ txn: borrowing Transaction
+    ) throws -> Fields? {
         var state = base
-        for offset in pending { state = Projector.applying(try readIntent(at: offset, txn), to: state) }
+        for offset in pending {
+            let entry = try EventLog.entry(at: offset, in: log, path: path, txn)
+            guard case .intent(let intent)? = entry?.body, Fields.same(intent.entityType, type), Fields.same(intent.entityID, id)
+            else {
+                let found =
+                    switch entry?.body {
+                    case .intent(let intent)?: "an intent of \(intent.entityType)/\(intent.entityID)"
+                    case let body?: "a \(body.kind) entry"
+                    case nil: "no entry"
+                    }
+                throw LogStoreError(
+                    .corruptEntry, path: path, offset: offset,
+                    "entity \(type)/\(id): its record lists offset \(offset) as one of its pending intents; the log has \(found) there")
+            }
+            state = Projector.applying(intent, to: state)
+        }
         return state
     }
 

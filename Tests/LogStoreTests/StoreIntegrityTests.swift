@@ -414,6 +414,47 @@ import Testing
         }
     }
 
+    /// A pending offset of a record that decodes but names the wrong entry
+    /// (damage the layout cannot see: te/b's pending intent 4 read as 1,
+    /// 3 or 99) is an error naming the entity when a server change or an
+    /// answer folds the pending intents again, not an entry of another
+    /// entity applied to it (1, te/a's create), nor an error about an ack
+    /// or reject that is not there.
+    @Test(arguments: [1, 3, 99] as [UInt8])
+    func aPendingOffsetNamingAnotherEntryIsNamedByItsEntity(offset: UInt8) async throws {
+        let directory = try TemporaryDirectory("integrity-entity-pending")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["title": "kept"])
+            try await store.create(type: "te", id: "b", fields: ["title": "b", "n": 1])
+            try await store.record([(2, .acknowledged(.applied, serverVersion: 4))])
+            try await store.update(type: "te", id: "b", changes: ["n": 2])
+            store.close()
+        }
+        let key = Array("te".utf8) + [0] + Array("b".utf8)
+        let environment = try Environment(path: directory.path)
+        let entities = try #require(try environment.openDatabase("entities", create: false))
+        try environment.write { txn in
+            var bytes = try #require(try txn.get(entities, key: key))
+            // Version, flags (base and visible), base version 4, one pending offset: 4.
+            #expect(Array(bytes[0..<22]) == [1, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 4])
+            bytes[21] = offset
+            try txn.put(entities, key: key, value: bytes)
+        }
+        environment.close()
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let change = PulledChange(.upsert, entityType: "te", entityID: "b", serverVersion: 5, fields: ["n": 5])
+        let error = await #expect(throws: LogStoreError.self) { try await store.applyPulledPage([change], cursor: "c") }
+        #expect(error?.code == .corruptEntry, "\(String(describing: error))")
+        #expect(error?.description.contains("te/b") == true && error?.offset == UInt64(offset), "\(String(describing: error))")
+        #expect(try store.get(type: "te", id: "b")?.fields == ["title": "b", "n": 2])
+        // A rebuild puts the record right: the server's state, with the update over it.
+        try await store.rebuildProjections()
+        try await store.applyPulledPage([change], cursor: "c")
+        #expect(try store.get(type: "te", id: "b")?.fields == ["n": 2])
+    }
+
     /// An attempt count at its maximum in a pending outbox row (damaged or
     /// forged data: the API marks an intent failed long before) is counted
     /// once more without a trap, and the intent is marked failed.
