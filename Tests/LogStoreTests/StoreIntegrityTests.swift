@@ -414,6 +414,60 @@ import Testing
         }
     }
 
+    /// Seeded damage to one entity's record (te/b: a server base at
+    /// version 4, one intent pending on it): a bit flipped, the record cut
+    /// short or extended, a length rewritten. Every read and write that
+    /// meets it uses what decodes or throws a `LogStoreError` naming the
+    /// entity, never traps; the other entity stays readable. A rebuild
+    /// puts the record right.
+    @Test func seededDamageToAnEntityRecordIsNamedByItsEntity() async throws {
+        let seed = SeededRandom.seed(default: 86_028_121)
+        var random = SeededRandom(seed: seed)
+        let key = Array("te".utf8) + [0] + Array("b".utf8)
+        for round in 0..<24 {
+            let directory = try TemporaryDirectory("integrity-entity-seeded")
+            do {
+                let store = try Store(path: directory.path, options: .init(durability: .process))
+                try await store.create(type: "te", id: "a", fields: ["title": "kept"])
+                try await store.create(type: "te", id: "b", fields: ["title": "b", "n": 1])
+                try await store.record([(2, .acknowledged(.applied, serverVersion: 4))])
+                try await store.update(type: "te", id: "b", changes: ["n": 2])
+                store.close()
+            }
+            let environment = try Environment(path: directory.path)
+            let entities = try #require(try environment.openDatabase("entities", create: false))
+            try environment.write { txn in
+                var bytes = try #require(try txn.get(entities, key: key))
+                damage(&bytes, using: &random)
+                try txn.put(entities, key: key, value: bytes)
+            }
+            environment.close()
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            defer { store.close() }
+            let context = "seed \(seed) round \(round)"
+            let reads: [() async throws -> Void] = [
+                { _ = try store.get(type: "te", id: "b") },
+                { _ = try store.all(type: "te") },
+                { _ = try store.pushBatch(limit: 10, now: 0) },
+                { try await store.update(type: "te", id: "b", changes: ["n": 3]) },
+                { try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "b", serverVersion: 5, fields: ["n": 5])], cursor: "c") },
+                { try await store.record([(4, .acknowledged(.applied, serverVersion: 6))]) },
+            ]
+            for (index, read) in reads.enumerated() {
+                do {
+                    try await read()
+                } catch let error as LogStoreError {
+                    #expect(error.description.contains("te/b"), "\(context) call \(index): \(error)")
+                } catch {
+                    Issue.record("\(context) call \(index): \(error)")
+                }
+            }
+            #expect(try store.get(type: "te", id: "a")?.fields == ["title": "kept"], "\(context)")
+            try await store.rebuildProjections()
+            #expect(try store.get(type: "te", id: "b") != nil, "\(context)")
+        }
+    }
+
     /// A pending offset of a record that decodes but names the wrong entry
     /// (damage the layout cannot see: te/b's pending intent 4 read as 1,
     /// 3 or 99) is an error naming the entity when a server change or an
@@ -453,6 +507,23 @@ import Testing
         try await store.rebuildProjections()
         try await store.applyPulledPage([change], cursor: "c")
         #expect(try store.get(type: "te", id: "b")?.fields == ["n": 2])
+    }
+
+    /// One of the damages `seededDamageToAnEntityRecordIsNamedByItsEntity` makes.
+    private func damage(_ bytes: inout [UInt8], using random: inout SeededRandom) {
+        switch Int.random(in: 0...3, using: &random) {
+        case 0:
+            let index = Int.random(in: 0..<bytes.count, using: &random)
+            bytes[index] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
+        case 1:
+            bytes.removeLast(Int.random(in: 1...bytes.count, using: &random))
+        case 2:
+            bytes.append(contentsOf: (0..<Int.random(in: 1...8, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) })
+        default:
+            guard bytes.count >= 4 else { return }
+            let index = Int.random(in: 0...(bytes.count - 4), using: &random)
+            bytes.replaceSubrange(index..<index + 4, with: [0xFF, 0xFF, 0xFF, 0xF0])
+        }
     }
 
     /// An attempt count at its maximum in a pending outbox row (damaged or

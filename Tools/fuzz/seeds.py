@@ -7,7 +7,7 @@ import os
 import sys
 
 VECTORS = os.path.join(os.path.dirname(__file__), "..", "..", "Format", "vectors")
-JSON_VALUE, JSON_RESPONSE, ENTRY, ENTRY_FIXED_CHECKSUM, FIELDS = range(5)
+JSON_VALUE, JSON_RESPONSE, ENTRY, ENTRY_FIXED_CHECKSUM, FIELDS, PUSH_BODY = range(6)
 HEADER_BYTES = 28
 
 
@@ -31,10 +31,15 @@ def main(directory):
                 continue
             text = json.dumps(body).encode()
             seeds += [(JSON_VALUE, text), (JSON_RESPONSE, text)]
+            if isinstance(body, dict) and "operations" in body:
+                seeds.append((PUSH_BODY, text))
             for key in ("operations", "changes", "results"):
                 items = body.get(key) if isinstance(body, dict) else None
                 if isinstance(items, list) and items:
                     seeds.append((JSON_VALUE, json.dumps(items[0]).encode()))
+    # What the server keeps as unreadable: a number outside binary64, and
+    # nesting past the reader's depth (64).
+    seeds.append((PUSH_BODY, b'{"operations":[{"data":{"n":1e400,"d":' + b"[" * 70 + b"]" * 70 + b"}}]}"))
     for index, (selector, data) in enumerate(seeds):
         with open(os.path.join(directory, f"seed-{index:04d}"), "wb") as file:
             file.write(bytes([selector]) + data)
