@@ -108,8 +108,22 @@ final class ServerStorage: Sendable {
 
     // MARK: Keys and counters
 
+    /// The number stored in `value`, nil when there is none.
+    /// - Throws: `ServiceError.internalError` naming the row (`what`) for a
+    ///   value of another length: damage. Read as absent, it would hand out
+    ///   again a number already given (a user's, with her data) or apply an
+    ///   operation again.
+    static func number<T: FixedWidthInteger>(_ value: [UInt8]?, _ what: @autoclosure () -> String) throws -> T? {
+        guard let value else { return nil }
+        guard let number = T(bigEndianBytes: value) else {
+            throw ServiceError(
+                .internalError, "the server's storage is damaged: \(what()) is \(value.count) bytes, not \(MemoryLayout<T>.size)")
+        }
+        return number
+    }
+
     func userNumber(_ user: String, _ txn: borrowing Transaction) throws -> UInt32? {
-        try txn.get(users, key: Array(user.utf8)).flatMap { UInt32(bigEndianBytes: $0) }
+        try ServerStorage.number(try txn.get(users, key: Array(user.utf8)), "the number of user \(SyncService.quoted(user))")
     }
 
     /// The user's number, assigning the next one on first use.
@@ -117,7 +131,7 @@ final class ServerStorage: Sendable {
     ///   `UInt32`, the first 4 bytes of the user's keys, has been assigned.
     func userNumberCreating(_ user: String, _ txn: borrowing Transaction) throws -> UInt32 {
         if let number = try userNumber(user, txn) { return number }
-        let last = try txn.get(meta, key: MetaKey.nextUser).flatMap { UInt32(bigEndianBytes: $0) } ?? 0
+        let last: UInt32 = try ServerStorage.number(try txn.get(meta, key: MetaKey.nextUser), "meta next-user") ?? 0
         // A trap here would take every other user's requests down with it.
         guard last < .max else {
             throw ServiceError(.internalError, "the server has no user number left for a new user: all \(last) are taken")
@@ -154,7 +168,7 @@ final class ServerStorage: Sendable {
     }
 
     func generation(_ txn: borrowing Transaction) throws -> UInt64 {
-        try txn.get(meta, key: MetaKey.generation).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
+        try ServerStorage.number(try txn.get(meta, key: MetaKey.generation), "meta generation") ?? 0
     }
 
     func setGeneration(_ generation: UInt64, _ txn: borrowing Transaction) throws {

@@ -158,7 +158,9 @@ final class SyncService: Sendable {
     ) throws -> PushResult {
         let key = operation.idempotencyKey
         let idempotencyKey = ServerStorage.idempotencyKey(user, key)
-        if let version = try txn.get(storage.idempotency, key: idempotencyKey).flatMap({ UInt64(bigEndianBytes: $0) }) {
+        let stored: UInt64? = try ServerStorage.number(
+            try txn.get(storage.idempotency, key: idempotencyKey), "the idempotency row of \(SyncService.quoted(key))")
+        if let version = stored {
             return .applied(key, version: version, duplicate: true)
         }
         var effective = operation

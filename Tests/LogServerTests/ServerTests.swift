@@ -643,6 +643,74 @@ import Testing
 /// Names that differ only by Unicode canonical equivalence (U+00E9 and
 /// U+0065 U+0301) must not appear in one object (`sync-protocol.md`, section
 /// 16, point 17): the Swift reader refuses such an object as a repeated name.
+/// The server's own rows that hold numbers (`ServerStorage`): a value of
+/// the wrong length is damage, answered 500 with a message naming the row,
+/// never read as absent. Read as absent, a damaged `next-user` gave the
+/// next new user the number of the first, and with it her data; a damaged
+/// user row gave its user a new, empty feed; a damaged idempotency row
+/// applied a pushed operation a second time.
+@Suite struct DamagedServerStorageTests {
+    /// Stops `server`, puts `value` under `key` in its database `name`, and starts it again.
+    private func damage(_ server: TestServer, _ name: String, key: [UInt8], value: [UInt8]) async throws {
+        await server.stop()
+        do {
+            let environment = try Environment(path: server.configuration.dataDirectory)
+            defer { environment.close() }
+            let database = try #require(try environment.openDatabase(name, create: false))
+            try environment.write { txn in try txn.put(database, key: key, value: value) }
+        }
+        try await server.restart()
+    }
+
+    private func expectDamage(_ reply: TestServer.Reply, naming row: String) {
+        let body = String(decoding: reply.body, as: UTF8.self)
+        #expect(reply.status == 500 && reply.error?.error.code == .internalError, "\(reply.status) \(body)")
+        #expect(reply.error?.error.message.contains(row) == true, "\(body)")
+    }
+
+    @Test func aDamagedUserCounterGivesNoOnesNumberAgain() async throws {
+        let server = try await TestServer("damaged-next-user")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["owner": "alice"])])
+        try await damage(server, "meta", key: Array("next-user".utf8), value: [0, 1])
+        expectDamage(try await server.push([operation(.create, "b1", ["owner": "bob"])], token: "bob-token"), naming: "next-user")
+        // Bob, refused a number, has no feed; alice's has only her change.
+        #expect(try await server.pullAll(token: "bob-token").isEmpty)
+        #expect(try await server.pullAll().map(\.entityID) == ["t1"])
+    }
+
+    @Test func aDamagedUserRowIsNotANewUser() async throws {
+        let server = try await TestServer("damaged-user-row")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["owner": "alice"])])
+        try await damage(server, "users", key: Array("alice".utf8), value: [0, 0, 1])
+        expectDamage(try await server.pull(), naming: "alice")
+        expectDamage(try await server.push([operation(.create, "t2", ["owner": "alice"])]), naming: "alice")
+        #expect(try await server.pullAll(token: "bob-token").isEmpty)
+    }
+
+    /// Read as 0, a damaged generation made every cursor issued since an
+    /// operator's resync look current again.
+    @Test func aDamagedGenerationIsNamed() async throws {
+        let server = try await TestServer("damaged-generation")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["owner": "alice"])])
+        try await damage(server, "meta", key: Array("generation".utf8), value: [1])
+        expectDamage(try await server.pull(), naming: "generation")
+    }
+
+    @Test func aDamagedIdempotencyRowDoesNotApplyAgain() async throws {
+        let server = try await TestServer("damaged-idempotency-row")
+        defer { Task { await server.stop() } }
+        let update = operation(.update, "t1", ["n": 2])
+        _ = try await server.push([operation(.create, "t1", ["n": 1]), update])
+        // Alice is user 1; her keys start with her number (`ServerStorage.idempotencyKey`).
+        try await damage(server, "idempotency", key: UInt32(1).bigEndianBytes + Array(update.idempotencyKey.utf8), value: [9])
+        expectDamage(try await server.push([update]), naming: update.idempotencyKey)
+        #expect(try await server.pullAll().last?.serverVersion == 2)
+    }
+}
+
 @Suite struct CanonicallyEquivalentFieldTests {
     @Test func anUpdateNeverPutsTwoEquivalentNamesInOneEntity() async throws {
         let server = try await TestServer("push-equivalent-names")
