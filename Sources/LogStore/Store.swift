@@ -399,12 +399,22 @@ extension Store {
 
     /// The offset of the intent with this idempotency key, if it is known.
     /// - Throws: `LogStoreError.invalidArgument` for a key the store's
-    ///   writes refuse (empty, or over `Limits.idempotencyKeyBytesMax`).
+    ///   writes refuse (empty, or over `Limits.idempotencyKeyBytesMax`);
+    ///   `.corruptEntry` naming the key when its row is not an 8-byte
+    ///   offset (read as unknown, the key of an intent in the log would
+    ///   look new).
     public func intentOffset(idempotencyKey: String) throws -> UInt64? {
         try Validation.idempotencyKey(idempotencyKey)
         return try log.environment.read { txn in
             try Array(idempotencyKey.utf8).withUnsafeBytes { key in
-                try txn.withValue(self.projector(txn).idempotency, key: key) { UInt64(bigEndianBytes: $0) } ?? nil
+                try txn.withValue(self.projector(txn).idempotency, key: key) { value in
+                    guard let offset = UInt64(bigEndianBytes: value) else {
+                        throw LogStoreError(
+                            .corruptEntry, path: path,
+                            "the idempotency row of \"\(Value.printable(idempotencyKey))\" is \(value.count) bytes, not an offset of 8")
+                    }
+                    return offset
+                }
             }
         }
     }

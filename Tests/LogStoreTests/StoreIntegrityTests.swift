@@ -391,6 +391,26 @@ import Testing
         }
     }
 
+    /// An idempotency row whose value is not an 8-byte offset is an error
+    /// naming the table and the key. It read as a key the store does not
+    /// know (nil), though the log holds its intent.
+    @Test func aDamagedIdempotencyRowIsNamed() async throws {
+        let directory = try TemporaryDirectory("integrity-idempotency")
+        let key: String
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            key = try #require(try store.outbox().first?.intent.idempotencyKey)
+            store.close()
+        }
+        try putRaw(directory.path, database: "idempotency", key: Array(key.utf8), value: [0, 1])
+        let store = try Store(path: directory.path, options: .inspecting)
+        defer { store.close() }
+        let error = #expect(throws: LogStoreError.self) { try store.intentOffset(idempotencyKey: key) }
+        #expect(error?.code == .corruptEntry, "\(String(describing: error))")
+        #expect(error?.detail.contains("idempotency") == true && error?.detail.contains(key) == true, "\(String(describing: error))")
+    }
+
     /// A damaged entity record is an error naming the entity and the store
     /// when the app reads it, one at a time or by pages; not a trap, and
     /// not an entity that is silently missing.
