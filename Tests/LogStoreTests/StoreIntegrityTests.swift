@@ -103,11 +103,9 @@ import Testing
 
     /// storage.md section 4, "Density", at the watermark C: with entries 3
     /// to 5 missing, C = 6 makes key 6 follow 2 (6 > 3 and 6 <= C); C = 5
-    /// leaves a gap, reported at 3; and a value that is not 8 bytes counts
-    /// as 0 (section 3), so the log is held to be dense from 1.
-    @Test(arguments: [
-        ("C = 6", [0, 0, 0, 0, 0, 0, 0, 6], nil), ("C = 5", [0, 0, 0, 0, 0, 0, 0, 5], 3), ("7 bytes", [0, 0, 0, 0, 0, 0, 6], 3),
-    ] as [(String, [UInt8], UInt64?)])
+    /// leaves a gap, reported at 3. (A value that is not 8 bytes is damage:
+    /// `aDamagedCompactionWatermarkIsNamed`.)
+    @Test(arguments: [("C = 6", [0, 0, 0, 0, 0, 0, 0, 6], nil), ("C = 5", [0, 0, 0, 0, 0, 0, 0, 5], 3)] as [(String, [UInt8], UInt64?)])
     func holesAreLegalExactlyBelowTheWatermark(shape: String, watermark: [UInt8], gapAt: UInt64?) async throws {
         let directory = try await damagedStore("integrity-holes", count: 10) { txn, table in
             for offset: UInt64 in 3...5 { _ = try txn.delete(table, key: key(offset)) }
@@ -369,7 +367,7 @@ import Testing
         let scratch = try TemporaryDirectory("integrity-awaited-scratch")
         let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
         #expect(
-            report.problems.contains { $0.table == "awaited-feed" && $0.message.contains("te/a is 3 bytes") },
+            report.problems.contains { $0.table == "awaited-feed" && $0.message.contains("te/a is damaged: 3 bytes") },
             "\(report.problems)")
     }
 
