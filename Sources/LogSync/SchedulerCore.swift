@@ -21,7 +21,10 @@
 ///   starts none: joined, the run may be past its push, or its pull's
 ///   last page, and miss what the trigger was for (a write made after the
 ///   push read the outbox). The triggers that come meanwhile make one run
-///   as it ends (or, when it failed, the retry at its backoff's end).
+///   as it ends (or, when it failed, the retry at its backoff's end), unless
+///   it was cancelled: whoever stopped it (a background run's budget, the
+///   OS's window, or the app) wants no run now, and one started as it ends
+///   would have no budget. The next trigger syncs what they were for.
 public struct SchedulerCore: Sendable, Equatable {
     public enum Timer: Hashable, Sendable { case periodic, localWrite, networkRegained, retry }
 
@@ -36,8 +39,9 @@ public struct SchedulerCore: Sendable, Equatable {
         /// A run is under way (whoever started it): it pushes or pulls.
         case syncRunning
         /// A run ended (whoever started it); `nextRunAt` is when the next
-        /// may start, nil when it need not wait.
-        case syncEnded(nextRunAt: UInt64?)
+        /// may start, nil when it need not wait; `cancelled` when it was
+        /// stopped (`SyncOutcome.cancelled`).
+        case syncEnded(nextRunAt: UInt64?, cancelled: Bool = false)
         /// The scheduler stopped listening; the next `.started` is its first report again.
         case stopped
     }
@@ -90,11 +94,13 @@ public struct SchedulerCore: Sendable, Equatable {
         case .syncRunning:
             syncRunning = true
             return []
-        case .syncEnded(let nextRunAt):
+        case .syncEnded(let nextRunAt, let cancelled):
             syncRunning = false
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
-            // Offline, a gain syncs; backing off, the retry timer does.
-            let held = online ? heldReason : nil
+            // Offline, a gain syncs; backing off, the retry timer does;
+            // cancelled, the next trigger does: a run now would go on past
+            // the budget or the stop that ended this one.
+            let held = online && !cancelled ? heldReason : nil
             heldReason = nil
             guard let backoffUntil else { return [.cancelTimer(.retry)] + (held.map { sync($0, at: now) } ?? []) }
             return online ? [.setTimer(.retry, at: backoffUntil)] : []

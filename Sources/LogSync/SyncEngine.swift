@@ -45,6 +45,8 @@ public actor SyncEngine {
     /// The `Retry-After` of the running sync's last failed request.
     private var retryAfterSeconds: Int?
     private var running: Task<SyncReport, Never>?
+    /// Whether the last run ended `.cancelled` (`runEnd`).
+    private var lastRunCancelled = false
     private let stateFeed = Broadcast(latest: SyncState.idle)
     public private(set) var state = SyncState.idle
     /// Whether the last health check reached the server.
@@ -199,6 +201,11 @@ public actor SyncEngine {
     /// `sync()` itself does not wait for it.
     public var nextRunAt: UInt64? { nextRunDeadline.map(wallClock) }
 
+    /// How the last run ended, as the scheduler hears its end: when the
+    /// next may start (`nextRunDeadline`), and whether it was cancelled
+    /// (then the triggers held during it start no run).
+    var runEnd: (nextRunAt: UInt64?, cancelled: Bool) { (nextRunDeadline, lastRunCancelled) }
+
     /// `nextRunAt` on the clock's monotonic reading, which the scheduler's
     /// timers keep to.
     var nextRunDeadline: UInt64? {
@@ -253,6 +260,7 @@ public actor SyncEngine {
         // sees that state (`sync()` after it starts a new run).
         running = nil
         cancellations = []
+        lastRunCancelled = outcome == .cancelled
         switch outcome {
         case .completed:
             lastSuccessAt = clock.nowMilliseconds

@@ -7,7 +7,9 @@ import LogStore
 ///
 /// A trigger that comes while a run pushes or pulls starts one more run
 /// as it ends, for all such triggers together: joined, the run could have
-/// been past what the trigger was for.
+/// been past what the trigger was for. A run that was cancelled (a
+/// background run's budget spent) starts none as it ends: the next trigger
+/// syncs.
 ///
 /// After a failed run it starts none until `SyncEngine.nextRunAt` (the
 /// backoff, at least the server's `Retry-After`, or the open circuit
@@ -76,7 +78,9 @@ public actor SyncScheduler {
             for await state in engine.states() {
                 switch state {
                 case .pushing, .pulling: await self?.listened(.syncRunning, epoch)
-                case .idle, .rateLimited, .error: await self?.listened(.syncEnded(nextRunAt: await engine.nextRunDeadline), epoch)
+                case .idle, .rateLimited, .error:
+                    let end = await engine.runEnd
+                    await self?.listened(.syncEnded(nextRunAt: end.nextRunAt, cancelled: end.cancelled), epoch)
                 }
             }
         })

@@ -7,7 +7,8 @@ import Testing
 /// scheduling rules checked after every step: the rules come from the
 /// design (periodic sync, local writes debounced 1 s, network regained
 /// debounced 2.5 s and only on a gain, nudges at once, and a trigger that
-/// comes while a run is under way held for one run as it ends) and
+/// comes while a run is under way held for one run as it ends, unless the
+/// run was cancelled) and
 /// `Format/sync-protocol.md` section 10 ("Retry timing": after a failed
 /// run the next run starts no sooner than its backoff).
 ///
@@ -90,7 +91,7 @@ private struct SchedulerModel {
         }
         guard failure == nil else { return }
         // A quiet end, online, the run under way ended: everything owed is synced by then.
-        if running { step(.syncEnded(nextRunAt: nextRunAt())) }
+        if running { step(.syncEnded(nextRunAt: nextRunAt(), cancelled: false)) }
         if !started {
             step(.started(online: true))
         } else if !online {
@@ -125,7 +126,7 @@ private struct SchedulerModel {
         let roll = Int.random(in: 0..<100, using: &random)
         if !started {
             // Before the first connectivity report, the scheduler hears writes, nudges and runs.
-            return roll < 55 ? .localWrite : roll < 70 ? .nudge : roll < 80 ? .syncRunning : .syncEnded(nextRunAt: nextRunAt())
+            return roll < 55 ? .localWrite : roll < 70 ? .nudge : roll < 80 ? .syncRunning : runEnded()
         }
         switch roll {
         case 0..<35: return .localWrite
@@ -133,8 +134,13 @@ private struct SchedulerModel {
         case 45..<55: return .connectivity(!online)
         case 55..<60: return .connectivity(online)
         case 60..<75: return .syncRunning
-        default: return .syncEnded(nextRunAt: nextRunAt())
+        default: return runEnded()
         }
+    }
+
+    /// A run's end, one in five of them cancelled (a background budget spent).
+    mutating func runEnded() -> SchedulerCore.Event {
+        .syncEnded(nextRunAt: nextRunAt(), cancelled: Int.random(in: 0..<5, using: &random) == 0)
     }
 
     /// A run's `SyncEngine.nextRunAt`: none, already past, a short backoff or a long one.
@@ -244,11 +250,12 @@ extension SchedulerModel {
             break
         case .syncRunning:
             running = true
-        case .syncEnded(let nextRunAt):
+        case .syncEnded(let nextRunAt, _):
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
             // A run that ends with no wait took in the triggers due before
             // it was under way (the engine merges a sync asked for as one
-            // starts); those held while it was sync as it ends (`checkActions`).
+            // starts); those held while it was sync as it ends (`checkActions`),
+            // unless it was cancelled: then the next trigger syncs for them.
             if backoffUntil == nil { owed = owed.filter { $0.value.due.map { $0 > now } ?? true } }
             running = false
             held = false
@@ -271,9 +278,10 @@ extension SchedulerModel {
         }
         if !syncs.isEmpty && !online { fail("a sync while offline") }
         if !syncs.isEmpty && running { fail("a sync while a run is under way") }
-        if case .syncEnded = event {
-            // One run for every trigger held, online and not backing off; none without one.
-            let owedRun = wasHeld && online && backoffUntil == nil
+        if case .syncEnded(_, let cancelled) = event {
+            // One run for every trigger held, online, not backing off and
+            // not cancelled; none without one.
+            let owedRun = wasHeld && online && backoffUntil == nil && !cancelled
             if syncs.count != (owedRun ? 1 : 0) { fail("a run's end gives \(syncs), held: \(wasHeld)") }
         }
         if !syncs.isEmpty, let backoffUntil, now < backoffUntil { fail("a sync before the backoff's end \(backoffUntil)") }

@@ -119,6 +119,23 @@ import Testing
         #expect(core.handle(.timerFired(.retry), at: 5_000) == [.sync(.retry)])
     }
 
+    /// A run that was cancelled (a background run's budget spent) starts no
+    /// run for the triggers held during it: the next trigger syncs. The
+    /// backoff of an earlier failed run still ends in its retry.
+    @Test func triggersDuringACancelledRunStartNoRunAsItEnds() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(core.handle(.syncRunning, at: 10).isEmpty)
+        #expect(core.handle(.nudge, at: 100).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: nil, cancelled: true), at: 200) == [.cancelTimer(.retry)])
+        #expect(core.heldReason == nil)
+        #expect(core.handle(.nudge, at: 300) == [.sync(.nudge)], "the next trigger syncs")
+        #expect(core.handle(.syncRunning, at: 310).isEmpty)
+        #expect(core.handle(.nudge, at: 400).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: 5_000, cancelled: true), at: 500) == [.setTimer(.retry, at: 5_000)])
+        #expect(core.handle(.timerFired(.retry), at: 5_000) == [.sync(.retry)])
+    }
+
     /// The scheduler on a manual clock: a local write triggers one sync
     /// after the debounce, and the intent reaches the server.
     @Test func aLocalWriteIsPushedAfterTheDebounce() async throws {
@@ -280,6 +297,39 @@ import Testing
         #expect(reports.map(\.outcome) == [.cancelled, .cancelled])
         #expect(reports[0] == reports[1])
         #expect(reports[0].pages == 0)
+        await server.stop()
+    }
+
+    /// A trigger that comes while a background run's budget stops it (here
+    /// a nudge, held while the run pulls) starts no run as it ends: the
+    /// OS's window is over, and a run started then would have no budget and
+    /// go on past it. The next trigger syncs. Before, the held nudge started
+    /// a run at once, which pulled every page.
+    @Test func aTriggerHeldDuringARunItsBudgetStoppedStartsNoRun() async throws {
+        let server = try await TestServer("background-held")
+        let (gate, reader) = try await Self.serverWithPages(server, pages: 10, slow: 0)
+        var core = SchedulerCore()
+        core.periodMilliseconds = .max
+        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        // The start's run pulls, held at the gate; the background run joins it.
+        try await gate.waitUntilHeld()
+        try await waitUntil { await scheduler.isSyncRunning }
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 0) }
+        try await waitUntil { await reader.engine.callersOfRunningSync == 2 }
+        await scheduler.nudge()
+        gate.release()
+        #expect(await background.value.outcome == .cancelled)
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started], "the held nudge started no run")
+        #expect(try reader.store.count(type: "item") == 0)
+        // The next trigger runs, without a budget: the app is in the foreground again.
+        await scheduler.nudge()
+        try await waitUntil { await scheduler.triggered.count == 2 }
+        await scheduler.settle()
+        #expect(try reader.store.count(type: "item") == 50)
+        await scheduler.stop()
         await server.stop()
     }
 
