@@ -6,7 +6,9 @@ import LogStore
 ///
 /// - One run at a time: a `sync()` while one runs joins it.
 /// - A health check comes first; without real connectivity the run ends
-///   quietly (`.offline`), with no error and no retry counted.
+///   quietly (`.offline`), with no error and no retry counted. A server
+///   that answers in another protocol version is reachable, and no run can
+///   sync with it: the run fails (`SyncHealth.serverProtocolVersion`).
 /// - Each intent's answer is recorded on its own; retryable failures are
 ///   retried with backoff and jitter, permanent ones are reported through
 ///   `Store.events()`; conflicts go to the entity type's strategy, and a
@@ -58,6 +60,9 @@ public actor SyncEngine {
     private var onlineSince: (monotonic: UInt64, wall: UInt64)?
     public private(set) var lastSuccessAt: UInt64?
     public private(set) var lastError: String?
+    /// The protocol version the server answered in, when it was not this
+    /// client's; cleared by a health check the server passes.
+    public private(set) var serverProtocolVersion: String?
 
     public init(
         store: Store, transport: any SyncTransport, clock: any SyncClock = SystemClock(),
@@ -174,7 +179,7 @@ public actor SyncEngine {
             summary: summary, now: clock.nowMilliseconds,
             online: onlineSince.map { (duration: now - min(now, $0.monotonic), since: $0.wall) },
             stuckAfter: configuration.stuckAfterMilliseconds, lastSuccessAt: lastSuccessAt, lastError: lastError,
-            breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state)
+            breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state, serverProtocolVersion: serverProtocolVersion)
     }
 
     /// The device lost its network path (the scheduler's monitor said so):
@@ -238,10 +243,20 @@ public actor SyncEngine {
         var report = SyncReport(outcome: .completed)
         retryAfterSeconds = nil
         if let stop = rateLimitedStop() { return finish(&report, stop) }
-        do {
+        do throws(TransportError) {
             _ = try await transport.health()
             if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
+            serverProtocolVersion = nil
         } catch {
+            // The server answered, in another protocol version: no portal
+            // does (section 10 makes it permanent). Quiet as offline, the
+            // app would show "offline" for ever, with nothing to tell its
+            // user that an update is needed.
+            if case .protocolVersion = error.kind {
+                if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
+                _ = noteFailure(error)
+                return finish(&report, .failed("health: \(error.message)"))
+            }
             if isCancelled { return finish(&report, .cancelled) }
             onlineSince = nil
             return finish(&report, .offline)
@@ -302,6 +317,7 @@ public actor SyncEngine {
     /// - Returns: `.rateLimited` when it opened the breaker.
     private func noteFailure(_ error: TransportError) -> SyncOutcome? {
         retryAfterSeconds = error.retryAfterSeconds
+        if case .protocolVersion(let version) = error.kind { serverProtocolVersion = version }
         if error.isRateLimited {
             return breaker.recordRateLimited(retryAfterSeconds: error.retryAfterSeconds, at: monotonicNow) ? .rateLimited : nil
         }

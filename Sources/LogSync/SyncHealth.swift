@@ -29,6 +29,12 @@ public struct SyncHealth: Sendable, Equatable {
     /// their backoff, or of the open breaker); nil when it need not wait.
     public var nextRunAt: UInt64?
     public var state: SyncState
+    /// The protocol version the server answered in, when it is not this
+    /// client's (`Wire.protocolVersion`): the server is reachable, and no
+    /// run syncs until the app (or the server) is updated, which an app
+    /// may tell its user. Nil once a health check finds the server's
+    /// version this client's.
+    public var serverProtocolVersion: String?
     /// The oldest pending intent has waited longer than
     /// `SyncConfiguration.stuckAfterMilliseconds` while the server was
     /// reachable: something other than connectivity keeps it from the
@@ -51,7 +57,7 @@ extension SyncHealth {
     ///     the wall clock as it read then. Waiting before it is not counted.
     init(
         summary: OutboxSummary, now: UInt64, online: (duration: UInt64, since: UInt64)?, stuckAfter: UInt64, lastSuccessAt: UInt64?,
-        lastError: String?, breakerOpenUntil: UInt64?, nextRunAt: UInt64?, state: SyncState
+        lastError: String?, breakerOpenUntil: UInt64?, nextRunAt: UInt64?, state: SyncState, serverProtocolVersion: String?
     ) {
         pendingCount = summary.pendingCount
         failedCount = summary.failedCount
@@ -63,6 +69,7 @@ extension SyncHealth {
         self.breakerOpenUntil = breakerOpenUntil
         self.nextRunAt = nextRunAt
         self.state = state
+        self.serverProtocolVersion = serverProtocolVersion
         if let online, let written = summary.oldestPendingWrittenAt {
             let writtenAfter = written - min(written, online.since)
             isStuck = online.duration > writtenAfter && online.duration - writtenAfter > stuckAfter
@@ -83,6 +90,7 @@ extension SyncHealth: CustomStringConvertible {
         parts.append("\(failedCount) failed")
         parts.append(isOnline ? "online" : "offline")
         if isStuck { parts.append("STUCK") }
+        if let serverProtocolVersion { parts.append("server speaks protocol version \(serverProtocolVersion)") }
         if let breakerOpenUntil { parts.append("breaker open until \(date(breakerOpenUntil))") }
         if let nextRunAt { parts.append("next run at \(date(nextRunAt))") }
         parts.append(lastSuccessAt.map { "last success at \(date($0))" } ?? "never synced")

@@ -12,7 +12,8 @@ public protocol SyncTransport: Sendable {
     /// `GET /v1/health`: returns only for a 200 with the version header and a
     /// health body whose status is "ok" and protocol version 1.
     /// - Throws: `TransportError` for anything else (a captive portal's page
-    ///   is `.network`).
+    ///   is `.network`; an answer in another protocol version,
+    ///   `.protocolVersion`, which the engine does not take for offline).
     func health() async throws(TransportError) -> HealthResponse
 
     /// `POST /v1/push` with one result per operation, in order.

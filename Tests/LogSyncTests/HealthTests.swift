@@ -1,3 +1,4 @@
+import Foundation
 import LogFormat
 import LogServer
 import LogStore
@@ -126,6 +127,36 @@ import Testing
         #expect(try await a.engine.health().isStuck == false, "100 s online in two stretches of 50 s is not 60 s")
         a.clock.advance(by: 20_000)
         #expect(try await a.engine.health().isStuck)
+    }
+
+    /// A server that speaks another protocol version answers the health
+    /// check: it is reachable, and no run can sync with it until the app
+    /// or the server is updated. The run ends in the error state, naming the
+    /// version (`Format/sync-protocol.md` section 10, "Which failures are
+    /// retried"), the server counts as reachable, and the next run backs
+    /// off. Before, the run ended quietly as offline, as for a captive
+    /// portal: the app showed "offline" for ever, with no error to tell its
+    /// user to update.
+    @Test func aServerOfAnotherProtocolVersionIsAnErrorNotOffline() async throws {
+        let body = Data(#"{"status": "ok", "protocol_version": 2, "server_id": "01KAQ3H2M4Z8X0V6T5R7P9N1B3"}"#.utf8)
+        let server = try ScriptedServer { _ in
+            .answer(status: 200, headers: ["Sync-Protocol-Version": "2", "Content-Type": "application/json"], body: body)
+        }
+        defer { server.stop() }
+        let a = try Replica("health-version", url: server.url)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("expected the run to fail, got \(report.outcome)")
+            return
+        }
+        #expect(message.contains("protocol version 2"))
+        #expect(await a.engine.state == .error(message))
+        let health = try await a.engine.health()
+        #expect(health.isOnline && health.lastError == message)
+        #expect(health.serverProtocolVersion == "2")
+        #expect(health.nextRunAt != nil, "the next run backs off")
+        #expect(health.pendingCount == 1)
     }
 
     /// Intents out of retries are counted as failed, not as pending, and do
