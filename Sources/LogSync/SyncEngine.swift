@@ -211,6 +211,10 @@ public actor SyncEngine {
     /// (then the triggers held during it start no run).
     var runEnd: (nextRunAt: UInt64?, cancelled: Bool) { (nextRunDeadline, lastRunCancelled) }
 
+    /// `nextRunDeadline` while no run is under way; nil while one is (its
+    /// end will tell).
+    var nextRunDeadlineBetweenRuns: UInt64? { running == nil ? nextRunDeadline : nil }
+
     /// `nextRunAt` on the clock's monotonic reading, which the scheduler's
     /// timers keep to.
     var nextRunDeadline: UInt64? {

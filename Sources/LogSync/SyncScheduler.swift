@@ -62,8 +62,12 @@ public actor SyncScheduler {
             for await online in monitor.paths() {
                 if !online { await engine.networkPathLost() }
                 // A run that failed before this start: its backoff holds
-                // (the states listener may report it only after this).
-                if first, let nextRunAt = await engine.nextRunDeadline {
+                // (the states listener may report it only after this). Not
+                // while a run is under way: heard as that run's end, it
+                // would have the rules take none to be under way, and start
+                // no run for the triggers that come during it. That run's
+                // own end tells its backoff.
+                if first, let nextRunAt = await engine.nextRunDeadlineBetweenRuns {
                     await self?.listened(.syncEnded(nextRunAt: nextRunAt), epoch)
                 }
                 await self?.listened(first ? .started(online: online) : .connectivity(online), epoch)

@@ -203,6 +203,44 @@ import Testing
         await server.stop()
     }
 
+    /// A scheduler started while a run is under way after a failed one (the
+    /// user's "sync now" during the backoff): a trigger that comes during the
+    /// run (here the start's own, and a write's) is held for one more run as
+    /// it ends, which pushes the write. Before, the backoff the start read
+    /// from the engine was heard as a run's end: the rules took no run to be
+    /// under way, the triggers only armed the retry timer, and the run's
+    /// completion (which ends the backoff) cancelled it, so the write waited
+    /// for the next periodic sync (here, never).
+    @Test func aSchedulerStartedDuringARunHoldsTheTriggersForItsEnd() async throws {
+        let server = try await TestServer("run-backoff-start-during-run")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let gate = PullGate(holdFirst: false)
+        let replica = try Replica("start-during-run", server: server, transport: HeldPulls(inner: pulls, gate: gate))
+        guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
+        pulls.recover()
+        gate.holdNext()
+        let syncNow = Task { await replica.engine.sync() }
+        try await gate.waitUntilHeld()
+        var core = SchedulerCore()
+        core.periodMilliseconds = .max
+        let monitor = ScriptedConnectivity()
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor, core: core)
+        await scheduler.start()
+        try await waitUntil { await scheduler.isSyncRunning }
+        monitor.continuation.yield(true)
+        try await replica.clock.waitForSleepers(1)  // the periodic timer (never due): the start was heard
+        #expect(await scheduler.isSyncRunning, "the run is still under way")
+        try await replica.store.create(type: "task", fields: ["title": "written during the run"])
+        gate.release()
+        #expect(await syncNow.value.outcome == .completed)
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started])
+        #expect(try replica.store.outboxCount() == 0)
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// Runs that fail alike before they push (here the store is closed,
     /// so reading the outbox fails) each tell the scheduler their backoff:
     /// the second one's state equals the first's, and must be published
@@ -303,6 +341,19 @@ final class FailingPulls: SyncTransport {
         guard failing else { return try await inner.pull(cursor: cursor, limit: limit) }
         guard let retryAfterSeconds else { throw TransportError(.network, "pull: connection reset") }
         throw TransportError(.status(503, .serviceUnavailable), "pull: HTTP 503", retryAfterSeconds: retryAfterSeconds)
+    }
+}
+
+/// `inner`, with each pull waiting at `gate` first.
+struct HeldPulls: SyncTransport {
+    let inner: FailingPulls
+    let gate: PullGate
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        await gate.pass()
+        return try await inner.pull(cursor: cursor, limit: limit)
     }
 }
 

@@ -434,6 +434,14 @@ final class PullGate: Sendable {
 
     func waitUntilHeld() async throws { try await waitUntil { self.state.withLock { $0.held } } }
 
+    /// Holds the next pull, for a gate that let the earlier ones through.
+    func holdNext() {
+        state.withLock { state in
+            state.holding = true
+            state.held = false
+        }
+    }
+
     func release() {
         let waiter = state.withLock { state in
             defer { state.waiter = nil }
