@@ -35,7 +35,9 @@ import LogStore
 public actor SyncEngine {
     public let store: Store
     private let transport: any SyncTransport
-    private let clock: any SyncClock
+    /// Every deadline of the engine is on this clock's monotonic reading:
+    /// a `SyncScheduler` given no clock of its own keeps its timers on it.
+    let clock: any SyncClock
     private let configuration: SyncConfiguration
     private var random: any RandomNumberGenerator & Sendable
 

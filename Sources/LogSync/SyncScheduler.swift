@@ -42,9 +42,13 @@ public actor SyncScheduler {
     /// app, and with a sync every 30 s it would otherwise grow for ever.
     public static let triggeredCountMax = 100
 
-    public init(engine: SyncEngine, clock: any SyncClock = SystemClock(), monitor: any ConnectivityMonitor, core: SchedulerCore = .init()) {
+    /// - Parameters:
+    ///   - clock: the engine's when nil. The engine's deadlines (a failed
+    ///     run's backoff, `nextRunAt`) are readings of its clock: timers
+    ///     and budgets on another clock would end at other times.
+    public init(engine: SyncEngine, clock: (any SyncClock)? = nil, monitor: any ConnectivityMonitor, core: SchedulerCore = .init()) {
         self.engine = engine
-        self.clock = clock
+        self.clock = clock ?? engine.clock
         self.monitor = monitor
         self.core = core
     }

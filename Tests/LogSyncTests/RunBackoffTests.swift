@@ -241,6 +241,26 @@ import Testing
         await server.stop()
     }
 
+    /// A scheduler given no clock keeps its timers, and a background run's
+    /// budget, on the engine's clock, which the engine's deadlines (a failed
+    /// run's backoff, `nextRunAt`) are read on. Before, it took the system
+    /// clock whatever the engine's: the retry timer of an engine on another
+    /// clock (here a manual one, the backoff about 1 s on it) fired at once,
+    /// and the failing server got run after run with no wait.
+    @Test func aSchedulerGivenNoClockKeepsToTheEngines() async throws {
+        let server = try await TestServer("run-backoff-engine-clock")
+        let pulls = FailingPulls(server, retryAfterSeconds: nil)
+        let replica = try Replica("engine-clock", server: server, transport: pulls)
+        let scheduler = SyncScheduler(engine: replica.engine, monitor: FixedConnectivity(online: true))
+        await scheduler.start()
+        try await replica.clock.waitForSleepers(2)  // the periodic and the retry timers, on the engine's clock
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started])
+        #expect(pulls.count == 1, "one request per backoff")
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// Runs that fail alike before they push (here the store is closed,
     /// so reading the outbox fails) each tell the scheduler their backoff:
     /// the second one's state equals the first's, and must be published
