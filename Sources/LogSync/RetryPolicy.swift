@@ -68,7 +68,10 @@ public struct RetryPolicy: Sendable, Equatable {
 /// 60 s after the next trip, up to 300 s, and at least the last `Retry-After`
 /// (up to `retryAfterMaxMilliseconds`). Any other answer resets the count; a
 /// request with no answer at all (`TransportError.Kind.noAnswer`) is none,
-/// and leaves it. A successful push or pull also resets the delay.
+/// and leaves it. A successful push or pull also resets the delay. Health
+/// answers are not recorded: the engine checks health before every run,
+/// and a 429 ends its run, so the health check's 200 would reset the count
+/// before every second 429.
 public struct CircuitBreaker: Sendable, Equatable {
     /// Consecutive 429s that open the breaker.
     public static let thresholdCount = 3
