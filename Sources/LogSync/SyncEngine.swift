@@ -146,20 +146,37 @@ public actor SyncEngine {
     /// now", it keeps to the backoff after failed runs, as the scheduler
     /// does: that run's server failed, and may have asked for the wait
     /// (`Retry-After`). It waits the backoff out when that ends within the
-    /// budget, and otherwise makes no request and reports `.deferred`. A
-    /// running sync is joined, and an open circuit breaker ends it as
-    /// `.rateLimited`, as `sync()` does.
+    /// budget (or a completed run ends it first), and otherwise makes no
+    /// request and reports `.deferred`. A running sync is joined, and an
+    /// open circuit breaker ends it as `.rateLimited`, as `sync()` does.
     func backgroundSync(cancellation: SyncCancellation, deadline: UInt64) async -> SyncReport {
         // Again after each wait: a run may have failed meanwhile.
         while running == nil, !breaker.isOpen(at: monotonicNow), runBackoffUntil > monotonicNow {
             guard runBackoffUntil < deadline else { return SyncReport(outcome: .deferred(nextRunAt: wallClock(runBackoffUntil))) }
-            do {
-                try await clock.sleep(untilMilliseconds: runBackoffUntil)
-            } catch {
-                return SyncReport(outcome: .cancelled)
-            }
+            guard await waitForBackoff() else { return SyncReport(outcome: .cancelled) }
         }
         return await sync(cancellation: cancellation)
+    }
+
+    /// Background runs' waits for the backoff's end, which a completed run
+    /// ends at once (`finish`).
+    private var backoffWaits: Set<Task<Void, any Error>> = []
+
+    /// Waits until the backoff's end, or until a completed run ends the
+    /// backoff: slept on, the background task's budget would go by with
+    /// nothing done.
+    /// - Returns: false when the caller's task was cancelled.
+    private func waitForBackoff() async -> Bool {
+        let (clock, until) = (self.clock, runBackoffUntil)
+        let wait = Task { try await clock.sleep(untilMilliseconds: until) }
+        backoffWaits.insert(wait)
+        await withTaskCancellationHandler {
+            _ = await wait.result
+        } onCancel: {
+            wait.cancel()
+        }
+        backoffWaits.remove(wait)
+        return !Task.isCancelled
     }
 
     /// The cancellations of the callers of the running sync.
@@ -288,6 +305,7 @@ public actor SyncEngine {
             lastError = nil
             failedRuns = 0
             runBackoffUntil = 0
+            for wait in backoffWaits { wait.cancel() }
             set(.idle)
         case .offline, .cancelled, .deferred:
             set(.idle)

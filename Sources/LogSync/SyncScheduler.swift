@@ -121,10 +121,10 @@ public actor SyncScheduler {
     /// already running is joined, and stopped by the budget all the same.
     /// Unlike the app's own `engine.sync()`, it keeps to a failed run's
     /// backoff (`SyncEngine.nextRunAt`), as the scheduler's own runs do: it
-    /// waits for the backoff's end within the budget, and when the backoff
-    /// lasts longer it makes no request and ends as `.deferred`, with the
-    /// time the backoff ends. An open circuit breaker ends it at once as
-    /// `.rateLimited`.
+    /// waits for the backoff's end (or a completed run's, which ends it)
+    /// within the budget, and when the backoff lasts longer it makes no
+    /// request and ends as `.deferred`, with the time the backoff ends. An
+    /// open circuit breaker ends it at once as `.rateLimited`.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
         let deadline = clock.monotonicMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.backgroundSync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock), deadline: deadline)

@@ -261,6 +261,27 @@ import Testing
         await server.stop()
     }
 
+    /// A background run that waits for a failed run's backoff starts once a
+    /// completed run (the user's "sync now") ends the wait, not at the
+    /// backoff's old end: its budget is the OS's window, which waiting on
+    /// spends for nothing. Before, it slept on to the backoff's end (here
+    /// 100 s, on a clock the test does not move).
+    @Test func aBackgroundRunWaitingForABackoffStartsWhenACompletedRunEndsIt() async throws {
+        let server = try await TestServer("run-backoff-background-wake")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let replica = try Replica("background-wake", server: server, transport: pulls)
+        guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
+        let scheduler = SyncScheduler(engine: replica.engine, monitor: FixedConnectivity(online: false))
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 200_000) }
+        try await replica.clock.waitForSleepers(1)  // the background run waits for the backoff
+        pulls.recover()
+        #expect(await replica.sync().outcome == .completed)
+        // Bounded: before, the background run never pulled, and waits on.
+        try await waitUntil { pulls.count == 3 }
+        #expect(await background.value.outcome == .completed)
+        await server.stop()
+    }
+
     /// Runs that fail alike before they push (here the store is closed,
     /// so reading the outbox fails) each tell the scheduler their backoff:
     /// the second one's state equals the first's, and must be published
