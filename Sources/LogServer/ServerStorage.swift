@@ -25,6 +25,8 @@ final class ServerStorage: Sendable {
     let idempotency: Database
     /// The server's identity, made with the store; cursors carry it.
     let serverID: UUIDv7
+    /// Held from open to close: one server per data directory.
+    private let lock: DataDirectoryLock
     private let writer = DispatchQueue(label: "syncserver writer")
 
     enum MetaKey {
@@ -35,30 +37,40 @@ final class ServerStorage: Sendable {
 
     /// Opens the store at `path`, creating it in a missing or empty directory.
     /// - Throws: `SyncServer.ConfigurationError` when `path` holds an LMDB
-    ///   environment that is not a server's store; `LMDBError` when the
-    ///   directory cannot be used.
+    ///   environment that is not a server's store, or another process serves
+    ///   it; `LMDBError` when the directory cannot be used.
     init(path: String, durability: Environment.Durability) throws {
         var options = Environment.Options()
         options.durability = durability
         environment = try Environment(path: path, options: options)
+        // A refused open leaves nothing behind: the environment closed and
+        // the lock released, and no lock file in a directory that is not a
+        // server's store.
         do {
             try environment.read { txn in try ServerStorage.checkIsServerStore(txn, path: path) }
+            lock = try DataDirectoryLock(directory: environment.path, named: path)
         } catch {
             environment.close()
             throw error
         }
-        meta = try ServerStorage.open("meta", environment)
-        users = try ServerStorage.open("users", environment)
-        entities = try ServerStorage.open("entities", environment)
-        changes = try ServerStorage.open("changes", environment)
-        changeKeys = try ServerStorage.open("change-keys", environment)
-        idempotency = try ServerStorage.open("idempotency", environment)
-        let meta = self.meta
-        serverID = try environment.write { txn in
-            if let bytes = try txn.get(meta, key: MetaKey.serverID), let id = UUIDv7(bytes: bytes) { return id }
-            let id = UUIDv7.Generator.shared.next()
-            try txn.put(meta, key: MetaKey.serverID, value: id.bytes)
-            return id
+        do {
+            meta = try ServerStorage.open("meta", environment)
+            users = try ServerStorage.open("users", environment)
+            entities = try ServerStorage.open("entities", environment)
+            changes = try ServerStorage.open("changes", environment)
+            changeKeys = try ServerStorage.open("change-keys", environment)
+            idempotency = try ServerStorage.open("idempotency", environment)
+            let meta = self.meta
+            serverID = try environment.write { txn in
+                if let bytes = try txn.get(meta, key: MetaKey.serverID), let id = UUIDv7(bytes: bytes) { return id }
+                let id = UUIDv7.Generator.shared.next()
+                try txn.put(meta, key: MetaKey.serverID, value: id.bytes)
+                return id
+            }
+        } catch {
+            environment.close()
+            lock.release()
+            throw error
         }
     }
 
@@ -87,9 +99,12 @@ final class ServerStorage: Sendable {
         return database
     }
 
+    /// Waits for queued writes, closes the environment, then releases the
+    /// lock: the reverse of opening.
     func close() {
         writer.sync {}
         environment.close()
+        lock.release()
     }
 
     /// Runs `body` in a write transaction on the writer queue; returns after

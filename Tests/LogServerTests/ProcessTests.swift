@@ -430,3 +430,34 @@ extension SyncServerProcessTests {
         #expect(await push("a", "t2")?.status == 200)
     }
 }
+
+/// One server per data directory: a second `syncserver` on a `--data` that
+/// another one serves is refused at start (status 1), naming the directory
+/// and the pid of the one serving it. Both served it: LMDB kept the bytes
+/// consistent, but each process had its own rate limits, push buffer and
+/// writer queue, and nothing told the operator. The lock dies with its
+/// process: a server killed with SIGKILL leaves none that blocks a restart.
+@Suite struct DataDirectoryLockProcessTests {
+    @Test func aSecondServerOnTheSameDataIsRefusedAndAKilledOnesLockDoesNotBlock() async throws {
+        let executable = SyncServerProcessTests.executable
+        let directory = try TemporaryDirectory("syncserver-data-lock")
+        let data = directory.appending("data")
+        let (first, _) = try await SyncServerProcessTests.started(["--data", data, "--port", "0", "--token", "t:alice"])
+        defer { first.kill() }
+
+        // Its stdin at its end: a second server that started would stop at once, status 0.
+        let second = try ChildProcess(
+            executable: executable.path, arguments: ["--data", data, "--port", "0", "--token", "t:alice", "--stop-at-stdin-end"])
+        defer { second.kill() }
+        #expect(await second.waitForExit(timeout: .seconds(60)))
+        #expect(second.ending == .exit(1), "\(second.ending): \(second.outputText)")
+        #expect(!second.outputText.contains("listening on"), "\(second.outputText)")
+        #expect(second.errorText.contains("dataDirectory \(data) is in use by another sync server (pid \(first.pid))"), "\(second.errorText)")
+        #expect(first.isRunning)
+
+        first.kill(SIGKILL)
+        #expect(await first.waitForExit(timeout: .seconds(60)))
+        let (restarted, _) = try await SyncServerProcessTests.started(["--data", data, "--port", "0", "--token", "t:alice"])
+        restarted.kill()
+    }
+}
