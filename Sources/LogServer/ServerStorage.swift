@@ -36,10 +36,11 @@ final class ServerStorage: Sendable {
     }
 
     /// Opens the store at `path`, creating it in a missing or empty directory.
-    /// - Throws: `SyncServer.ConfigurationError` when `path` holds an LMDB
-    ///   environment that is not a server's store, or another process serves
-    ///   it; `LMDBError` when the directory cannot be used.
+    /// - Throws: `SyncServer.ConfigurationError` when `path` holds files but
+    ///   no store, holds an LMDB environment that is not a server's store, or
+    ///   another process serves it; `LMDBError` when the directory cannot be used.
     init(path: String, durability: Environment.Durability) throws {
+        try ServerStorage.checkHoldsNoOtherFiles(path)
         var options = Environment.Options()
         options.durability = durability
         environment = try Environment(path: path, options: options)
@@ -72,6 +73,32 @@ final class ServerStorage: Sendable {
             lock.release()
             throw error
         }
+    }
+
+    /// The lock files a directory may hold without a data file: LMDB's,
+    /// which it makes first (a first start killed in between leaves it
+    /// alone), and the server's, which stays when an operator removes the
+    /// data file to start afresh.
+    private static let lockFiles: Set<String> = ["lock.mdb", DataDirectoryLock.fileName]
+    /// The names a refusal lists; it counts the others.
+    private static let listedFileCountMax = 3
+
+    /// Refuses a directory that holds files but no data file (`data.mdb`):
+    /// notes, another program's files, a `--data` mistyped. A store made
+    /// there would mix the server's files with them. A missing or empty
+    /// directory is where a store is made; a path that cannot be listed
+    /// (not a directory, no permission) is the environment's to refuse.
+    private static func checkHoldsNoOtherFiles(_ path: String) throws {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: path), !names.contains("data.mdb") else {
+            return
+        }
+        let others = names.filter { !lockFiles.contains($0) }.sorted()
+        guard !others.isEmpty else { return }
+        var listed = others.prefix(listedFileCountMax).joined(separator: ", ")
+        if others.count > listedFileCountMax { listed += " and \(others.count - listedFileCountMax) more" }
+        throw SyncServer.ConfigurationError(
+            "dataDirectory \(path) holds no server store (no data.mdb) but other files (\(listed)); "
+                + "give a missing or empty directory, or a server's store")
     }
 
     /// Refuses an environment some other program made (a client's sync

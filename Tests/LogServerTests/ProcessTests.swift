@@ -461,3 +461,31 @@ extension SyncServerProcessTests {
         restarted.kill()
     }
 }
+
+/// A `--data` that is a directory holding files but no store (notes, another
+/// program's files, a path mistyped) is refused at start (status 1), naming
+/// the directory and what it holds, and left as it was: the server made its
+/// store among the files. An empty directory is served, as a missing one is.
+@Suite struct DataDirectoryContentsProcessTests {
+    @Test func aDirectoryHoldingFilesButNoStoreIsRefusedAndLeftAlone() async throws {
+        let executable = SyncServerProcessTests.executable
+        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-not-a-store")
+        let data = directory.appending("notes")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: false)
+        try Data("keep me\n".utf8).write(to: URL(fileURLWithPath: data).appendingPathComponent("notes.txt"))
+        // Its stdin at its end: a server that starts stops at once, status 0.
+        let server = try ChildProcess(
+            executable: executable.path, arguments: ["--data", data, "--port", "0", "--token", "t:alice", "--stop-at-stdin-end"])
+        defer { server.kill() }
+        #expect(await server.waitForExit(timeout: .seconds(60)))
+        #expect(server.ending == .exit(1), "\(server.ending): \(server.outputText)")
+        #expect(server.errorText.contains("dataDirectory \(data) holds no server store") && server.errorText.contains("notes.txt"), "\(server.errorText)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: data) == ["notes.txt"])
+
+        let empty = directory.appending("empty")
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
+        let (served, _) = try await SyncServerProcessTests.started(["--data", empty, "--port", "0", "--token", "t:alice"])
+        served.kill()
+    }
+}

@@ -21,7 +21,7 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "Port to listen on (0: any free port, printed at start).")
     var port = 8080
 
-    @Option(help: "The server's store directory (created if missing).")
+    @Option(help: "The server's store directory: created if missing; an existing one is empty or a server's store.")
     var data: String
 
     @Option(help: "A file of bearer tokens: TOKEN USER [read-only] per line.")
