@@ -63,7 +63,7 @@ final class ServerStorage: Sendable {
             idempotency = try ServerStorage.open("idempotency", environment)
             let meta = self.meta
             serverID = try environment.write { txn in
-                if let bytes = try txn.get(meta, key: MetaKey.serverID), let id = UUIDv7(bytes: bytes) { return id }
+                if let bytes = try txn.get(meta, key: MetaKey.serverID) { return try ServerStorage.serverID(bytes, path: path) }
                 let id = UUIDv7.Generator.shared.next()
                 try txn.put(meta, key: MetaKey.serverID, value: id.bytes)
                 return id
@@ -73,6 +73,21 @@ final class ServerStorage: Sendable {
             lock.release()
             throw error
         }
+    }
+
+    /// The server ID stored as `bytes`.
+    /// - Throws: `SyncServer.ConfigurationError` naming the key and the
+    ///   directory when they are not a UUIDv7, as the server writes it: damage.
+    ///   A new ID in its place would make every client resync for no reason,
+    ///   and the damage would go unnamed.
+    private static func serverID(_ bytes: [UInt8], path: String) throws -> UUIDv7 {
+        guard let id = UUIDv7(bytes: bytes), id.version == 7, id.low >> 62 == 0b10 else {
+            let shown = bytes.prefix(16).map { String(format: "%02x", $0) }.joined() + (bytes.count > 16 ? "…" : "")
+            throw SyncServer.ConfigurationError(
+                "dataDirectory \(path) is damaged: its meta key server-id holds \(bytes.count) bytes (\(shown)), "
+                    + "not a UUIDv7; restore the directory from a backup")
+        }
+        return id
     }
 
     /// The lock files a directory may hold without a data file: LMDB's,

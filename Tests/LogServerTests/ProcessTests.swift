@@ -489,3 +489,38 @@ extension SyncServerProcessTests {
         served.kill()
     }
 }
+
+/// A damaged server ID (the `meta` key `server-id` that is not a UUIDv7: of
+/// another length, or 16 bytes without version 7's bits) is refused at start
+/// (status 1), naming the key and the directory, and left as it was. It was
+/// replaced with a new ID: every client resynced for no reason, and the
+/// damage was never named.
+@Suite struct DamagedServerIDProcessTests {
+    @Test(arguments: [[UInt8](repeating: 1, count: 5), [UInt8](repeating: 0, count: 16)])
+    func aDamagedServerIDIsRefusedAtStartAndKept(damaged: [UInt8]) async throws {
+        let executable = SyncServerProcessTests.executable
+        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-damaged-id")
+        let data = directory.appending("data")
+        func serverID() throws -> [UInt8]? {
+            let environment = try Environment(path: data)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: true))
+            return try environment.read { txn in try txn.get(meta, key: Array("server-id".utf8)) }
+        }
+        do {
+            let environment = try Environment(path: data)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: true))
+            try environment.write { txn in try txn.put(meta, key: Array("server-id".utf8), value: damaged) }
+        }
+        // Its stdin at its end: a server that starts stops at once, status 0.
+        let server = try ChildProcess(
+            executable: executable.path, arguments: ["--data", data, "--port", "0", "--token", "t:alice", "--stop-at-stdin-end"])
+        defer { server.kill() }
+        #expect(await server.waitForExit(timeout: .seconds(60)))
+        #expect(server.ending == .exit(1), "\(server.ending): \(server.outputText)")
+        #expect(server.errorText.contains("dataDirectory \(data)") && server.errorText.contains("server-id"), "\(server.errorText)")
+        #expect(try serverID() == damaged)
+    }
+}
