@@ -71,7 +71,8 @@ public final class SyncServer: Sendable {
         public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
     }
 
-    /// A `Configuration` setting out of range.
+    /// A `Configuration` setting out of range, or a data directory the
+    /// server refuses to serve.
     public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
         public let description: String
         init(_ description: String) { self.description = "sync server configuration: " + description }
@@ -83,9 +84,13 @@ public final class SyncServer: Sendable {
     let faults = FaultInjector()
     let pushBuffer: PushBuffer
 
-    /// Opens (or creates) the server's store.
+    /// Opens (or creates) the server's store, and holds its directory's
+    /// lock (`server.lock`) until `close()`.
     /// - Throws: `SyncServer.ConfigurationError` naming a setting out of
-    ///   range; `LMDBError` when the data directory cannot be used.
+    ///   range, or the data directory when another process serves it, it
+    ///   holds files or an LMDB environment but no server store, or its
+    ///   server ID is damaged; `LMDBError` when the data directory cannot
+    ///   be used.
     public init(configuration: Configuration) throws {
         try configuration.check()
         self.configuration = configuration
