@@ -26,7 +26,7 @@ final class ServerStorage: Sendable {
     /// The server's identity, made with the store; cursors carry it.
     let serverID: UUIDv7
     /// Held from open to close: one server per data directory.
-    private let lock: DataDirectoryLock
+    private let lock: ProcessLock
     private let writer = DispatchQueue(label: "syncserver writer")
 
     enum MetaKey {
@@ -49,7 +49,7 @@ final class ServerStorage: Sendable {
         // server's store.
         do {
             try environment.read { txn in try ServerStorage.checkIsServerStore(txn, path: path) }
-            lock = try DataDirectoryLock(directory: environment.path, named: path)
+            lock = try DataDirectoryLock.take(directory: environment.path, named: path)
         } catch {
             environment.close()
             throw error

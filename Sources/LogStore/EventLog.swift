@@ -61,7 +61,7 @@ public final class EventLog: Sendable {
     let derivedDatabases: [String: Database?]
     private let committer: GroupCommitter?
     /// Held while open for writing: one writing process per store.
-    private let writerLock: WriterLock?
+    private let writerLock: ProcessLock?
     /// The writer's position; `.empty` in a read-only log, which reads the
     /// log's end when asked.
     private let position: CommittedPosition
@@ -118,7 +118,7 @@ public final class EventLog: Sendable {
             throw LogStoreError(.notAStore, path: error.path ?? path, error.detail ?? "data.mdb is not an LMDB file")
         }
         let databases: (log: Database, meta: Database)
-        let writerLock: WriterLock?
+        let writerLock: ProcessLock?
         var derived: [String: Database?] = [:]
         let initial: WriteContext.Position
         // A refused open leaves nothing behind: the environment closed, the
@@ -127,7 +127,7 @@ public final class EventLog: Sendable {
         // directory that turned out not to be a store.
         do {
             databases = try EventLog.openDatabases(environment, create: !options.readOnly && options.createIfMissing)
-            writerLock = options.readOnly ? nil : try WriterLock(directory: environment.path)
+            writerLock = options.readOnly ? nil : try WriterLock.take(directory: environment.path)
             do {
                 for name in derivedDatabases {
                     derived[name] = try environment.openDatabase(name, create: !options.readOnly)
