@@ -97,7 +97,7 @@ extension Store {
             try txn.forEach(projector(txn).outbox) { key, value in
                 guard items.count < limit else { return false }
                 let state = try decodeOutboxState(value, key: key)
-                guard let offset = OffsetKey.decode(key) else { return true }
+                let offset = try outboxOffset(key)
                 if let now, state.status != .pending
                     || OutboxState.dueAt(state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax) > now
                 {
@@ -206,6 +206,19 @@ extension Store {
         try key.withUnsafeBytes { raw in
             try txn.withValue(projector(txn).outbox, key: raw) { try decodeOutboxState($0, key: raw) }
         }
+    }
+
+    /// The offset an outbox key names. A key that is not 8 bytes is damage
+    /// to report: skipped, it would hide an intent that is never pushed.
+    /// - Throws: `LogStoreError.corruptEntry` naming the table and the key.
+    func outboxOffset(_ key: UnsafeRawBufferPointer) throws -> UInt64 {
+        guard let offset = OffsetKey.decode(key) else {
+            let hex = key.prefix(32).map { ($0 < 0x10 ? "0" : "") + String($0, radix: 16) }.joined()
+            throw LogStoreError(
+                .corruptEntry, path: path,
+                "outbox: a key of \(key.count) bytes (\(hex)\(key.count > 32 ? "..." : "")), not an offset of 8")
+        }
+        return offset
     }
 
     func decodeOutboxState(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> OutboxState {

@@ -41,7 +41,7 @@ extension Store {
             let projector = try self.projector(txn)
             try txn.forEach(projector.outbox) { key, value in
                 guard batch.count < limit else { return false }
-                guard let offset = OffsetKey.decode(key) else { return true }
+                let offset = try outboxOffset(key)
                 var item = try pendingIntent(at: offset, try decodeOutboxState(value, key: key), txn)
                 let intent = item.intent
                 let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
@@ -68,11 +68,12 @@ extension Store {
             var oldestPending: UInt64?
             try txn.forEach(projector(txn).outbox) { key, value in
                 let state = try decodeOutboxState(value, key: key)
-                if oldest == nil { oldest = OffsetKey.decode(key) }
+                let offset = try outboxOffset(key)
+                if oldest == nil { oldest = offset }
                 switch state.status {
                 case .pending:
                     summary.pendingCount += 1
-                    if oldestPending == nil { oldestPending = OffsetKey.decode(key) }
+                    if oldestPending == nil { oldestPending = offset }
                     if state.nextAttemptAt > 0 {
                         summary.nextAttemptAt = min(summary.nextAttemptAt ?? .max, state.nextAttemptAt)
                     }

@@ -324,6 +324,39 @@ import Testing
         #expect(report.problems.contains { $0.table == "outbox" && $0.offset == 1 }, "\(report.problems)")
     }
 
+    /// An outbox key that is not an 8-byte offset is an error naming the
+    /// table and the key, for every read of the outbox, as a damaged value
+    /// is. The list and the push batch skipped the row, so the damage was
+    /// hidden and its intent never pushed, and the summary counted it. A
+    /// rebuild writes the rows from the log and leaves it out.
+    @Test func anOutboxKeyThatIsNotAnOffsetIsNamed() async throws {
+        let directory = try TemporaryDirectory("integrity-outbox-key")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            try await store.create(type: "te", id: "b", fields: [:])
+            store.close()
+        }
+        // Nine bytes, in its initial state: it sorts between rows 1 and 2.
+        try putRaw(directory.path, database: "outbox", key: key(1) + [0], value: [UInt8](repeating: 0, count: 17))
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let reads: [(String, () throws -> Void)] = [
+            ("outbox", { _ = try store.outbox() }), ("outbox due", { _ = try store.outbox(dueAt: 0) }),
+            ("pushBatch", { _ = try store.pushBatch(limit: 10, now: 0) }), ("outboxSummary", { _ = try store.outboxSummary() }),
+        ]
+        for (name, read) in reads {
+            let error = #expect(throws: LogStoreError.self, "\(name)") { try read() }
+            #expect(error?.code == .corruptEntry, "\(name): \(String(describing: error))")
+            #expect(
+                error?.detail.contains("outbox: a key of 9 bytes (000000000000000100)") == true, "\(name): \(String(describing: error))")
+        }
+        try await store.rebuildProjections()
+        #expect(try store.outbox().map(\.offset) == [1, 2])
+        #expect(try store.pushBatch(limit: 10, now: 0).map(\.offset) == [1, 2])
+    }
+
     /// A rebuild, the repair for derived tables, starts a damaged outbox
     /// row over (pending, never tried). It copied the damage into the new
     /// tables with the attempt states, and the outbox stayed unreadable:
