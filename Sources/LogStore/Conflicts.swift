@@ -99,18 +99,15 @@ extension Store {
     ///   - intentOffset: the refused intent, as `WaitingConflict.conflict.intentOffset`.
     ///   - decision: anything but `.askApp`.
     /// - Throws: `LogStoreError.notFound` when no conflict of that intent
-    ///   waits; `.invalidArgument` for `.askApp`, invalid fields, or a
-    ///   decision whose intent would be over the entry limit
-    ///   (`Settlement.problem`).
+    ///   waits; `.corruptEntry` or `.gap` when its `conflicts` row is
+    ///   damaged, as `conflicts()` reports it; `.invalidArgument` for
+    ///   `.askApp`, invalid fields, or a decision whose intent would be
+    ///   over the entry limit (`Settlement.problem`).
     public func resolveConflict(intentOffset: UInt64, _ decision: ConflictDecision) async throws {
         guard decision != .askApp else { throw Validation.invalid("a conflict is resolved by a decision other than askApp") }
         try Store.validate(decision)
         try await write { txn, context, store in
-            guard let entryOffset = try txn.get(store.projector(txn).conflicts, key: OffsetKey.encode(intentOffset)).flatMap({ UInt64(bigEndianBytes: $0) }),
-                case .conflict(let pending) = try store.entryInside(txn, at: entryOffset).body
-            else {
-                throw LogStoreError(.notFound, path: store.path, offset: intentOffset, "no conflict of intent \(intentOffset) waits for the app")
-            }
+            let pending = try store.waitingConflict(of: intentOffset, txn)
             let server = ServerState(serverVersion: pending.serverVersion, deleted: pending.serverDeleted, data: pending.serverFields)
             var (conflictCase, record) = try store.conflictCase(intentOffset, server, txn)
             conflictCase.local = try store.localState(waiting: pending, conflictCase, record, txn)
@@ -118,6 +115,29 @@ extension Store {
             if let problem = settlement.problem { throw Validation.invalid(problem) }
             try store.settle(settlement, txn, &context)
         }
+    }
+
+    /// The `conflict` entry the `conflicts` row of `intentOffset` names.
+    /// A damaged row is reported as `conflicts()` reports it: read as no
+    /// row, it told the app no conflict waits while the list showed damage.
+    /// - Throws: `LogStoreError.notFound` when there is no row;
+    ///   `.corruptEntry` naming the row when its value is not 8 bytes or
+    ///   names an entry that is not a conflict; `.gap` when the entry is missing.
+    private func waitingConflict(of intentOffset: UInt64, _ txn: borrowing Transaction) throws -> Conflict {
+        guard let value = try txn.get(projector(txn).conflicts, key: OffsetKey.encode(intentOffset)) else {
+            throw LogStoreError(.notFound, path: path, offset: intentOffset, "no conflict of intent \(intentOffset) waits for the app")
+        }
+        guard let entryOffset = UInt64(bigEndianBytes: value) else {
+            throw LogStoreError(
+                .corruptEntry, path: path, offset: intentOffset,
+                "conflicts: the row of intent \(intentOffset) is \(value.count) bytes, not an offset of 8")
+        }
+        guard case .conflict(let pending) = try entryInside(txn, at: entryOffset).body else {
+            throw LogStoreError(
+                .corruptEntry, path: path, offset: entryOffset,
+                "conflicts: the row of intent \(intentOffset) names an entry that is not a conflict")
+        }
+        return pending
     }
 
     /// What the conflict looks like from this store, read inside a write,

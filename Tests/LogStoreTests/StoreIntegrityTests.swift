@@ -600,7 +600,10 @@ import Testing
     /// storage.md section 15, "`conflicts`": a row whose key or value is
     /// not 8 bytes, or that names an entry of another kind, is reported as
     /// "corrupt entry", and one that names a missing entry as "gap in the
-    /// log", by the list of waiting conflicts.
+    /// log", by the list of waiting conflicts, and by `resolveConflict` of
+    /// the row's intent. That said "not found" for a damaged row, so the
+    /// app was told no conflict waits where the list showed damage. (The
+    /// 7-byte key is no intent's row: resolving intent 1 finds none.)
     @Test(arguments: [
         ("a value of 3 bytes", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 1], LogStoreError.Code.corruptEntry),
         ("a key of 7 bytes", [0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 1], .corruptEntry),
@@ -621,6 +624,13 @@ import Testing
         defer { store.close() }
         let error = #expect(throws: LogStoreError.self, "\(damage)") { try store.conflicts() }
         #expect(error?.code == code, "\(damage): \(String(describing: error))")
+        let resolved = await #expect(throws: LogStoreError.self, "\(damage)") {
+            try await store.resolveConflict(intentOffset: 1, .keepRemote)
+        }
+        #expect(resolved?.code == (key.count == 8 ? code : .notFound), "\(damage): \(String(describing: resolved))")
+        if key.count == 8, code == .corruptEntry {
+            #expect(resolved?.detail.contains("conflicts: the row of intent 1") == true, "\(damage): \(String(describing: resolved))")
+        }
     }
 
     @Test func aReadOnlyStoreReadsButRefusesAppends() async throws {
