@@ -23,6 +23,16 @@ public enum Wire {
     public static let pullPageCountDefault = 100
     /// The longest cursor a server accepts (longer ones are not its own).
     public static let cursorBytesMax = 1024
+
+    /// Why `cursor` is not one the protocol allows (section 8: 1 to
+    /// `cursorBytesMax` bytes, each a printable ASCII character from `!` to
+    /// `~`); nil when it is.
+    public static func cursorProblem(_ cursor: some Collection<UInt8>) -> String? {
+        guard !cursor.isEmpty else { return "is empty" }
+        guard cursor.count <= cursorBytesMax else { return "is \(cursor.count) bytes, over cursorBytesMax (\(cursorBytesMax))" }
+        guard cursor.allSatisfy({ (0x21...0x7E).contains($0) }) else { return "holds a byte that is not printable ASCII (! to ~)" }
+        return nil
+    }
     /// The largest an entity's encoded fields may become, so every state
     /// fits in one entry of a client's log with room for its header.
     public static let entityFieldsBytesMax = 4_192_256

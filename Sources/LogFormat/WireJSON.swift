@@ -147,22 +147,10 @@ extension PullResponse {
         // of the page: one past the protocol's bound would multiply the
         // log's growth by the page's changes. With `force_resync` the
         // cursor is empty, and ignored.
-        if !forceResync, let problem = cursorProblem(cursor) { throw WireDecodingError("cursor", problem) }
+        if !forceResync, let problem = Wire.cursorProblem(cursor.utf8) { throw WireDecodingError("cursor", problem) }
         return PullResponse(changes: changes, cursor: cursor, hasMore: try root.bool("has_more"), forceResync: forceResync)
     }
 
-    /// Why `cursor` is not one the protocol allows (section 8: 1 to
-    /// `cursorBytesMax` bytes, each a printable ASCII character from `!` to
-    /// `~`); nil when it is.
-    private static func cursorProblem(_ cursor: String) -> String? {
-        let bytes = cursor.utf8
-        guard !bytes.isEmpty else { return "is empty" }
-        guard bytes.count <= Wire.cursorBytesMax else {
-            return "is \(bytes.count) bytes, over cursorBytesMax (\(Wire.cursorBytesMax))"
-        }
-        guard bytes.allSatisfy({ (0x21...0x7E).contains($0) }) else { return "holds a byte that is not printable ASCII (! to ~)" }
-        return nil
-    }
 }
 
 extension PushResponse {

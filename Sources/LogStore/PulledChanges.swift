@@ -33,12 +33,14 @@ extension Store {
     /// change, the projection updates, and the new cursor (carried by the
     /// entries) commit together, or nothing does. An empty page changes
     /// nothing, so the cursor stays where it was.
-    /// - Throws: `LogStoreError.invalidArgument` for a change whose type, id
-    ///   or fields break the rules, or too big for one entry (a server that
-    ///   breaks the protocol's `entityFieldsBytesMax`); nothing of the page
-    ///   is applied then.
+    /// - Throws: `LogStoreError.invalidArgument` for a cursor the protocol
+    ///   does not allow (`Wire.cursorProblem`: `pullCursor` would read it
+    ///   back as damage), or a change whose type, id or fields break the
+    ///   rules, or too big for one entry (a server that breaks the
+    ///   protocol's `entityFieldsBytesMax`); nothing of the page is applied
+    ///   then.
     public func applyPulledPage(_ changes: [PulledChange], cursor: String) async throws {
-        guard !cursor.isEmpty else { throw Validation.invalid("a pulled page's cursor is empty") }
+        if let problem = Wire.cursorProblem(cursor.utf8) { throw Validation.invalid("a pulled page's cursor \(problem)") }
         for change in changes {
             try Validation.entityType(change.entityType)
             try Validation.entityID(change.entityID)

@@ -391,9 +391,18 @@ extension Store {
     }
 
     /// The pull cursor of the last applied server change, or nil.
+    /// - Throws: `LogStoreError.corruptEntry` naming the `meta` key `cursor`
+    ///   when its bytes are not a cursor the protocol allows
+    ///   (`Wire.cursorProblem`). Read as text, the damage went to the server,
+    ///   whose 410 passed it off as a stale cursor. `resync` deletes the
+    ///   key; the sync engine resyncs so itself.
     public func pullCursor() throws -> String? {
         try log.environment.read { txn in
-            try txn.get(log.metaDatabase, key: MetaKey.cursor).map { String(decoding: $0, as: UTF8.self) }
+            guard let bytes = try txn.get(log.metaDatabase, key: MetaKey.cursor) else { return nil }
+            if let problem = Wire.cursorProblem(bytes) {
+                throw LogStoreError(.corruptEntry, path: path, "meta: the pull cursor (key \"cursor\", \(bytes.count) bytes) \(problem)")
+            }
+            return String(decoding: bytes, as: UTF8.self)
         }
     }
 

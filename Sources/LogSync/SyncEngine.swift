@@ -526,7 +526,21 @@ public actor SyncEngine {
         var fromStart = false
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
-            let sent = try store.pullCursor()
+            let sent: String?
+            do {
+                sent = try store.pullCursor()
+            } catch let error as LogStoreError where error.code == .corruptEntry {
+                // Damaged bytes, named in the resync's reason (the log keeps
+                // it). Sent, the server would refuse them with a 410, which
+                // says nothing of the damage; left, every run would fail.
+                guard resyncs < configuration.resyncsPerRunMax else { return .failed("pull: \(error)") }
+                resyncs += 1
+                report.resyncs += 1
+                try await store.resync(reason: "the stored pull cursor is damaged: \(error.detail)")
+                fromStart = true
+                progress.restart()
+                continue
+            }
             let page: PullResponse
             do throws(TransportError) {
                 page = try await transport.pull(cursor: sent, limit: limit)

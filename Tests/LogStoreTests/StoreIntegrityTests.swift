@@ -633,6 +633,40 @@ import Testing
         }
     }
 
+    /// storage.md section 15, "Derived `meta` keys": a stored pull cursor
+    /// the protocol does not allow (empty, a byte outside `!` to `~`, over
+    /// 1024 bytes) is "corrupt entry" naming the key; it was read as text,
+    /// with replacement characters, and sent. A resync deletes it, and a
+    /// page's cursor that the read would call damage is refused.
+    @Test(arguments: [
+        ("empty", []), ("a byte past ~", Array("c1".utf8) + [0x7F]), ("a space", Array("c 1".utf8)),
+        ("not UTF-8", [0x63, 0xFF]), ("1025 bytes", [UInt8](repeating: 0x63, count: 1025)),
+    ] as [(String, [UInt8])])
+    func aDamagedPullCursorIsNamed(damage: String, bytes: [UInt8]) async throws {
+        let directory = try TemporaryDirectory("integrity-cursor")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1)], cursor: "c1")
+            #expect(try store.pullCursor() == "c1")
+            store.close()
+        }
+        try putRaw(directory.path, database: "meta", key: Array("cursor".utf8), value: bytes)
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let error = #expect(throws: LogStoreError.self, "\(damage)") { try store.pullCursor() }
+        #expect(error?.code == .corruptEntry, "\(damage): \(String(describing: error))")
+        #expect(error?.detail.contains("the pull cursor (key \"cursor\", \(bytes.count) bytes)") == true, "\(damage): \(String(describing: error))")
+        try await store.resync(reason: "test")
+        #expect(try store.pullCursor() == nil, "\(damage)")
+        let text = String(decoding: bytes, as: UTF8.self)
+        let refused = await #expect(throws: LogStoreError.self, "\(damage)") {
+            try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 2)], cursor: text)
+        }
+        #expect(refused?.code == .invalidArgument, "\(damage): \(String(describing: refused))")
+        #expect(try store.pullCursor() == nil, "\(damage)")
+    }
+
     @Test func aReadOnlyStoreReadsButRefusesAppends() async throws {
         let directory = try TemporaryDirectory("integrity-readonly")
         do {
