@@ -237,8 +237,9 @@ extension Store {
 
 extension Store {
     /// Makes one pass over the entries of an import, from the first: a
-    /// function that returns the next entry, nil after the last.
-    package typealias ImportEntries = @Sendable () throws -> () throws -> Entry?
+    /// function that returns the next entry, nil after the last, with how a
+    /// message names it (`logtool import` names its line in the file).
+    package typealias ImportEntries = @Sendable () throws -> () throws -> (entry: Entry, place: String)?
 
     /// Writes exported entries into this empty store as they were (offsets
     /// and timestamps kept), sets the compaction watermark the export had,
@@ -249,8 +250,8 @@ extension Store {
     ///   is written then.
     package func restore(_ entries: [Entry], compactedBelow: UInt64) async throws {
         try await restore(compactedBelow: compactedBelow) {
-            var iterator = entries.makeIterator()
-            return { iterator.next() }
+            var iterator = entries.enumerated().makeIterator()
+            return { iterator.next().map { ($1, "entry \($0 + 1) of the import") } }
         }
     }
 
@@ -272,9 +273,9 @@ extension Store {
             let next = try entries()
             var count = 0
             // Bounded by the import's entries.
-            while let entry = try next() {
+            while let item = try next() {
                 count += 1
-                try self.restore(entry, number: count, compactedBelow: compactedBelow, txn, &context)
+                try self.restore(item.entry, place: item.place, compactedBelow: compactedBelow, txn, &context)
             }
             // Compaction's watermark is at most the last offset (1 for an
             // empty log); past it, holes would hide entries appended later.
@@ -293,10 +294,10 @@ extension Store {
         return count
     }
 
-    /// Writes the `number`th entry of an import, after checking it follows
-    /// the last one as replay requires.
+    /// Writes an entry of an import, named in messages by `place`, after
+    /// checking it follows the last one as replay requires.
     private func restore(
-        _ entry: Entry, number: Int, compactedBelow: UInt64, _ txn: borrowing Transaction, _ context: inout WriteContext
+        _ entry: Entry, place: String, compactedBelow: UInt64, _ txn: borrowing Transaction, _ context: inout WriteContext
     ) throws {
         // Past the last offset it wraps to 0, which no offset follows.
         let expected = context.position.lastOffset &+ 1
@@ -306,7 +307,7 @@ extension Store {
         } catch {
             throw LogStoreError(
                 .invalidArgument, path: path, offset: entry.offset,
-                "entry \(number) of the import has offset \(entry.offset) where \(expected) comes next "
+                "\(place) has offset \(entry.offset) where \(expected) comes next "
                     + "(offsets may skip only up to the compaction watermark, \(compactedBelow))")
         }
         do {
@@ -314,7 +315,7 @@ extension Store {
         } catch var error as LogStoreError where error.code == .invalidArgument {
             // Named as the density error above is: which entry, at which offset.
             error.offset = entry.offset
-            error.detail = "entry \(number) of the import, at offset \(entry.offset): \(error.detail)"
+            error.detail = "\(place), at offset \(entry.offset): \(error.detail)"
             throw error
         }
     }

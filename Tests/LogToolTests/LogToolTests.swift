@@ -737,8 +737,8 @@ extension LogToolExportTests {
         }
         #expect(exported.count == 4 && exported[1].contains(#""offset":1,"#), "\(exported)")
         let cases = [
-            ("hole.jsonl", 1, #""offset":5,"#, "entry 1 of the import has offset 5 where 1 comes next"),
-            ("backwards.jsonl", 2, #""offset":1,"#, "entry 2 of the import has offset 1 where 2 comes next"),
+            ("hole.jsonl", 1, #""offset":5,"#, "the entry on line 2 has offset 5 where 1 comes next"),
+            ("backwards.jsonl", 2, #""offset":1,"#, "the entry on line 3 has offset 1 where 2 comes next"),
         ]
         for (name, line, replacement, message) in cases {
             var lines = exported
@@ -1059,8 +1059,10 @@ extension LogToolTests {
 
 extension LogToolExportTests {
     /// An entry the store refuses (a bad entity type, a timestamp that does
-    /// not rise) is named by its place in the import and its offset, as a
-    /// hole is; the message named neither.
+    /// not rise) is named by its line in the file and its offset, as a
+    /// hole is, and as the README says a message names a line. It was
+    /// named "entry N of the import", which misses the header and blank
+    /// lines: with a blank line after the header, entry 2 is on line 4.
     @Test func anImportNamesTheEntryTheStoreRefuses() async throws {
         let directory = try TemporaryDirectory("logtool-import-refused")
         let lines = try await Tool.exportOfNewStore(at: directory.appending("source")) { store in
@@ -1070,11 +1072,13 @@ extension LogToolExportTests {
         let timestamp = try #require(first["timestamp"] as? UInt64)
         var typed = lines
         typed[2] = typed[2].replacingOccurrences(of: #""entity_type":"te""#, with: #""entity_type":"TE""#)
+        typed.insert("", at: 1)
         var early = lines
         early[3] = try early[3].replacing(Regex(#""timestamp":\d+"#), with: #""timestamp":\#(timestamp)"#)
+        early.insert("", at: 1)
         let cases = [
-            ("type.jsonl", typed, "entry 2 of the import, at offset 2: entity type \"TE\""),
-            ("early.jsonl", early, "entry 3 of the import, at offset 3: entries must follow offset 2 in order, with later timestamps"),
+            ("type.jsonl", typed, "the entry on line 4, at offset 2: entity type \"TE\""),
+            ("early.jsonl", early, "the entry on line 5, at offset 3: entries must follow offset 2 in order, with later timestamps"),
         ]
         for (name, changed, message) in cases {
             #expect(changed != lines)

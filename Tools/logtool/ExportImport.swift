@@ -169,7 +169,9 @@ struct Import: AsyncParsableCommand {
             defer { store.close() }
             count = try await store.restore(compactedBelow: header.compactedBelow) { [file] in
                 let reader = try ExportReader(file)
-                return { try reader.nextEntry() }
+                // Named by its line, as a line that does not parse is: a
+                // count of entries misses the header and blank lines.
+                return { try reader.nextEntry().map { ($0, "the entry on line \(reader.lineNumber)") } }
             }
         } catch let error as LogStoreError where error.code == .invalidArgument {
             try? FileManager.default.removeItem(atPath: staging)
@@ -201,8 +203,8 @@ final class ExportReader {
     private let stream: UnsafeMutablePointer<FILE>
     private var buffer: UnsafeMutablePointer<CChar>?
     private var capacity = 0
-    /// The number of the line read last.
-    private var lineNumber = 0
+    /// The number of the line read last: after `nextEntry`, its entry's.
+    private(set) var lineNumber = 0
     /// The offset of the last entry read, 0 before the first.
     private var lastOffset: UInt64 = 0
     /// The line of the last entry read, when it lies past the header's
