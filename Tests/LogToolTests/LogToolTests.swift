@@ -1366,3 +1366,35 @@ extension LogToolTests {
         #expect(run.status == 128 + SIGPIPE, "\(run.status): \(run.errors)")
     }
 }
+
+extension LogToolExportTests {
+    /// An import killed midway leaves the store it was building beside
+    /// NEWSTORE, `NEWSTORE.importing-PID`. Each import builds under its own
+    /// PID, so a later one never met it, and it stayed for good. Now the
+    /// next import into NEWSTORE removes it and says so on standard error;
+    /// the directory of an import whose process runs (here this test's
+    /// PID) is left to it.
+    @Test func anImportRemovesWhatAKilledImportLeft() async throws {
+        let directory = try TemporaryDirectory("logtool-import-killed")
+        let source = directory.appending("source")
+        let lines = try await Tool.exportOfNewStore(at: source) { store in
+            try await store.create(type: "te", id: "a", fields: [:])
+        }
+        // A process that has ended and been waited for: its PID names no live import.
+        let ended = Process()
+        ended.executableURL = URL(fileURLWithPath: "/bin/true")
+        try ended.run()
+        ended.waitUntilExit()
+        let copy = directory.appending("copy")
+        let killed = copy + ".importing-\(ended.processIdentifier)"
+        try Store(path: killed, options: .init(durability: .process)).close()
+        let live = copy + ".importing-\(getpid())"
+        try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+        let imported = try Tool.importLines(lines, file: directory.appending("export.jsonl"), into: copy)
+        #expect(imported.status == 0, "\(imported.errors)")
+        #expect(!FileManager.default.fileExists(atPath: killed))
+        #expect(imported.errors.contains("removed \(killed), left by an import that was killed"), "\(imported.errors)")
+        #expect(FileManager.default.fileExists(atPath: live))
+        #expect(try Tool.run(["diff", source, copy]).status == 0)
+    }
+}

@@ -159,10 +159,8 @@ struct Import: AsyncParsableCommand {
         guard parent.isEmpty || FileManager.default.fileExists(atPath: parent) else {
             throw LogToolError("\(parent) does not exist; import makes only the store's own directory")
         }
+        try Import.removeKilledImports(into: destination, parent: parent)
         let staging = destination + ".importing-\(ProcessInfo.processInfo.processIdentifier)"
-        guard !FileManager.default.fileExists(atPath: staging) else {
-            throw LogToolError("\(staging) exists (left by an import that was killed?); remove it first")
-        }
         let count: Int
         do {
             let store = try Store(path: staging, options: .init(durability: .full))
@@ -187,6 +185,34 @@ struct Import: AsyncParsableCommand {
             throw LogToolError("cannot move the imported store from \(staging) to \(destination): \(error.localizedDescription)")
         }
         print("imported \(count) entries into \(path)")
+    }
+
+    /// Removes the directories imports into `destination` that were killed
+    /// left behind, `destination.importing-PID`, each named on standard
+    /// error. Each import stages under its own PID, so without this one
+    /// left by a killed import stayed for good. The directory of an import
+    /// whose process still runs is left to it; this process's own PID names
+    /// no other live import.
+    private static func removeKilledImports(into destination: String, parent: String) throws {
+        let prefix = (destination.split(separator: "/").last.map(String.init) ?? destination) + ".importing-"
+        // Bounded by the parent's entries.
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: parent.isEmpty ? "." : parent)) ?? []
+        where name.hasPrefix(prefix) {
+            let digits = name.dropFirst(prefix.count)
+            guard digits.allSatisfy(\.isASCII), let pid = pid_t(digits), pid > 0 else { continue }
+            let alive = pid != getpid() && (kill(pid, 0) == 0 || errno != ESRCH)
+            let staging = destination + ".importing-\(digits)"
+            var isDirectory: ObjCBool = false
+            guard !alive, FileManager.default.fileExists(atPath: staging, isDirectory: &isDirectory), isDirectory.boolValue else {
+                continue
+            }
+            do {
+                try FileManager.default.removeItem(atPath: staging)
+            } catch {
+                throw LogToolError("cannot remove \(staging), left by an import that was killed: \(Export.reason(error))")
+            }
+            FileHandle.standardError.write(Data("logtool import: removed \(staging), left by an import that was killed\n".utf8))
+        }
     }
 }
 
