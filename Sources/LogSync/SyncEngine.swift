@@ -49,9 +49,8 @@ public actor SyncEngine {
     /// The `Retry-After` of the running sync's last failed request.
     private var retryAfterSeconds: Int?
     private var running: Task<SyncReport, Never>?
-    /// Whether the last run ended `.cancelled` (`runEnd`).
-    private var lastRunCancelled = false
     private let stateFeed = Broadcast(latest: SyncState.idle)
+    private let changeFeed = Broadcast(latest: StateChange(state: .idle, nextRunAt: nil, cancelled: false))
     public private(set) var state = SyncState.idle
     /// Whether the last health check reached the server.
     public var isOnline: Bool { onlineSince != nil }
@@ -93,6 +92,25 @@ public actor SyncEngine {
     /// history for a reader that is a little behind, not every state since
     /// the app started for one that never reads.
     public static let stateBufferCountMax = 64
+
+    /// A state as the scheduler hears it: with a run's end, how that run
+    /// ended, as it was then. Asked for once the scheduler gets to the
+    /// state, the engine would answer for a run started since (an app's
+    /// `sync()`), which may have ended too.
+    struct StateChange: Sendable, Equatable {
+        var state: SyncState
+        /// `nextRunDeadline` as the state was published: when the next run
+        /// may start (a monotonic reading), nil when it need not wait.
+        var nextRunAt: UInt64?
+        /// Whether the run that ended with this state was cancelled.
+        var cancelled: Bool
+    }
+
+    /// `states()` with what the scheduler must know of each run's end,
+    /// buffered alike.
+    nonisolated func stateChanges() -> AsyncStream<StateChange> {
+        changeFeed.subscribe(bufferingNewest: SyncEngine.stateBufferCountMax)
+    }
 
     /// Runs a sync, or joins the one running.
     /// - Parameter cancellation: checked between push requests and between
@@ -225,11 +243,6 @@ public actor SyncEngine {
     /// `sync()` itself does not wait for it.
     public var nextRunAt: UInt64? { nextRunDeadline.map(wallClock) }
 
-    /// How the last run ended, as the scheduler hears its end: when the
-    /// next may start (`nextRunDeadline`), and whether it was cancelled
-    /// (then the triggers held during it start no run).
-    var runEnd: (nextRunAt: UInt64?, cancelled: Bool) { (nextRunDeadline, lastRunCancelled) }
-
     /// `nextRunDeadline` while no run is under way; nil while one is (its
     /// end will tell).
     var nextRunDeadlineBetweenRuns: UInt64? { running == nil ? nextRunDeadline : nil }
@@ -255,11 +268,14 @@ public actor SyncEngine {
 
     /// Publishes a change of state; with `always`, the same state again
     /// too: a failed run's end, which the scheduler must hear to keep to its
-    /// backoff even when the run before failed alike.
-    private func set(_ newState: SyncState, always: Bool = false) {
+    /// backoff even when the run before failed alike. `cancelled` when it
+    /// ends a cancelled run. The scheduler's feed carries `nextRunDeadline`
+    /// as it is now: a run's end sets it first.
+    private func set(_ newState: SyncState, always: Bool = false, cancelled: Bool = false) {
         guard always || newState != state else { return }
         state = newState
         stateFeed.publish(newState)
+        changeFeed.publish(StateChange(state: newState, nextRunAt: nextRunDeadline, cancelled: cancelled))
     }
 
     private func run() async -> SyncReport {
@@ -298,7 +314,6 @@ public actor SyncEngine {
         // sees that state (`sync()` after it starts a new run).
         running = nil
         cancellations = []
-        lastRunCancelled = outcome == .cancelled
         switch outcome {
         case .completed:
             lastSuccessAt = clock.nowMilliseconds
@@ -307,16 +322,18 @@ public actor SyncEngine {
             runBackoffUntil = 0
             for wait in backoffWaits { wait.cancel() }
             set(.idle)
-        case .offline, .cancelled, .deferred:
+        case .offline, .deferred:
             set(.idle)
+        case .cancelled:
+            set(.idle, cancelled: true)
         case .rateLimited:
             let now = monotonicNow
             let wait = breaker.openUntil > now ? Double(breaker.openUntil - now) / 1000 : 0
             set(.rateLimited(retryAfter: wait, pending: (try? store.outboxSummary().pendingCount) ?? 0))
         case .failed(let message):
             lastError = message
-            // Before the state changes: the scheduler reads `nextRunAt` when
-            // it sees the run end.
+            // Before the state changes: the scheduler hears `nextRunAt` with
+            // the run's end.
             failedRuns = min(failedRuns, .max - 1) + 1
             let delay = configuration.retry.delay(beforeRetry: failedRuns, retryAfterSeconds: retryAfterSeconds, random: &random)
             runBackoffUntil = monotonicNow.addingSaturating(delay)

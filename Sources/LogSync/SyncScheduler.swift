@@ -82,13 +82,15 @@ public actor SyncScheduler {
             for await _ in store.intentCommits() { await self?.listened(.localWrite, epoch) }
         })
         listeners.append(Task { [weak self] in
-            // Every run ends in one of the other states.
-            for await state in engine.states() {
-                switch state {
+            // Every run ends in one of the other states. How it ended comes
+            // with its end: read from the engine once this listener gets to
+            // it, it would be a later run's, which may have started (and
+            // ended) meanwhile.
+            for await change in engine.stateChanges() {
+                switch change.state {
                 case .pushing, .pulling: await self?.listened(.syncRunning, epoch)
                 case .idle, .rateLimited, .error:
-                    let end = await engine.runEnd
-                    await self?.listened(.syncEnded(nextRunAt: end.nextRunAt, cancelled: end.cancelled), epoch)
+                    await self?.listened(.syncEnded(nextRunAt: change.nextRunAt, cancelled: change.cancelled), epoch)
                 }
             }
         })

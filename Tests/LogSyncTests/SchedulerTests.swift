@@ -333,6 +333,48 @@ import Testing
         await server.stop()
     }
 
+    /// The scheduler hears how a run ended with its end, not by asking the
+    /// engine later, when a run that started since (the app's "sync now")
+    /// would answer for it. Here the scheduler's listener is held (its clock
+    /// blocks) while a run with a nudge held for its end is cancelled and
+    /// the app's own run completes: the cancelled run's end still says
+    /// cancelled, so the nudge starts no run. Before, the scheduler read the
+    /// engine's last run end once it got to the state, found the app's
+    /// completed run, and started a run for the nudge.
+    @Test func aRunsEndIsHeardAsItWasNotAsALaterRunEnded() async throws {
+        let server = try await TestServer("scheduler-run-end")
+        let gate = PullGate(holdFirst: true)
+        let transport = HeldPushAnswers(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), gate: gate)
+        let replica = try Replica("run-end", server: server, transport: transport)
+        try await replica.store.create(type: "task", fields: ["title": "pushed by the cancelled run"])
+        let clock = BlockingClock(replica.clock)
+        var core = SchedulerCore()
+        core.periodMilliseconds = .max
+        let scheduler = SyncScheduler(engine: replica.engine, clock: clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        // The start's run has its push answered, held at the gate.
+        try await gate.waitUntilHeld()
+        try await waitUntil { await scheduler.isSyncRunning }
+        await scheduler.nudge()
+        let stop = SyncCancellation()
+        let cancelled = Task { await replica.engine.sync(cancellation: stop) }
+        try await waitUntil { await replica.engine.callersOfRunningSync == 2 }
+        // The scheduler blocks as it hears the push's progress, next.
+        clock.blockNextReading()
+        stop.cancel()
+        gate.release()
+        #expect(await cancelled.value.outcome == .cancelled)
+        try await clock.waitUntilBlocked()
+        #expect(await replica.engine.sync().outcome == .completed, "the app's run, between the first's end and the scheduler hearing it")
+        clock.unblock()
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        let triggered = await scheduler.triggered
+        #expect(triggered == [.started], "the nudge held during the cancelled run started no run")
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// The seeds' background task stops its sync by cancelling the task
     /// that awaits it (`task.expirationHandler = { syncTask.cancel() }`):
     /// that stops the run, as a cancelled `SyncCancellation` does,
@@ -389,6 +431,50 @@ struct SlowPulls: SyncTransport {
         clock.advance(by: milliseconds)
         return page
     }
+}
+
+/// Pushes through `inner`; the first answer waits at `gate` before the
+/// engine gets it (a cancellation meanwhile does not abandon it).
+struct HeldPushAnswers: SyncTransport {
+    let inner: HTTPTransport
+    let gate: PullGate
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        let response = try await inner.push(request)
+        await gate.pass()
+        return response
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
+}
+
+/// `inner`'s time, whose monotonic reading can be made to block the
+/// caller's thread once (`blockNextReading()`) until `unblock()`: a test
+/// holds the scheduler's actor, and so its listener of the engine's states,
+/// where it reads the time. Blocks for 30 s at most, so that a test gone
+/// wrong fails rather than hangs.
+final class BlockingClock: SyncClock {
+    private let inner: ManualClock
+    private let state = Mutex((armed: false, blocked: false))
+    private let released = DispatchSemaphore(value: 0)
+
+    init(_ inner: ManualClock) { self.inner = inner }
+
+    var nowMilliseconds: UInt64 { inner.nowMilliseconds }
+    var monotonicMilliseconds: UInt64 {
+        let block = state.withLock { state in
+            defer { state.armed = false }
+            if state.armed { state.blocked = true }
+            return state.armed
+        }
+        if block { _ = released.wait(timeout: .now() + 30) }
+        return inner.monotonicMilliseconds
+    }
+    func sleep(untilMilliseconds deadline: UInt64) async throws { try await inner.sleep(untilMilliseconds: deadline) }
+
+    func blockNextReading() { state.withLock { $0.armed = true } }
+    func waitUntilBlocked() async throws { try await waitUntil { self.state.withLock { $0.blocked } } }
+    func unblock() { released.signal() }
 }
 
 /// Pushes through `inner`, each one moving a manual clock by
