@@ -22,9 +22,11 @@
 ///   last page, and miss what the trigger was for (a write made after the
 ///   push read the outbox). The triggers that come meanwhile make one run
 ///   as it ends (or, when it failed, the retry at its backoff's end), unless
-///   it was cancelled: whoever stopped it (a background run's budget, the
-///   OS's window, or the app) wants no run now, and one started as it ends
-///   would have no budget. The next trigger syncs what they were for.
+///   it was cancelled, or was a background run (however it ended): whoever
+///   stopped it (a background run's budget, the OS's window, or the app)
+///   wants no run now, and a background task's window ends with it, so a
+///   run started as it ends would have no budget. The next trigger syncs
+///   what they were for.
 public struct SchedulerCore: Sendable, Equatable {
     public enum Timer: Hashable, Sendable { case periodic, localWrite, networkRegained, retry }
 
@@ -40,8 +42,10 @@ public struct SchedulerCore: Sendable, Equatable {
         case syncRunning
         /// A run ended (whoever started it); `nextRunAt` is when the next
         /// may start, nil when it need not wait; `cancelled` when it was
-        /// stopped (`SyncOutcome.cancelled`).
-        case syncEnded(nextRunAt: UInt64?, cancelled: Bool = false)
+        /// stopped (`SyncOutcome.cancelled`); `background` when a
+        /// background task ran it (`SyncScheduler.runBackground` started or
+        /// joined it), within its budget.
+        case syncEnded(nextRunAt: UInt64?, cancelled: Bool = false, background: Bool = false)
         /// The scheduler stopped listening; the next `.started` is its first report again.
         case stopped
     }
@@ -94,13 +98,14 @@ public struct SchedulerCore: Sendable, Equatable {
         case .syncRunning:
             syncRunning = true
             return []
-        case .syncEnded(let nextRunAt, let cancelled):
+        case .syncEnded(let nextRunAt, let cancelled, let background):
             syncRunning = false
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
             // Offline, a gain syncs; backing off, the retry timer does;
-            // cancelled, the next trigger does: a run now would go on past
-            // the budget or the stop that ended this one.
-            let held = online && !cancelled ? heldReason : nil
+            // cancelled or background, the next trigger does: a run now
+            // would go on past the budget or the stop that ended this one,
+            // or past the background window this one had.
+            let held = online && !cancelled && !background ? heldReason : nil
             heldReason = nil
             guard let backoffUntil else { return [.cancelTimer(.retry)] + (held.map { sync($0, at: now) } ?? []) }
             return online ? [.setTimer(.retry, at: backoffUntil)] : []

@@ -50,7 +50,7 @@ public actor SyncEngine {
     private var retryAfterSeconds: Int?
     private var running: Task<SyncReport, Never>?
     private let stateFeed = Broadcast(latest: SyncState.idle)
-    private let changeFeed = Broadcast(latest: StateChange(state: .idle, nextRunAt: nil, cancelled: false))
+    private let changeFeed = Broadcast(latest: StateChange(state: .idle, nextRunAt: nil, cancelled: false, background: false))
     public private(set) var state = SyncState.idle
     /// Whether the last health check reached the server.
     public var isOnline: Bool { onlineSince != nil }
@@ -104,6 +104,9 @@ public actor SyncEngine {
         var nextRunAt: UInt64?
         /// Whether the run that ended with this state was cancelled.
         var cancelled: Bool
+        /// Whether a background task ran the run that ended with this
+        /// state (`backgroundSync` started or joined it).
+        var background: Bool
     }
 
     /// `states()` with what the scheduler must know of each run's end,
@@ -125,6 +128,12 @@ public actor SyncEngine {
     ///   background task, as the seeds stop their sync).
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
+        await sync(cancellation, background: false)
+    }
+
+    /// `sync(cancellation:)`; `background` for a background task's
+    /// (`backgroundSync`), which the run's end tells the scheduler.
+    private func sync(_ cancellation: SyncCancellation, background: Bool) async -> SyncReport {
         // A deadline cancels at its time, as `cancel()` would (which
         // cancels the run, and so its request in flight); the timer goes
         // when this caller's wait ends.
@@ -137,6 +146,7 @@ public actor SyncEngine {
         defer { deadline?.cancel() }
         return await withTaskCancellationHandler {
             cancellations.append(cancellation)
+            if background { runIsBackground = true }
             if let running { return await join(running, cancellation) }
             // `finish` clears `running`, as it publishes the run's end: a
             // caller that asks after seeing that end gets a run of its own.
@@ -173,7 +183,7 @@ public actor SyncEngine {
             guard runBackoffUntil < deadline else { return SyncReport(outcome: .deferred(nextRunAt: wallClock(runBackoffUntil))) }
             guard await waitForBackoff() else { return SyncReport(outcome: .cancelled) }
         }
-        return await sync(cancellation: cancellation)
+        return await sync(cancellation, background: true)
     }
 
     /// Background runs' waits for the backoff's end, which a completed run
@@ -199,6 +209,9 @@ public actor SyncEngine {
 
     /// The cancellations of the callers of the running sync.
     private var cancellations: [SyncCancellation] = []
+    /// Whether a background task is among those callers: the scheduler
+    /// starts no run for the triggers held during the run as it ends.
+    private var runIsBackground = false
     private var isCancelled: Bool { cancellations.contains { $0.isCancelled } }
     /// How many callers wait for the running sync (0 when none runs).
     var callersOfRunningSync: Int { running == nil ? 0 : cancellations.count }
@@ -268,14 +281,15 @@ public actor SyncEngine {
 
     /// Publishes a change of state; with `always`, the same state again
     /// too: a failed run's end, which the scheduler must hear to keep to its
-    /// backoff even when the run before failed alike. `cancelled` when it
-    /// ends a cancelled run. The scheduler's feed carries `nextRunDeadline`
-    /// as it is now: a run's end sets it first.
-    private func set(_ newState: SyncState, always: Bool = false, cancelled: Bool = false) {
+    /// backoff even when the run before failed alike. `cancelled` and
+    /// `background` tell how the run it ends ran. The scheduler's feed
+    /// carries `nextRunDeadline` as it is now: a run's end sets it first.
+    private func set(_ newState: SyncState, always: Bool = false, cancelled: Bool = false, background: Bool = false) {
         guard always || newState != state else { return }
         state = newState
         stateFeed.publish(newState)
-        changeFeed.publish(StateChange(state: newState, nextRunAt: nextRunDeadline, cancelled: cancelled))
+        changeFeed.publish(
+            StateChange(state: newState, nextRunAt: nextRunDeadline, cancelled: cancelled, background: background))
     }
 
     private func run() async -> SyncReport {
@@ -314,6 +328,8 @@ public actor SyncEngine {
         // sees that state (`sync()` after it starts a new run).
         running = nil
         cancellations = []
+        let background = runIsBackground
+        runIsBackground = false
         switch outcome {
         case .completed:
             lastSuccessAt = clock.nowMilliseconds
@@ -321,15 +337,15 @@ public actor SyncEngine {
             failedRuns = 0
             runBackoffUntil = 0
             for wait in backoffWaits { wait.cancel() }
-            set(.idle)
+            set(.idle, background: background)
         case .offline, .deferred:
-            set(.idle)
+            set(.idle, background: background)
         case .cancelled:
-            set(.idle, cancelled: true)
+            set(.idle, cancelled: true, background: background)
         case .rateLimited:
             let now = monotonicNow
             let wait = breaker.openUntil > now ? Double(breaker.openUntil - now) / 1000 : 0
-            set(.rateLimited(retryAfter: wait, pending: (try? store.outboxSummary().pendingCount) ?? 0))
+            set(.rateLimited(retryAfter: wait, pending: (try? store.outboxSummary().pendingCount) ?? 0), background: background)
         case .failed(let message):
             lastError = message
             // Before the state changes: the scheduler hears `nextRunAt` with
@@ -337,7 +353,7 @@ public actor SyncEngine {
             failedRuns = min(failedRuns, .max - 1) + 1
             let delay = configuration.retry.delay(beforeRetry: failedRuns, retryAfterSeconds: retryAfterSeconds, random: &random)
             runBackoffUntil = monotonicNow.addingSaturating(delay)
-            set(.error(message), always: true)
+            set(.error(message), always: true, background: background)
         }
         return report
     }

@@ -8,8 +8,9 @@ import LogStore
 /// A trigger that comes while a run pushes or pulls starts one more run
 /// as it ends, for all such triggers together: joined, the run could have
 /// been past what the trigger was for. A run that was cancelled (a
-/// background run's budget spent) starts none as it ends: the next trigger
-/// syncs.
+/// background run's budget spent), or that a background run ran (however
+/// it ended: the OS's window ends with the background task), starts none
+/// as it ends: the next trigger syncs.
 ///
 /// After a failed run it starts none until `SyncEngine.nextRunAt` (the
 /// backoff, at least the server's `Retry-After`, or the open circuit
@@ -90,7 +91,8 @@ public actor SyncScheduler {
                 switch change.state {
                 case .pushing, .pulling: await self?.listened(.syncRunning, epoch)
                 case .idle, .rateLimited, .error:
-                    await self?.listened(.syncEnded(nextRunAt: change.nextRunAt, cancelled: change.cancelled), epoch)
+                    await self?.listened(
+                        .syncEnded(nextRunAt: change.nextRunAt, cancelled: change.cancelled, background: change.background), epoch)
                 }
             }
         })
@@ -127,6 +129,11 @@ public actor SyncScheduler {
     /// within the budget, and when the backoff lasts longer it makes no
     /// request and ends as `.deferred`, with the time the backoff ends. An
     /// open circuit breaker ends it at once as `.rateLimited`.
+    ///
+    /// The triggers that come while it runs (or while the run it joined
+    /// runs) start no run as it ends, even when it completes within the
+    /// budget: a run started then would have none, and the OS suspends the
+    /// app once its background task ends. The next trigger syncs.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
         let deadline = clock.monotonicMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.backgroundSync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock), deadline: deadline)

@@ -8,7 +8,7 @@ import Testing
 /// design (periodic sync, local writes debounced 1 s, network regained
 /// debounced 2.5 s and only on a gain, nudges at once, and a trigger that
 /// comes while a run is under way held for one run as it ends, unless the
-/// run was cancelled) and
+/// run was cancelled or a background run) and
 /// `Format/sync-protocol.md` section 10 ("Retry timing": after a failed
 /// run the next run starts no sooner than its backoff).
 ///
@@ -91,7 +91,7 @@ private struct SchedulerModel {
         }
         guard failure == nil else { return }
         // A quiet end, online, the run under way ended: everything owed is synced by then.
-        if running { step(.syncEnded(nextRunAt: nextRunAt(), cancelled: false)) }
+        if running { step(.syncEnded(nextRunAt: nextRunAt(), cancelled: false, background: false)) }
         if !started {
             step(.started(online: true))
         } else if !online {
@@ -138,9 +138,12 @@ private struct SchedulerModel {
         }
     }
 
-    /// A run's end, one in five of them cancelled (a background budget spent).
+    /// A run's end, one in five of them cancelled (a background budget
+    /// spent), one in five a background run's.
     mutating func runEnded() -> SchedulerCore.Event {
-        .syncEnded(nextRunAt: nextRunAt(), cancelled: Int.random(in: 0..<5, using: &random) == 0)
+        .syncEnded(
+            nextRunAt: nextRunAt(), cancelled: Int.random(in: 0..<5, using: &random) == 0,
+            background: Int.random(in: 0..<5, using: &random) == 0)
     }
 
     /// A run's `SyncEngine.nextRunAt`: none, already past, a short backoff or a long one.
@@ -250,12 +253,13 @@ extension SchedulerModel {
             break
         case .syncRunning:
             running = true
-        case .syncEnded(let nextRunAt, _):
+        case .syncEnded(let nextRunAt, _, _):
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
             // A run that ends with no wait took in the triggers due before
             // it was under way (the engine merges a sync asked for as one
             // starts); those held while it was sync as it ends (`checkActions`),
-            // unless it was cancelled: then the next trigger syncs for them.
+            // unless it was cancelled or a background run's: then the next
+            // trigger syncs for them.
             if backoffUntil == nil { owed = owed.filter { $0.value.due.map { $0 > now } ?? true } }
             running = false
             held = false
@@ -278,10 +282,10 @@ extension SchedulerModel {
         }
         if !syncs.isEmpty && !online { fail("a sync while offline") }
         if !syncs.isEmpty && running { fail("a sync while a run is under way") }
-        if case .syncEnded(_, let cancelled) = event {
-            // One run for every trigger held, online, not backing off and
-            // not cancelled; none without one.
-            let owedRun = wasHeld && online && backoffUntil == nil && !cancelled
+        if case .syncEnded(_, let cancelled, let background) = event {
+            // One run for every trigger held, online, not backing off, not
+            // cancelled and not a background run's; none without one.
+            let owedRun = wasHeld && online && backoffUntil == nil && !cancelled && !background
             if syncs.count != (owedRun ? 1 : 0) { fail("a run's end gives \(syncs), held: \(wasHeld)") }
         }
         if !syncs.isEmpty, let backoffUntil, now < backoffUntil { fail("a sync before the backoff's end \(backoffUntil)") }

@@ -136,6 +136,22 @@ import Testing
         #expect(core.handle(.timerFired(.retry), at: 5_000) == [.sync(.retry)])
     }
 
+    /// A background run's end starts no run for the triggers held during
+    /// it, however it ended; a failed one's backoff still ends in its retry.
+    @Test func triggersDuringABackgroundRunStartNoRunAsItEnds() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(core.handle(.syncRunning, at: 10).isEmpty)
+        #expect(core.handle(.nudge, at: 100).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: nil, background: true), at: 200) == [.cancelTimer(.retry)])
+        #expect(core.heldReason == nil)
+        #expect(core.handle(.nudge, at: 300) == [.sync(.nudge)], "the next trigger syncs")
+        #expect(core.handle(.syncRunning, at: 310).isEmpty)
+        #expect(core.handle(.nudge, at: 400).isEmpty)
+        #expect(core.handle(.syncEnded(nextRunAt: 5_000, background: true), at: 500) == [.setTimer(.retry, at: 5_000)])
+        #expect(core.handle(.timerFired(.retry), at: 5_000) == [.sync(.retry)])
+    }
+
     /// The scheduler on a manual clock: a local write triggers one sync
     /// after the debounce, and the intent reaches the server.
     @Test func aLocalWriteIsPushedAfterTheDebounce() async throws {
@@ -329,6 +345,47 @@ import Testing
         try await waitUntil { await scheduler.triggered.count == 2 }
         await scheduler.settle()
         #expect(try reader.store.count(type: "item") == 50)
+        await scheduler.stop()
+        await server.stop()
+    }
+
+    /// A trigger that comes while a background run runs (here a nudge,
+    /// held while it pulls) starts no run as it ends, also when the run
+    /// completes within its budget: the app is in the OS's background
+    /// window, which ends with the background task, and a run started then
+    /// would have no budget (the OS suspends the app in its midst). The next
+    /// trigger syncs. Before, only a cancelled run's held triggers started
+    /// none: the held nudge started a run, unbounded, as the background one
+    /// ended.
+    @Test func aTriggerHeldDuringABackgroundRunStartsNoRunWhenItCompletes() async throws {
+        let server = try await TestServer("background-held-completed")
+        let (gate, reader) = try await Self.serverWithPages(server, pages: 2, slow: 0)
+        var core = SchedulerCore()
+        core.periodMilliseconds = .max
+        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: true), core: core)
+        await scheduler.start()
+        // The start's run, in the foreground.
+        try await gate.waitUntilHeld()
+        gate.release()
+        try await waitUntil { try reader.store.count(type: "item") == 10 }
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        // The app in the background: its background task's run pulls, held.
+        gate.holdNext()
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 60_000) }
+        try await gate.waitUntilHeld()
+        try await waitUntil { await scheduler.isSyncRunning }
+        await scheduler.nudge()
+        gate.release()
+        #expect(await background.value.outcome == .completed)
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        let triggered = await scheduler.triggered
+        #expect(triggered == [.started], "the nudge held during the background run started no run")
+        // The next trigger runs, without a budget: the app is in the foreground again.
+        await scheduler.nudge()
+        try await waitUntil { await scheduler.triggered == triggered + [.nudge] }
+        await scheduler.settle()
         await scheduler.stop()
         await server.stop()
     }
