@@ -540,12 +540,21 @@ struct HeldPushAnswers: SyncTransport {
 /// `inner`'s time, whose monotonic reading can be made to block the
 /// caller's thread once (`blockNextReading()`) until `unblock()`: a test
 /// holds the scheduler's actor, and so its listener of the engine's states,
-/// where it reads the time. Blocks for 30 s at most, so that a test gone
-/// wrong fails rather than hangs.
+/// where it reads the time. The thread is one of the few of the
+/// cooperative pool, which every test of the process shares, and others
+/// block theirs too (a child process awaited, a store write): it blocks
+/// for `blockSecondsMax` at most, so that the pool is never held for long.
+/// A test whose block ran out (a starved run) checks less than it means
+/// to, and fails for no such reason.
 final class BlockingClock: SyncClock {
     private let inner: ManualClock
     private let state = Mutex((armed: false, blocked: false))
     private let released = DispatchSemaphore(value: 0)
+
+    /// The longest a reading blocks: a run or two on loopback take
+    /// milliseconds; with the pool starved (the whole suite on two cores),
+    /// longer, and then the block gives way.
+    static let blockSecondsMax = 2.0
 
     init(_ inner: ManualClock) { self.inner = inner }
 
@@ -556,7 +565,7 @@ final class BlockingClock: SyncClock {
             if state.armed { state.blocked = true }
             return state.armed
         }
-        if block { _ = released.wait(timeout: .now() + 30) }
+        if block { _ = released.wait(timeout: .now() + Self.blockSecondsMax) }
         return inner.monotonicMilliseconds
     }
     func sleep(untilMilliseconds deadline: UInt64) async throws { try await inner.sleep(untilMilliseconds: deadline) }
