@@ -540,23 +540,14 @@ public actor SyncEngine {
     /// Pulls pages until the feed's end, a failure, or cancellation.
     private func pull(_ report: inout SyncReport) async throws -> SyncOutcome {
         set(.pulling)
-        var resyncs = 0
         // A page too long for the transport to read halves the changes
         // asked for, for the rest of the run (at most log2 of it times): a
         // server may send pages of any size, but one change always fits.
         var limit = configuration.pullPageCountMax
-        var progress = FeedProgress()
+        var feed = PullFeed()
         // Every change acknowledged by now is in the feed (section 8), or
         // a later change of its entity is: the pull must show it.
         let acknowledgedThrough = try store.log.lastOffset()
-        // Whether the pages since began at the feed's start with the
-        // confirmed state forgotten: a resync of this pull (no ack comes
-        // between). A change the feed ended without then is lost, and the
-        // confirmed state is the server's already, with no other resync.
-        // A pull without a cursor is not enough: an ack since the resync,
-        // or since the store began, gave its entity a base the server may
-        // not have, which only a resync takes out.
-        var fromStart = false
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
             let sent: String?
@@ -566,12 +557,9 @@ public actor SyncEngine {
                 // Damaged bytes, named in the resync's reason (the log keeps
                 // it). Sent, the server would refuse them with a 410, which
                 // says nothing of the damage; left, every run would fail.
-                guard resyncs < configuration.resyncsPerRunMax else { return .failed("pull: \(error)") }
-                resyncs += 1
-                report.resyncs += 1
-                try await store.resync(reason: "the stored pull cursor is damaged: \(error.detail)")
-                fromStart = true
-                progress.restart()
+                guard try await resync("the stored pull cursor is damaged: \(error.detail)", &feed, &report) else {
+                    return .failed("pull: \(error)")
+                }
                 continue
             }
             let page: PullResponse
@@ -586,28 +574,22 @@ public actor SyncEngine {
                 }
                 if case .status(410, _) = error.kind {
                     breaker.recordAnswer(success: false)
-                    guard resyncs < configuration.resyncsPerRunMax else { return .failed("pull: the server keeps refusing the cursor") }
-                    resyncs += 1
-                    report.resyncs += 1
-                    try await store.resync(reason: "the server refused the pull cursor: \(error.message)")
-                    fromStart = true
-                    progress.restart()
+                    guard try await resync("the server refused the pull cursor: \(error.message)", &feed, &report) else {
+                        return .failed("pull: the server keeps refusing the cursor")
+                    }
                     continue
                 }
                 return noteFailure(error) ?? .failed("pull: \(error.message)")
             }
-            if let problem = Self.problem(with: page, pulledFrom: sent, &progress) {
+            if let problem = Self.problem(with: page, pulledFrom: sent, &feed.progress) {
                 breaker.recordAnswer(success: false)
                 return .failed("pull: \(problem)")
             }
             breaker.recordAnswer(success: true)
             if page.forceResync {
-                guard resyncs < configuration.resyncsPerRunMax else { return .failed("pull: the server keeps forcing a resync") }
-                resyncs += 1
-                report.resyncs += 1
-                try await store.resync(reason: "the server forced a full resync")
-                fromStart = true
-                progress.restart()
+                guard try await resync("the server forced a full resync", &feed, &report) else {
+                    return .failed("pull: the server keeps forcing a resync")
+                }
                 continue
             }
             let changes = page.changes.map {
@@ -622,7 +604,7 @@ public actor SyncEngine {
             let lost = try store.acknowledgedChangesNotInFeed(through: acknowledgedThrough)
             guard let first = lost.first else { return .completed }
             // The server lost them: its store was put back from a backup.
-            if fromStart {
+            if feed.fromStart {
                 // A resync (a 410, a forced one) already took the server's state.
                 report.lostChanges += lost
                 try await store.forgetAcknowledgedChanges(lost)
@@ -631,22 +613,42 @@ public actor SyncEngine {
             // This client's cursor is older than the backup, which no 410
             // shows. A resync takes the server's state, as the operator's
             // would (section 12).
-            guard resyncs < configuration.resyncsPerRunMax else {
-                return .failed("pull: the feed keeps ending without changes the server acknowledged")
-            }
-            resyncs += 1
-            report.resyncs += 1
+            let resynced = try await resync(
+                "the feed ended without \(lost.count) change(s) the server acknowledged (\(first.entityType)/"
+                    + "\(first.entityID) at version \(first.serverVersion) first): the server lost them", &feed, &report)
+            guard resynced else { return .failed("pull: the feed keeps ending without changes the server acknowledged") }
             report.lostChanges += lost
-            try await store.resync(
-                reason: "the feed ended without \(lost.count) change(s) the server acknowledged (\(first.entityType)/"
-                    + "\(first.entityID) at version \(first.serverVersion) first): the server lost them")
             // After the resync: a crash between the two leaves them to the
             // pull from the start, which finds them again.
             try await store.forgetAcknowledgedChanges(lost)
-            fromStart = true
-            progress.restart()
         }
         return .failed("pull: more than \(SyncEngine.pullPagesPerRunMax) pages in one run")
+    }
+
+    /// Where a run's pull is in the feed, across the resyncs it makes.
+    private struct PullFeed {
+        var resyncs = 0
+        var progress = FeedProgress()
+        /// Whether the pages since began at the feed's start with the
+        /// confirmed state forgotten: a resync of this pull (no ack comes
+        /// between). A change the feed ended without then is lost, and the
+        /// confirmed state is the server's already, with no other resync.
+        /// A pull without a cursor is not enough: an ack since the resync,
+        /// or since the store began, gave its entity a base the server may
+        /// not have, which only a resync takes out.
+        var fromStart = false
+    }
+
+    /// A full resync, the pull then from the feed's start: false, doing
+    /// nothing, once the run has had `resyncsPerRunMax`.
+    private func resync(_ reason: String, _ feed: inout PullFeed, _ report: inout SyncReport) async throws -> Bool {
+        guard feed.resyncs < configuration.resyncsPerRunMax else { return false }
+        feed.resyncs += 1
+        report.resyncs += 1
+        try await store.resync(reason: reason)
+        feed.fromStart = true
+        feed.progress.restart()
+        return true
     }
 
     /// Why `page`, pulled from `sent`, breaks the protocol in a way that
