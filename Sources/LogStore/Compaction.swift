@@ -277,10 +277,17 @@ extension Store {
     }
 
     /// Intent offsets whose conflict waits for the app.
+    /// The intents whose conflicts wait for the app, which compaction keeps.
+    /// - Throws: `LogStoreError.corruptEntry` for a key that is not an
+    ///   offset: skipped, its intent would be compacted away while the app
+    ///   has still to decide.
     private func waitingConflicts(_ txn: borrowing Transaction) throws -> Set<UInt64> {
         var offsets: Set<UInt64> = []
         try txn.forEach(projector(txn).conflicts) { key, _ in
-            if let offset = OffsetKey.decode(key) { offsets.insert(offset) }
+            guard let offset = OffsetKey.decode(key) else {
+                throw LogStoreError(.corruptEntry, path: path, "conflicts: a key of \(key.count) bytes, not an intent's offset of 8")
+            }
+            offsets.insert(offset)
             return true
         }
         return offsets

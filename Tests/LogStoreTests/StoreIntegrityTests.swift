@@ -631,6 +631,15 @@ import Testing
         if key.count == 8, code == .corruptEntry {
             #expect(resolved?.detail.contains("conflicts: the row of intent 1") == true, "\(damage): \(String(describing: resolved))")
         }
+        // Compaction keeps the intents whose conflicts wait: a key it cannot
+        // read stops it, where it was skipped, and the intent it named could
+        // be folded away before the app decided. Nothing is removed.
+        if key.count != 8 {
+            try await store.create(type: "te", id: "b", fields: [:])
+            let compacted = await #expect(throws: LogStoreError.self, "\(damage)") { try await store.compact(below: 2) }
+            #expect(compacted?.code == .corruptEntry && compacted?.detail.contains("conflicts: a key of") == true, "\(damage): \(String(describing: compacted))")
+            #expect(try store.compactedBelow() == 0)
+        }
     }
 
     /// storage.md section 15, "Derived `meta` keys": a stored pull cursor
