@@ -457,6 +457,22 @@ extension ToolRun {
         #expect(offsets == Array(1...49), "\(tail.outputLines.suffix(3)) \(tail.errorText)")
     }
 
+    /// Makes a store in `directory` of 2 MiB entities `b0`, `b1`, ..., full
+    /// enough that a rebuild (`logtool replay`), which writes the
+    /// projections again beside those in use, must grow the map; returns
+    /// how many it made.
+    static func fillForAGrowingReplay(_ directory: TemporaryDirectory) async throws -> Int {
+        let writer = try Store(path: directory.path, options: .init(durability: .process))
+        defer { writer.close() }
+        let blob = Value.bytes([UInt8](repeating: 0x5A, count: 2 << 20))
+        var count = 0
+        repeat {
+            try await writer.create(type: "blob", id: "b\(count)", fields: ["data": blob])
+            count += 1
+        } while writer.log.mapUsage().usedBytes * 10 < writer.log.mapUsage().mapSize * 7
+        return count
+    }
+
     /// A read-only process reads inside a read (a `get` inside `Store.read`)
     /// after another process grew the map past the one it mapped: the inner
     /// read cannot take the new size while the outer one holds the old map.
@@ -464,16 +480,7 @@ extension ToolRun {
     /// next read outside takes the new size.
     @Test func aReadInsideAReadAfterAnotherProcessGrewTheMapIsAnError() async throws {
         let directory = try TemporaryDirectory("logtool-nested-read-grow")
-        let writer = try Store(path: directory.path, options: .init(durability: .process))
-        let blob = Value.bytes([UInt8](repeating: 0x5A, count: 2 << 20))
-        // Full enough that a rebuild, which writes the projections again
-        // beside those in use, must grow the map.
-        var count = 0
-        repeat {
-            try await writer.create(type: "blob", id: "b\(count)", fields: ["data": blob])
-            count += 1
-        } while writer.log.mapUsage().usedBytes * 10 < writer.log.mapUsage().mapSize * 7
-        writer.close()
+        let count = try await Self.fillForAGrowingReplay(directory)
         let reader = try Store(path: directory.path, options: .init(readOnly: true))
         defer { reader.close() }
         let mapBefore = reader.log.mapUsage().mapSize
@@ -495,14 +502,7 @@ extension ToolRun {
     /// It was `MDB_MAP_RESIZED`, and the open failed.
     @Test func openingADatabaseAfterAnotherProcessGrewTheMapTakesTheNewSize() async throws {
         let directory = try TemporaryDirectory("logtool-open-after-grow")
-        let writer = try Store(path: directory.path, options: .init(durability: .process))
-        let blob = Value.bytes([UInt8](repeating: 0x5A, count: 2 << 20))
-        var count = 0
-        repeat {
-            try await writer.create(type: "blob", id: "b\(count)", fields: ["data": blob])
-            count += 1
-        } while writer.log.mapUsage().usedBytes * 10 < writer.log.mapUsage().mapSize * 7
-        writer.close()
+        _ = try await Self.fillForAGrowingReplay(directory)
         var options = Environment.Options()
         options.readOnly = true
         let reader = try Environment(path: directory.path, options: options)
