@@ -182,9 +182,7 @@ import Testing
         let pulls = FailingPulls(server, retryAfterSeconds: 100)
         let replica = try Replica("late-start", server: server, transport: pulls)
         guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
-        var core = SchedulerCore()
-        core.periodMilliseconds = 60_000
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(replica.engine, clock: replica.clock, periodMilliseconds: 60_000)
         await scheduler.start()
         try await replica.clock.waitForSleepers(2)  // the periodic and the retry timers
         await scheduler.settle()
@@ -290,9 +288,7 @@ import Testing
         let server = try await TestServer("run-backoff-same-state")
         let replica = try Replica("same-state", server: server)
         replica.store.close()
-        var core = SchedulerCore()
-        core.periodMilliseconds = 600_000
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(replica.engine, clock: replica.clock, periodMilliseconds: 600_000)
         await scheduler.start()
         try await waitUntil { await scheduler.triggered == [.started] }
         try await waitUntil { await replica.engine.nextRunAt != nil && replica.clock.sleeperCount == 2 }
@@ -340,9 +336,7 @@ import Testing
         _ name: String, _ server: TestServer, _ pulls: FailingPulls, periodMilliseconds: UInt64 = 60_000
     ) async throws -> (Replica, SyncScheduler) {
         let replica = try Replica(name, server: server, transport: pulls)
-        var core = SchedulerCore()
-        core.periodMilliseconds = periodMilliseconds
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(replica.engine, clock: replica.clock, periodMilliseconds: periodMilliseconds)
         await scheduler.start()
         try await waitUntil { await scheduler.triggered.count == 1 }
         await scheduler.settle()

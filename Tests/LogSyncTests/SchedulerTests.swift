@@ -206,9 +206,7 @@ import Testing
     @Test func aWriteDuringARunIsPushedByARunRightAfterIt() async throws {
         let server = try await TestServer("scheduler-rerun")
         let (gate, reader) = try await Self.serverWithPages(server, pages: 1, slow: 0)
-        var core = SchedulerCore()
-        core.periodMilliseconds = .max
-        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(reader.engine, clock: reader.clock, periodMilliseconds: .max)
         await scheduler.start()
         try await gate.waitUntilHeld()
         try await waitUntil { await scheduler.isSyncRunning }
@@ -324,9 +322,7 @@ import Testing
     @Test func aTriggerHeldDuringARunItsBudgetStoppedStartsNoRun() async throws {
         let server = try await TestServer("background-held")
         let (gate, reader) = try await Self.serverWithPages(server, pages: 10, slow: 0)
-        var core = SchedulerCore()
-        core.periodMilliseconds = .max
-        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(reader.engine, clock: reader.clock, periodMilliseconds: .max)
         await scheduler.start()
         // The start's run pulls, held at the gate; the background run joins it.
         try await gate.waitUntilHeld()
@@ -360,9 +356,7 @@ import Testing
     @Test func aTriggerHeldDuringABackgroundRunStartsNoRunWhenItCompletes() async throws {
         let server = try await TestServer("background-held-completed")
         let (gate, reader) = try await Self.serverWithPages(server, pages: 2, slow: 0)
-        var core = SchedulerCore()
-        core.periodMilliseconds = .max
-        let scheduler = SyncScheduler(engine: reader.engine, clock: reader.clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(reader.engine, clock: reader.clock, periodMilliseconds: .max)
         await scheduler.start()
         // The start's run, in the foreground.
         try await gate.waitUntilHeld()
@@ -405,9 +399,7 @@ import Testing
         let replica = try Replica("run-end", server: server, transport: transport)
         try await replica.store.create(type: "task", fields: ["title": "pushed by the cancelled run"])
         let clock = BlockingClock(replica.clock)
-        var core = SchedulerCore()
-        core.periodMilliseconds = .max
-        let scheduler = SyncScheduler(engine: replica.engine, clock: clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(replica.engine, clock: clock, periodMilliseconds: .max)
         await scheduler.start()
         // The start's run has its push answered, held at the gate.
         try await gate.waitUntilHeld()
@@ -632,6 +624,16 @@ final class PullGate: Sendable {
             return state.waiter
         }
         waiter?.resume()
+    }
+}
+
+extension SyncScheduler {
+    /// A scheduler of `engine` on `clock` that is always online, with a
+    /// periodic sync every `periodMilliseconds` (`.max`: none).
+    static func online(_ engine: SyncEngine, clock: any SyncClock, periodMilliseconds: UInt64) -> SyncScheduler {
+        var core = SchedulerCore()
+        core.periodMilliseconds = periodMilliseconds
+        return SyncScheduler(engine: engine, clock: clock, monitor: FixedConnectivity(online: true), core: core)
     }
 }
 

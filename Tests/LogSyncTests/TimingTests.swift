@@ -75,9 +75,7 @@ import Testing
             return
         }
         let breakerEnd = try #require(await a.engine.nextRunDeadline)
-        var core = SchedulerCore()
-        core.periodMilliseconds = 600_000
-        let scheduler = SyncScheduler(engine: a.engine, clock: a.clock, monitor: FixedConnectivity(online: true), core: core)
+        let scheduler = SyncScheduler.online(a.engine, clock: a.clock, periodMilliseconds: 600_000)
         await scheduler.start()
         try await a.clock.waitForSleepers(2)  // the periodic timer, and the retry timer at the breaker's end
         await scheduler.settle()
