@@ -465,6 +465,18 @@ import Testing
         }
     }
 
+    /// A store of te/a (1, pending) and te/b: created (2), acknowledged at
+    /// version 4 (3), then updated (4, pending), so b's record holds a base
+    /// and a pending offset. Closed.
+    static func makeStoreWithAPendingUpdate(_ directory: TemporaryDirectory) async throws {
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        try await store.create(type: "te", id: "a", fields: ["title": "kept"])
+        try await store.create(type: "te", id: "b", fields: ["title": "b", "n": 1])
+        try await store.record([(2, .acknowledged(.applied, serverVersion: 4))])
+        try await store.update(type: "te", id: "b", changes: ["n": 2])
+    }
+
     /// Seeded damage to one entity's record (te/b: a server base at
     /// version 4, one intent pending on it): a bit flipped, the record cut
     /// short or extended, a length rewritten. Every read and write that
@@ -477,14 +489,7 @@ import Testing
         let key = Array("te".utf8) + [0] + Array("b".utf8)
         for round in 0..<24 {
             let directory = try TemporaryDirectory("integrity-entity-seeded")
-            do {
-                let store = try Store(path: directory.path, options: .init(durability: .process))
-                try await store.create(type: "te", id: "a", fields: ["title": "kept"])
-                try await store.create(type: "te", id: "b", fields: ["title": "b", "n": 1])
-                try await store.record([(2, .acknowledged(.applied, serverVersion: 4))])
-                try await store.update(type: "te", id: "b", changes: ["n": 2])
-                store.close()
-            }
+            try await Self.makeStoreWithAPendingUpdate(directory)
             let environment = try Environment(path: directory.path)
             let entities = try #require(try environment.openDatabase("entities", create: false))
             try environment.write { txn in
@@ -528,14 +533,7 @@ import Testing
     @Test(arguments: [1, 3, 99] as [UInt8])
     func aPendingOffsetNamingAnotherEntryIsNamedByItsEntity(offset: UInt8) async throws {
         let directory = try TemporaryDirectory("integrity-entity-pending")
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: ["title": "kept"])
-            try await store.create(type: "te", id: "b", fields: ["title": "b", "n": 1])
-            try await store.record([(2, .acknowledged(.applied, serverVersion: 4))])
-            try await store.update(type: "te", id: "b", changes: ["n": 2])
-            store.close()
-        }
+        try await Self.makeStoreWithAPendingUpdate(directory)
         let key = Array("te".utf8) + [0] + Array("b".utf8)
         let environment = try Environment(path: directory.path)
         let entities = try #require(try environment.openDatabase("entities", create: false))
