@@ -197,21 +197,35 @@ extension PushResult {
 }
 
 extension PullChange {
+    /// One change of a pull page (`Format/sync-protocol.md`, section 8).
+    /// What a client's store would refuse to apply (a type, id or field
+    /// outside its rules, version 0) is refused here, naming the member, as is a
+    /// delete carrying fields, which would be dropped unseen: a body the
+    /// protocol does not define (section 10), not the store's error.
     init(json: JSONValue, path: String) throws {
         let operation = try json.string("operation", path)
         guard let kind = Operation(rawValue: operation) else { throw WireDecodingError("\(path).operation", "is \(operation)") }
+        let entityType = try json.string("entity_type", path)
+        if let problem = NameRules.entityTypeProblem(entityType) { throw WireDecodingError("\(path).entity_type", problem) }
+        let entityID = try json.string("entity_id", path)
+        if let problem = NameRules.entityIDProblem(entityID) { throw WireDecodingError("\(path).entity_id", problem) }
         var data: Fields?
         if let value = json["data"], value != .null { data = try Fields(json: value, path: "\(path).data") }
-        guard case .int(let version)? = json["server_version"], version >= 0 else {
-            throw WireDecodingError("\(path).server_version", "is missing or not a version")
+        if let fields = data, let problem = NameRules.fieldsProblem(fields) { throw WireDecodingError("\(path).data", problem) }
+        if kind == .delete, let fields = data, !fields.isEmpty {
+            throw WireDecodingError("\(path).data", "holds \(fields.count) field(s) in a delete, whose data is null")
+        }
+        // Versions start at 1 (section 7, "Versions").
+        guard case .int(let version)? = json["server_version"], version >= 1 else {
+            throw WireDecodingError("\(path).server_version", "is missing or not a version (1 or more)")
         }
         // Absent (or null) when the server does not say; another value is
         // a body the protocol does not define.
         var idempotencyKey: String?
         if let value = json["idempotency_key"], value != .null { idempotencyKey = try json.string("idempotency_key", path) }
         self.init(
-            entityType: try json.string("entity_type", path), entityID: try json.string("entity_id", path), operation: kind,
-            data: data, serverVersion: UInt64(version), updatedAt: try json.string("updated_at", path),
+            entityType: entityType, entityID: entityID, operation: kind, data: data, serverVersion: UInt64(version),
+            updatedAt: try json.string("updated_at", path),
             idempotencyKey: idempotencyKey)
     }
 }

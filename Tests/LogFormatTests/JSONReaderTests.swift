@@ -112,6 +112,38 @@ import Testing
         #expect("\(String(describing: error))".contains("changes[0].idempotency_key"), "\(String(describing: error))")
     }
 
+    /// A pulled change the store would refuse to apply is a body the
+    /// protocol does not define (section 8), refused by the reader with the
+    /// member's path: version 0, a delete carrying fields, a type, id or
+    /// field name outside the store's rules. Before, the reader took them, and the
+    /// store refused the page on apply, the run failing with an invalid
+    /// argument of the local store ("server versions start at 1"); a
+    /// delete's fields were dropped without a word.
+    @Test func aPulledChangeTheStoreWouldRefuseIsRefusedByTheReader() throws {
+        func page(_ operation: String, data: String = "null", version: String = "1", type: String = "te", id: String = "a") -> [UInt8] {
+            Array(
+                (#"{"changes": [{"entity_type": "\#(type)", "entity_id": "\#(id)", "operation": "\#(operation)", "data": \#(data), "#
+                    + #""server_version": \#(version), "updated_at": "x"}], "cursor": "c", "has_more": false, "force_resync": false}"#).utf8)
+        }
+        let refused: [(page: [UInt8], path: String)] = [
+            (page("upsert", data: #"{"n": 1}"#, version: "0"), "changes[0].server_version"),
+            (page("delete", version: "-0"), "changes[0].server_version"),
+            (page("delete", data: #"{"n": 1}"#), "changes[0].data"),
+            (page("upsert", data: "{}", type: "Task"), "changes[0].entity_type"),
+            (page("upsert", data: "{}", id: ""), "changes[0].entity_id"),
+            (page("upsert", data: #"{"": 1}"#), "changes[0].data"),
+        ]
+        for (bytes, path) in refused {
+            let error = #expect(throws: WireDecodingError.self, "\(path)") { try PullResponse.decode(json: bytes) }
+            #expect(error?.path == path, "\(String(describing: error))")
+        }
+        // A delete's `data` is null; `{}` is no fields either.
+        for data in ["null", "{}"] {
+            #expect(try PullResponse.decode(json: page("delete", data: data)).changes.first?.data?.isEmpty ?? true, "\(data)")
+        }
+        #expect(try PullResponse.decode(json: page("upsert", data: "{}", version: "1.0")).changes.first?.serverVersion == 1)
+    }
+
     /// A number's value decides int or double (`Format/sync-protocol.md`
     /// section 4, "Reading", point 2), and the value is the decimal the text
     /// writes, not the double nearest to it: a whole number within Int64 is

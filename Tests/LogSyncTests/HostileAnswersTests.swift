@@ -135,6 +135,33 @@ import Testing
         #expect(try a.store.pullCursor() == "c1")
     }
 
+    /// Section 8: a change's `server_version` is at least 1, and a delete
+    /// carries no fields. A page breaking either is a body the protocol
+    /// does not define (section 10: retryable, as a network error), refused
+    /// as the transport reads it, naming the member, and not applied.
+    /// Before, version 0 reached the store, and the run failed as the local
+    /// store's error ("store: ... server versions start at 1"); a delete's
+    /// fields were dropped and the delete applied.
+    @Test(arguments: ["version 0", "delete with fields"])
+    func aChangeOutsideTheProtocolFailsThePullNamingIt(_ shape: String) async throws {
+        let server = try Self.feed(counting: Counter()) { _ in
+            var change = HostileServerTests.change("t1", version: shape == "version 0" ? 0 : 1)
+            if shape == "delete with fields" { change.operation = .delete }
+            return PullResponse(changes: [change], cursor: "c1", hasMore: false)
+        }
+        defer { server.stop() }
+        let a = try Replica("change-outside-protocol", url: server.url)
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("\(shape): expected the run to fail, got \(report.outcome)")
+            return
+        }
+        let member = shape == "version 0" ? "changes[0].server_version" : "changes[0].data"
+        #expect(message.hasPrefix("pull: ") && message.contains(member), "\(shape): \(message)")
+        #expect(try a.store.pullCursor() == nil)
+        #expect(try a.store.log.lastOffset() == 0)
+    }
+
     /// The bound itself is a cursor: one of exactly `cursorBytesMax` bytes,
     /// from `!` to `~`, is applied with its page and stored as it came.
     @Test func aPageWithACursorOfExactlyCursorBytesMaxIsApplied() async throws {
