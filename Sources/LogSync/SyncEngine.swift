@@ -9,6 +9,8 @@ import LogStore
 ///   quietly (`.offline`), with no error and no retry counted. A server
 ///   that answers in another protocol version is reachable, and no run can
 ///   sync with it: the run fails (`SyncHealth.serverProtocolVersion`).
+///   So does one that answers with an error status (a 503 while its store
+///   is unavailable), and the next run waits at least its `Retry-After`.
 /// - Each intent's answer is recorded on its own; retryable failures are
 ///   retried with backoff and jitter, permanent ones are reported through
 ///   `Store.events()`; conflicts go to the entity type's strategy, and a
@@ -301,14 +303,20 @@ public actor SyncEngine {
             if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
             serverProtocolVersion = nil
         } catch {
-            // The server answered, in another protocol version: no portal
-            // does (section 10 makes it permanent). Quiet as offline, the
-            // app would show "offline" for ever, with nothing to tell its
-            // user that an update is needed.
-            if case .protocolVersion = error.kind {
+            // The server answered: in another protocol version, which no
+            // portal does (section 10 makes it permanent), or in this one
+            // with an error status (a 503 while its store is unavailable,
+            // with `Retry-After`). Quiet as offline, the app would show
+            // "offline" for ever, with nothing to tell its user that an
+            // update is needed, and the next trigger would ask again before
+            // the server's `Retry-After` was over: a failed run keeps to it,
+            // as after a push's or a pull's 503.
+            switch error.kind {
+            case .protocolVersion, .status:
                 if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
-                _ = noteFailure(error)
-                return finish(&report, .failed("health: \(error.message)"))
+                return finish(&report, noteFailure(error) ?? .failed("health: \(error.message)"))
+            case .noAnswer, .network, .responseTooLarge:
+                break
             }
             if isCancelled { return finish(&report, .cancelled) }
             onlineSince = nil

@@ -13,7 +13,8 @@ public protocol SyncTransport: Sendable {
     /// health body whose status is "ok" and protocol version 1.
     /// - Throws: `TransportError` for anything else (a captive portal's page
     ///   is `.network`; an answer in another protocol version,
-    ///   `.protocolVersion`, which the engine does not take for offline).
+    ///   `.protocolVersion`, and an error status with its `Retry-After`,
+    ///   `.status`, neither of which the engine takes for offline).
     func health() async throws(TransportError) -> HealthResponse
 
     /// `POST /v1/push` with one result per operation, in order.

@@ -159,6 +159,32 @@ import Testing
         #expect(health.pendingCount == 1)
     }
 
+    /// A server whose store is unavailable answers health `503` with
+    /// `Retry-After: 30` (section 6). That is the server, speaking this
+    /// protocol, asking for a wait, as its 503 to a push or pull would: the
+    /// run fails, the server counts as reachable, and the next run waits at
+    /// least the 30 s. Before, the run ended quietly as offline, with no
+    /// backoff, and the scheduler's next trigger (a write, a nudge, the
+    /// 30 s timer) asked again as soon as it came.
+    @Test func aHealth503WithRetryAfterFailsTheRunAndIsWaitedFor() async throws {
+        let server = try await TestServer("health-503")
+        defer { Task { await server.stop() } }
+        let a = try Self.replica("a", server)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        server.server.close()
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("expected the run to fail, got \(report.outcome)")
+            return
+        }
+        #expect(message.hasPrefix("health: ") && message.contains("503"), "\(message)")
+        let health = try await a.engine.health()
+        #expect(health.isOnline && health.lastError == message)
+        let nextRunAt = try #require(health.nextRunAt)
+        #expect(nextRunAt >= a.clock.nowMilliseconds + 30_000, "waits the Retry-After")
+        #expect(health.pendingCount == 1)
+    }
+
     /// Intents out of retries are counted as failed, not as pending, and do
     /// not make the store stuck: they wait for the app.
     @Test func failedIntentsAreCountedApart() async throws {
