@@ -35,7 +35,8 @@ final class ServerStorage: Sendable {
         static let nextUser = Array("next-user".utf8)
     }
 
-    /// Opens the store at `path`, creating it in a missing or empty directory.
+    /// Opens the store at `path`, creating it in a missing or empty
+    /// directory (or one holding only `lost+found`: a mount point).
     /// - Throws: `SyncServer.ConfigurationError` when `path` holds files but
     ///   no store, holds an LMDB environment that is not a server's store, or
     ///   another process serves it; `LMDBError` when the directory cannot be used.
@@ -90,24 +91,27 @@ final class ServerStorage: Sendable {
         return id
     }
 
-    /// The lock files a directory may hold without a data file: LMDB's,
-    /// which it makes first (a first start killed in between leaves it
-    /// alone), and the server's, which stays when an operator removes the
-    /// data file to start afresh.
-    private static let lockFiles: Set<String> = ["lock.mdb", DataDirectoryLock.fileName]
+    /// The names a directory may hold without a data file: LMDB's lock
+    /// file, which it makes first (a first start killed in between leaves
+    /// it alone), the server's, which stays when an operator removes the
+    /// data file to start afresh, and `lost+found`, which `mkfs` makes at
+    /// the root of a new file system: a mount point holding only it is as
+    /// empty as a file system can be.
+    private static let namesWithoutStore: Set<String> = ["lock.mdb", DataDirectoryLock.fileName, "lost+found"]
     /// The names a refusal lists; it counts the others.
     private static let listedFileCountMax = 3
 
     /// Refuses a directory that holds files but no data file (`data.mdb`):
     /// notes, another program's files, a `--data` mistyped. A store made
     /// there would mix the server's files with them. A missing or empty
-    /// directory is where a store is made; a path that cannot be listed
-    /// (not a directory, no permission) is the environment's to refuse.
+    /// directory (a mount point's `lost+found` aside) is where a store is
+    /// made; a path that cannot be listed (not a directory, no
+    /// permission) is the environment's to refuse.
     private static func checkHoldsNoOtherFiles(_ path: String) throws {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: path), !names.contains("data.mdb") else {
             return
         }
-        let others = names.filter { !lockFiles.contains($0) }.sorted()
+        let others = names.filter { !namesWithoutStore.contains($0) }.sorted()
         guard !others.isEmpty else { return }
         var listed = others.prefix(listedFileCountMax).joined(separator: ", ")
         if others.count > listedFileCountMax { listed += " and \(others.count - listedFileCountMax) more" }

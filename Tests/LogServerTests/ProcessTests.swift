@@ -488,6 +488,19 @@ extension SyncServerProcessTests {
         let (served, _) = try await SyncServerProcessTests.started(["--data", empty, "--port", "0", "--token", "t:alice"])
         served.kill()
     }
+
+    /// A fresh file system's mount point holds only `lost+found`, which
+    /// `mkfs` makes: it is served as an empty directory is, and the store
+    /// is made beside it. Before, it was refused as holding files but no
+    /// store, and an operator had to serve a subdirectory.
+    @Test func aDirectoryHoldingOnlyLostAndFoundIsServed() async throws {
+        let directory = try TemporaryDirectory("syncserver-mount-point")
+        let data = directory.appending("mount")
+        try FileManager.default.createDirectory(atPath: data + "/lost+found", withIntermediateDirectories: true)
+        let (served, _) = try await SyncServerProcessTests.started(["--data", data, "--port", "0", "--token", "t:alice"])
+        served.kill()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: data).contains("data.mdb"))
+    }
 }
 
 /// A damaged server ID (the `meta` key `server-id` that is not a UUIDv7: of
