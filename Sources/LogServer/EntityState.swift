@@ -13,7 +13,10 @@ struct EntityState: Equatable {
     var updatedAt: Int64 = 0
     var createdVersion: UInt64 = 0
     var fields: Fields = [:]
-    /// Per field: the version of the operation that last set it.
+    /// Per field: the version of the operation that last set it. Keyed by
+    /// `String`, whose == takes canonically equivalent spellings for one
+    /// name: the rules keep two of them out of one entity, and
+    /// `lastChanged` checks the scalars of the name it finds.
     var fieldVersions: [String: UInt64] = [:]
 
     var exists: Bool { version > 0 && !deleted }
@@ -23,8 +26,15 @@ struct EntityState: Equatable {
     var serverState: ServerState { ServerState(serverVersion: version, deleted: !exists, data: fields) }
 
     /// The version that last set `field`; a field the entity lacks counts as
-    /// set when the entity was created.
-    func lastChanged(_ field: String) -> UInt64 { fieldVersions[field] ?? createdVersion }
+    /// set when the entity was created. Names are compared by their scalars
+    /// (`Format/sync-protocol.md`, section 1): another spelling's version
+    /// would make an update of a name never set a conflict.
+    func lastChanged(_ field: String) -> UInt64 {
+        guard let index = fieldVersions.index(forKey: field), Fields.same(fieldVersions[index].key, field) else {
+            return createdVersion
+        }
+        return fieldVersions[index].value
+    }
 
     func encoded() -> [UInt8] {
         let versions = Fields(fieldVersions.map { ($0.key, Value.int(Int64(bitPattern: $0.value))) })

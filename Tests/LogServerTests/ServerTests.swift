@@ -728,6 +728,23 @@ import Testing
         let same = try await server.push([operation(.update, "t1", [composed: 3], base: 1)]).decode(PushResponse.self)
         #expect(same.results[0].status == .applied)
     }
+
+    /// A field's last-changed version is its own, found by its scalars
+    /// (section 1), not another spelling's: the decomposed name, never
+    /// set, counts as set at the create (1), so an update of it made at 1
+    /// does not conflict, and is refused for the spelling alone. Before,
+    /// the versions, keyed by `String`, answered for the composed name
+    /// (set at 2): a `CONFLICT`, whose resolution could only be refused too.
+    @Test func aFieldsLastChangedVersionIsNotAnotherSpellings() async throws {
+        let server = try await TestServer("push-equivalent-versions")
+        defer { Task { await server.stop() } }
+        let composed = "caf\u{E9}"
+        let decomposed = "cafe\u{301}"
+        _ = try await server.push([operation(.create, "t1", [composed: 1]), operation(.update, "t1", [composed: 2], base: 1)])
+        let update = try await server.push([operation(.update, "t1", [decomposed: 3], base: 1)]).decode(PushResponse.self)
+        #expect(update.results[0].errorCode == .validationError, "\(update.results[0])")
+        #expect(update.results[0].serverState == nil)
+    }
 }
 
 @Suite struct ServerConfigurationTests {
