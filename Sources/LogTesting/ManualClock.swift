@@ -72,8 +72,9 @@ public final class ManualClock: SyncClock, @unchecked Sendable {
     }
 
     /// Waits (really, briefly) until `count` tasks sleep on the clock, so a
-    /// test advances time only once its timers are set.
-    public func waitForSleepers(_ count: Int, timeoutSeconds: Double = 10) async throws {
+    /// test advances time only once its timers are set. The bound only ends
+    /// a wait that would never end: generous, for a loaded machine.
+    public func waitForSleepers(_ count: Int, timeoutSeconds: Double = 60) async throws {
         let deadline = Date().addingTimeInterval(timeoutSeconds)
         while sleeperCount < count {
             guard Date() < deadline else { throw CancellationError() }

@@ -297,7 +297,7 @@ import Testing
                 }.start()
             }
             for _ in 0..<work.count + 2 {
-                try #require(done.wait(timeout: .now() + 10) == .success, "a close, read or write hung")
+                try #require(done.wait(timeout: .now() + 60) == .success, "a close, read or write hung")
             }
             #expect(unexpected.withLock { $0 }.isEmpty)
             #expect(throws: LMDBError.self) { try environment.read { _ in () } }

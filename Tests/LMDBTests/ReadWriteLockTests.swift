@@ -33,9 +33,9 @@ import Testing
             lock.withExclusive {}
             writerDone.signal()
         }.start()
-        let nestedFinished = nestedDone.wait(timeout: .now() + 10) == .success
+        let nestedFinished = nestedDone.wait(timeout: .now() + 60) == .success
         #expect(nestedFinished, "a nested shared hold queued behind the waiting writer")
-        #expect(writerDone.wait(timeout: .now() + 10) == .success, "the writer never got in")
+        #expect(writerDone.wait(timeout: .now() + 60) == .success, "the writer never got in")
     }
 
     @Test func aNewSharedHoldQueuesBehindAWaitingWriter() throws {
@@ -51,7 +51,7 @@ import Testing
         // Once the writer is counted, a new reader waits at the gate; then
         // time for the reader to reach it (one that has not yet by the
         // unlock comes after the writer anyway, and the test shows nothing).
-        for _ in 0..<10_000 where lock.writersWaitingOrHolding == 0 { Thread.sleep(forTimeInterval: 0.001) }
+        for _ in 0..<60_000 where lock.writersWaitingOrHolding == 0 { Thread.sleep(forTimeInterval: 0.001) }
         try #require(lock.writersWaitingOrHolding == 1, "the writer never came")
         Thread {
             lock.withShared { order.withLock { $0.append("reader") } }
@@ -59,8 +59,8 @@ import Testing
         }.start()
         Thread.sleep(forTimeInterval: 0.1)
         lock.unlock()
-        #expect(writerDone.wait(timeout: .now() + 10) == .success, "the writer never got in")
-        #expect(readerDone.wait(timeout: .now() + 10) == .success, "the reader never got in")
+        #expect(writerDone.wait(timeout: .now() + 60) == .success, "the writer never got in")
+        #expect(readerDone.wait(timeout: .now() + 60) == .success, "the reader never got in")
         #expect(order.withLock { $0 } == ["writer", "reader"])
     }
 
@@ -96,9 +96,9 @@ import Testing
             }.start()
         }
         var finished = 0
-        while finished < 2, readersDone.wait(timeout: .now() + 10) == .success { finished += 1 }
+        while finished < 2, readersDone.wait(timeout: .now() + 60) == .success { finished += 1 }
         #expect(finished == 2, "a reader holding one lock waited at the other's gate")
-        while finished < 4, writersDone.wait(timeout: .now() + 10) == .success { finished += 1 }
+        while finished < 4, writersDone.wait(timeout: .now() + 60) == .success { finished += 1 }
         #expect(finished == 4, "a writer never got in")
     }
 }

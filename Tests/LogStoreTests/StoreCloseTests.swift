@@ -8,7 +8,7 @@ import Testing
 
 /// Opens the store at `path` once it is closed (a store still open in this
 /// process refuses a second open); nil when it stays open for `seconds`.
-private func openOnceClosed(_ path: String, seconds: Double = 10) async throws -> Store? {
+private func openOnceClosed(_ path: String, seconds: Double = 60) async throws -> Store? {
     let attempts = Int(seconds * 100)
     for _ in 0..<attempts {
         do {
@@ -118,7 +118,7 @@ private func openOnceClosed(_ path: String, seconds: Double = 10) async throws -
                 }.start()
             }
             for _ in 0..<3 {
-                try #require(threadsDone.wait(timeout: .now() + 10) == .success, "a close or a read hung")
+                try #require(threadsDone.wait(timeout: .now() + 60) == .success, "a close or a read hung")
             }
             var committed: [String] = []
             for writer in writers {
@@ -136,7 +136,7 @@ private func openOnceClosed(_ path: String, seconds: Double = 10) async throws -
 
 /// Runs `body` on a thread of its own; false when it has not returned
 /// within `seconds` (a hang).
-private func finishes(within seconds: Double = 10, _ body: @escaping @Sendable () -> Void) -> Bool {
+private func finishes(within seconds: Double = 60, _ body: @escaping @Sendable () -> Void) -> Bool {
     let done = DispatchSemaphore(value: 0)
     Thread {
         body()
@@ -227,7 +227,7 @@ extension StoreCloseTests {
                     done.signal()
                 }.start()
             }
-            for _ in stores { try #require(done.wait(timeout: .now() + 10) == .success, "round \(round): a close hung") }
+            for _ in stores { try #require(done.wait(timeout: .now() + 60) == .success, "round \(round): a close hung") }
             for writer in writers { await writer.value }
             for path in [a.path, b.path] {
                 let reopened = try Store(path: path, options: .init(durability: .process))
@@ -300,7 +300,7 @@ extension StoreCloseTests {
                     return count
                 }
                 group.addTask {
-                    try? await Task.sleep(for: .seconds(5))
+                    try? await Task.sleep(for: .seconds(60))
                     return nil
                 }
                 let first = await group.next() ?? nil

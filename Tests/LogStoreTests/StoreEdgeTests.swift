@@ -238,7 +238,7 @@ extension StoreEdgeTests {
                 return true
             }
             group.addTask {
-                try? await Task.sleep(for: .seconds(2))
+                try? await Task.sleep(for: .seconds(60))
                 return false
             }
             let first = await group.next() ?? false

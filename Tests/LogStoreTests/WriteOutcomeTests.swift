@@ -103,7 +103,7 @@ private func yieldUntil(_ yieldsMax: Int = 1_000_000, _ condition: () -> Bool) a
         gate.open()
         try await held.value
         for (n, write) in writes.enumerated() { #expect(try await write.value == "w\(n)") }
-        #expect(closed.wait(timeout: .now() + 10) == .success, "close hung")
+        #expect(closed.wait(timeout: .now() + 60) == .success, "close hung")
         await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: "late", fields: [:]) }
         fixture.store = try Store(path: fixture.directory.path, options: .init(durability: .process))
         #expect(try fixture.store.count(type: "te") == writes.count)

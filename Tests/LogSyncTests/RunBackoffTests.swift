@@ -299,8 +299,8 @@ import Testing
         await scheduler.settle()  // the retry's run has ended
         #expect((await replica.engine.nextRunAt ?? 0) > first)
         // Heard, the run's end sets the retry timer beside the periodic one;
-        // not heard, nothing does (a bounded wait, then the nudge tells).
-        for _ in 0..<500 where replica.clock.sleeperCount < 2 { try await Task.sleep(for: .milliseconds(10)) }
+        // not heard, nothing does, and the wait fails.
+        try await waitUntil { replica.clock.sleeperCount == 2 }
         await scheduler.nudge()
         await scheduler.settle()
         #expect(await scheduler.triggered == [.started, .retry], "a nudge during the second failed run's backoff")

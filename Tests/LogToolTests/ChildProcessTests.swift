@@ -44,14 +44,14 @@ import Testing
 
     @Test func exitStatusSignalAndOutputAreReported() async throws {
         let shell = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "echo out; echo err >&2; exit 3"])
-        #expect(await shell.waitForExit(timeout: .seconds(30)))
+        #expect(await shell.waitForExit(timeout: .seconds(60)))
         #expect(shell.ending == .exit(3))
         #expect(shell.outputLines == ["out"] && shell.errorText == "err\n")
 
         let sleeper = try ChildProcess(executable: "/bin/sleep", arguments: ["30"])
         #expect(sleeper.isRunning)
         sleeper.kill()
-        #expect(await sleeper.waitForExit(timeout: .seconds(30)))
+        #expect(await sleeper.waitForExit(timeout: .seconds(60)))
         #expect(sleeper.ending == .signal(SIGKILL) && sleeper.ending.status == 128 + SIGKILL)
     }
 
@@ -61,11 +61,11 @@ import Testing
     @Test func killingAGroupLeaderKillsItsChildren() async throws {
         let shell = try ChildProcess(
             executable: "/bin/sh", arguments: ["-c", "sleep 300 & echo $!; wait"], ownProcessGroup: true)
-        let line = await shell.waitForLine(timeout: .seconds(30)) { !$0.isEmpty }
+        let line = await shell.waitForLine(timeout: .seconds(60)) { !$0.isEmpty }
         let grandchild = try #require(line.flatMap { pid_t($0) }, "the shell did not say its child's pid")
         defer { _ = kill(grandchild, SIGKILL) }
         shell.kill()
-        #expect(await shell.waitForExit(timeout: .seconds(30)))
+        #expect(await shell.waitForExit(timeout: .seconds(60)))
         // Killed, it is gone or a zombie waiting for init; left running, it sleeps.
         var state = processState(grandchild)
         for _ in 0..<300 where state != nil && state != "Z" {

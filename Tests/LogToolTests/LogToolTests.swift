@@ -396,10 +396,10 @@ extension ToolRun {
             arguments: ["tail", directory.path, "-n", "2", "--follow", "--seconds", "20", "--json"])
         defer { tail.kill() }
         // Once tail has printed the last two, this process appends three more.
-        #expect(await tail.waitForLines(timeout: .seconds(20)) { $0.count >= 2 })
+        #expect(await tail.waitForLines(timeout: .seconds(60)) { $0.count >= 2 })
         let log = try EventLog(path: directory.path, options: .init(durability: .process))
         _ = try await log.append(contentsOf: (1...3).map { _ in EntryBody.resync(reason: "after") })
-        #expect(await tail.waitForLines(timeout: .seconds(20)) { $0.count >= 5 })
+        #expect(await tail.waitForLines(timeout: .seconds(60)) { $0.count >= 5 })
         tail.kill(SIGTERM)
         log.close()
         let offsets = try tail.outputLines.map { line in
@@ -438,7 +438,7 @@ extension ToolRun {
         let tail = try ChildProcess(
             executable: Tool.path("logtool"), arguments: ["tail", directory.path, "-n", "1", "--follow", "--seconds", "60"])
         defer { tail.kill() }
-        #expect(await tail.waitForLines(timeout: .seconds(20)) { $0.count >= 1 })
+        #expect(await tail.waitForLines(timeout: .seconds(60)) { $0.count >= 1 })
         // 48 entries of 2 MiB: about 100 MiB of log.
         let blob = Value.bytes([UInt8](repeating: 0x5A, count: 2 << 20))
         for n in 0..<48 {
@@ -449,7 +449,7 @@ extension ToolRun {
                         fields: ["data": blob])))
         }
         #expect(log.mapUsage().mapSize > mapBefore)
-        #expect(await tail.waitForLines(timeout: .seconds(30)) { $0.count >= 49 })
+        #expect(await tail.waitForLines(timeout: .seconds(60)) { $0.count >= 49 })
         tail.kill(SIGTERM)
         let offsets = tail.outputLines.compactMap { line in
             line.split(separator: " ").first { $0.hasPrefix("#") }.flatMap { Int($0.dropFirst()) }
