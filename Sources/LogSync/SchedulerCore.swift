@@ -44,7 +44,7 @@ public struct SchedulerCore: Sendable, Equatable {
         /// may start, nil when it need not wait; `cancelled` when it was
         /// stopped (`SyncOutcome.cancelled`); `background` when a
         /// background task ran it (`SyncScheduler.runBackground` started or
-        /// joined it), within its budget.
+        /// joined it), however it ended.
         case syncEnded(nextRunAt: UInt64?, cancelled: Bool = false, background: Bool = false)
         /// The scheduler stopped listening; the next `.started` is its first report again.
         case stopped

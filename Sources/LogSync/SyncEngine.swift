@@ -118,6 +118,17 @@ public actor SyncEngine {
     }
 
     /// Runs a sync, or joins the one running.
+    ///
+    /// This is the app's own "sync now": it runs at once, whatever a failed
+    /// run's backoff, and it is no background run, since the engine cannot
+    /// tell that the OS runs the app in a background window. A background
+    /// task (a `BGAppRefreshTask`, the window a silent push wakes the app
+    /// for) syncs with `SyncScheduler.runBackground(budgetMilliseconds:)`
+    /// instead, which needs no `start()`: that run keeps to the backoff
+    /// (`Format/sync-protocol.md` section 10), ends with its budget, and
+    /// the scheduler starts no run for the triggers held during it. A
+    /// `sync()` there that completes has the scheduler start one as it
+    /// ends, with no budget, for the OS to suspend in its midst.
     /// - Parameter cancellation: checked between push requests and between
     ///   pulled pages, and it abandons the request the run waits for (a
     ///   slow server's answer would hold the run for up to the transport's
@@ -126,8 +137,7 @@ public actor SyncEngine {
     ///   failure too (the run ends as that failure does). A caller that
     ///   joins a running sync adds its cancellation to that run's: either
     ///   stops it, and every caller gets the `.cancelled` report.
-    ///   Cancelling the caller's task cancels it too (an expiring
-    ///   background task, as the seeds stop their sync).
+    ///   Cancelling the caller's task cancels it too.
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
         await sync(cancellation, background: false)

@@ -116,6 +116,9 @@ public actor SyncScheduler {
     }
 
     /// A server nudge (a push notification, a websocket message): sync now.
+    /// A push that woke the app in the background syncs with
+    /// `runBackground(budgetMilliseconds:)` instead: the run a nudge starts
+    /// has no budget.
     public func nudge() { handle(.nudge) }
 
     /// A sync that must end within `budgetMilliseconds` (an OS background
@@ -123,6 +126,8 @@ public actor SyncScheduler {
     /// stops, abandoning the request it waits for, and keeping what it
     /// recorded and applied. A sync
     /// already running is joined, and stopped by the budget all the same.
+    /// Cancelling the caller's task (the OS's expiration handler) stops it
+    /// too. The scheduler need not be started.
     /// Unlike the app's own `engine.sync()`, it keeps to a failed run's
     /// backoff (`SyncEngine.nextRunAt`), as the scheduler's own runs do: it
     /// waits for the backoff's end (or a completed run's, which ends it)
