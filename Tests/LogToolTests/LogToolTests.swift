@@ -393,9 +393,11 @@ extension ToolRun {
         }
         let tail = try ChildProcess(
             executable: Tool.path("logtool"),
-            arguments: ["tail", directory.path, "-n", "2", "--follow", "--seconds", "20", "--json"])
+            arguments: ["tail", directory.path, "-n", "2", "--follow", "--seconds", "600", "--json"])
         defer { tail.kill() }
         // Once tail has printed the last two, this process appends three more.
+        // tail lives 600 s and is killed below: on a loaded machine, a
+        // shorter life (20 s, 60 s) ended before it printed them all.
         #expect(await tail.waitForLines(timeout: .seconds(60)) { $0.count >= 2 })
         let log = try EventLog(path: directory.path, options: .init(durability: .process))
         _ = try await log.append(contentsOf: (1...3).map { _ in EntryBody.resync(reason: "after") })
@@ -436,7 +438,7 @@ extension ToolRun {
         _ = try await log.append(.resync(reason: "start"))
         let mapBefore = log.mapUsage().mapSize
         let tail = try ChildProcess(
-            executable: Tool.path("logtool"), arguments: ["tail", directory.path, "-n", "1", "--follow", "--seconds", "60"])
+            executable: Tool.path("logtool"), arguments: ["tail", directory.path, "-n", "1", "--follow", "--seconds", "600"])
         defer { tail.kill() }
         #expect(await tail.waitForLines(timeout: .seconds(60)) { $0.count >= 1 })
         // 48 entries of 2 MiB: about 100 MiB of log.
