@@ -280,6 +280,28 @@ import Testing
         await server.stop()
     }
 
+    /// The OS's expiration handler cancels the task that awaits
+    /// `runBackground`, as the README says to: one that waits for a failed
+    /// run's backoff ends at once as cancelled, with no request, and leaves
+    /// the backoff as it was.
+    @Test func aBackgroundRunWhoseTaskIsCancelledWhileItWaitsForABackoffEnds() async throws {
+        let server = try await TestServer("run-backoff-background-expired")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let replica = try Replica("background-expired", server: server, transport: pulls)
+        guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
+        let nextRunAt = try #require(await replica.engine.nextRunAt)
+        let scheduler = SyncScheduler(engine: replica.engine, monitor: FixedConnectivity(online: false))
+        pulls.recover()
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 200_000) }
+        try await replica.clock.waitForSleepers(1)  // the background run waits for the backoff
+        background.cancel()
+        #expect(await background.value.outcome == .cancelled)
+        #expect(replica.clock.sleeperCount == 0)
+        #expect(pulls.count == 1, "a request after the expiration")
+        #expect(await replica.engine.nextRunAt == nextRunAt)
+        await server.stop()
+    }
+
     /// Runs that fail alike before they push (here the store is closed,
     /// so reading the outbox fails) each tell the scheduler their backoff:
     /// the second one's state equals the first's, and must be published
