@@ -41,7 +41,9 @@ public final class TestServer: @unchecked Sendable {
         configuration.logLevel = .critical
         let sessionConfiguration = URLSessionConfiguration.ephemeral
         sessionConfiguration.connectionProxyDictionary = [:]
-        sessionConfiguration.timeoutIntervalForRequest = 30
+        // Only a server that never answers takes this long: generous, as
+        // the whole suite on two cores delays an answer by seconds.
+        sessionConfiguration.timeoutIntervalForRequest = 60
         session = URLSession(configuration: sessionConfiguration)
         server = try SyncServer(configuration: configuration)
         try await start()

@@ -1401,11 +1401,13 @@ private func rawChunkedPost(port: Int, path: String, chunk: Data, count: Int) th
 /// Connects to the server over a plain socket, lets `write` write to it
 /// (its function returns false once a write fails), and returns what the
 /// server answered (status lines, headers, bodies), read until it closes,
-/// a timeout, or (`untilClosed` false) the first JSON body. With
+/// a timeout (`receiveTimeoutSeconds`: generous, as only a server that
+/// fails the test is waited for so long), or (`untilClosed` false) the
+/// first JSON body. With
 /// `closeWriting`, the socket's sending side is shut once `write` returns,
 /// so the server reads the end of the stream after what was sent.
 private func rawExchange(
-    port: Int, untilClosed: Bool = false, closeWriting: Bool = false, receiveTimeoutSeconds: Int = 10,
+    port: Int, untilClosed: Bool = false, closeWriting: Bool = false, receiveTimeoutSeconds: Int = 60,
     onEnd: (_ closedByServer: Bool) -> Void = { _ in }, _ write: ((Data) -> Bool) -> Void
 ) throws -> String {
     let descriptor = try LoopbackSocket.make()
