@@ -66,7 +66,9 @@ import Testing
     /// A background task (`runBackground`) keeps to a failed run's backoff,
     /// as the scheduler does (the server asked for 100 s): with a budget of
     /// 30 s it makes no request and says why, and with 150 s it waits the
-    /// backoff out, then runs. Before, it pulled at once either way.
+    /// backoff out, then runs. Before, it pulled at once either way. One
+    /// whose task is cancelled as it waits (the OS's expiration handler, as
+    /// the README says to stop it) ends at once, with no request.
     @Test func aBackgroundRunKeepsToTheBackoffWithinItsBudget() async throws {
         let server = try await TestServer("run-backoff-background")
         let pulls = FailingPulls(server, retryAfterSeconds: 100)
@@ -78,6 +80,14 @@ import Testing
         let skipped = await scheduler.runBackground(budgetMilliseconds: 30_000)
         #expect(skipped.outcome == .deferred(nextRunAt: nextRunAt))
         #expect(pulls.count == 1, "a background run 0 s after a pull told to wait 100 s")
+        #expect(await replica.engine.nextRunAt == nextRunAt)
+
+        let expired = Task { await scheduler.runBackground(budgetMilliseconds: 150_000) }
+        try await replica.clock.waitForSleepers(1)
+        expired.cancel()
+        #expect(await expired.value.outcome == .cancelled)
+        #expect(replica.clock.sleeperCount == 0)
+        #expect(pulls.count == 1, "a request after the expiration")
         #expect(await replica.engine.nextRunAt == nextRunAt)
 
         let background = Task { await scheduler.runBackground(budgetMilliseconds: 150_000) }
@@ -277,28 +287,6 @@ import Testing
         // Bounded: before, the background run never pulled, and waits on.
         try await waitUntil { pulls.count == 3 }
         #expect(await background.value.outcome == .completed)
-        await server.stop()
-    }
-
-    /// The OS's expiration handler cancels the task that awaits
-    /// `runBackground`, as the README says to: one that waits for a failed
-    /// run's backoff ends at once as cancelled, with no request, and leaves
-    /// the backoff as it was.
-    @Test func aBackgroundRunWhoseTaskIsCancelledWhileItWaitsForABackoffEnds() async throws {
-        let server = try await TestServer("run-backoff-background-expired")
-        let pulls = FailingPulls(server, retryAfterSeconds: 100)
-        let replica = try Replica("background-expired", server: server, transport: pulls)
-        guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
-        let nextRunAt = try #require(await replica.engine.nextRunAt)
-        let scheduler = SyncScheduler(engine: replica.engine, monitor: FixedConnectivity(online: false))
-        pulls.recover()
-        let background = Task { await scheduler.runBackground(budgetMilliseconds: 200_000) }
-        try await replica.clock.waitForSleepers(1)  // the background run waits for the backoff
-        background.cancel()
-        #expect(await background.value.outcome == .cancelled)
-        #expect(replica.clock.sleeperCount == 0)
-        #expect(pulls.count == 1, "a request after the expiration")
-        #expect(await replica.engine.nextRunAt == nextRunAt)
         await server.stop()
     }
 
