@@ -53,6 +53,16 @@ public enum EntryCodec {
         return writer.bytes
     }
 
+    /// How many of `bytes` the entry they start with takes, header and
+    /// body, as its header says; nil when they are too few to hold it. For
+    /// a container that stores bytes of its own after an entry; the entry's
+    /// bytes still go to `decode`, which checks them.
+    public static func count(ofEntryAt bytes: UnsafeRawBufferPointer) -> Int? {
+        guard bytes.count >= headerBytes else { return nil }
+        let bodyCount = bytes[4..<8].reduce(0) { $0 << 8 | Int($1) }
+        return headerBytes + bodyCount <= bytes.count ? headerBytes + bodyCount : nil
+    }
+
     private static func bodyTooLarge(_ count: Int, offset: UInt64) -> FormatError {
         FormatError(
             .lengthOutOfRange, position: headerBytes, "body is \(count) bytes, the limit is \(Limits.entryBodyBytesMax)",

@@ -135,22 +135,13 @@ extension SyncService {
             }
             bytes += value.count
             let offset = UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
-            let entry: Entry
-            do {
-                entry = try EntryCodec.decode(value, expectedOffset: offset)
-            } catch {
-                throw ServiceError(.internalError, "change \(offset) is damaged: \(error)")
-            }
-            guard case .remote(let remote) = entry.body else {
-                throw ServiceError(.internalError, "change \(offset) is a \(entry.kind) entry")
-            }
-            let idempotencyKey = try txn.withValue(storage.changeKeys, key: key) { String(decoding: $0, as: UTF8.self) }
+            let (remote, timestamp, idempotencyKey) = try ChangeRow.decode(value, offset: offset)
             changes.append(
                 PullChange(
                     entityType: remote.entityType, entityID: remote.entityID,
                     operation: remote.operation == .delete ? .delete : .upsert,
                     data: remote.operation == .delete ? nil : remote.fields, serverVersion: remote.serverVersion,
-                    updatedAt: Value.rfc3339(microseconds: Int64(entry.timestamp.milliseconds) * 1000),
+                    updatedAt: Value.rfc3339(microseconds: Int64(timestamp.milliseconds) * 1000),
                     idempotencyKey: idempotencyKey))
             last = (offset, CRC32C.checksum(value))
             return true

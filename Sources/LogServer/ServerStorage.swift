@@ -17,11 +17,9 @@ final class ServerStorage: Sendable {
     let meta: Database
     let users: Database
     let entities: Database
+    /// Change key (`changeKey`) -> the change as a `remote` log entry, then
+    /// the idempotency key of the operation that made it (`ChangeRow`).
     let changes: Database
-    /// Change key -> the idempotency key of the operation that made it,
-    /// shown with the change in the feed. A store made before has none for
-    /// its earlier changes, and their feed shows none.
-    let changeKeys: Database
     let idempotency: Database
     /// The server's identity, made with the store; cursors carry it.
     let serverID: UUIDv7
@@ -60,7 +58,6 @@ final class ServerStorage: Sendable {
             users = try ServerStorage.open("users", environment)
             entities = try ServerStorage.open("entities", environment)
             changes = try ServerStorage.open("changes", environment)
-            changeKeys = try ServerStorage.open("change-keys", environment)
             idempotency = try ServerStorage.open("idempotency", environment)
             let meta = self.meta
             serverID = try environment.write { txn in
@@ -243,4 +240,38 @@ final class ServerStorage: Sendable {
     static func changeKey(_ user: UInt32, _ offset: UInt64) -> [UInt8] { user.bigEndianBytes + offset.bigEndianBytes }
 
     static func idempotencyKey(_ user: UInt32, _ key: String) -> [UInt8] { user.bigEndianBytes + Array(key.utf8) }
+}
+
+/// A row of the change feed: the change as an encoded `remote` entry, then
+/// the UTF-8 idempotency key of the operation that made it, which the feed
+/// shows with the change (section 8). In the change's own row, its key
+/// costs a push's commit no B-tree of its own. A row written before the
+/// server kept keys ends with its entry, and its change shows none.
+enum ChangeRow {
+    static func encode(_ entry: Entry, idempotencyKey: String) throws -> [UInt8] {
+        try EntryCodec.encode(entry) + Array(idempotencyKey.utf8)
+    }
+
+    /// The change stored at `offset` as `row`, and its operation's key.
+    /// - Throws: `ServiceError.internalError` naming the change when the
+    ///   row does not read back: damage.
+    static func decode(_ row: UnsafeRawBufferPointer, offset: UInt64) throws -> (change: Remote, timestamp: HybridTimestamp, idempotencyKey: String?) {
+        let entry: Entry
+        let key: UnsafeRawBufferPointer
+        do {
+            let count = EntryCodec.count(ofEntryAt: row) ?? row.count
+            entry = try EntryCodec.decode(UnsafeRawBufferPointer(rebasing: row[..<count]), expectedOffset: offset)
+            key = UnsafeRawBufferPointer(rebasing: row[count...])
+        } catch {
+            throw ServiceError(.internalError, "change \(offset) is damaged: \(error)")
+        }
+        guard case .remote(let change) = entry.body else {
+            throw ServiceError(.internalError, "change \(offset) is a \(entry.kind) entry")
+        }
+        guard !key.isEmpty else { return (change, entry.timestamp, nil) }
+        guard let idempotencyKey = String(validating: key, as: UTF8.self) else {
+            throw ServiceError(.internalError, "change \(offset) is damaged: its idempotency key (\(key.count) bytes) is not UTF-8")
+        }
+        return (change, entry.timestamp, idempotencyKey)
+    }
 }

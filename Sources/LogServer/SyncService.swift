@@ -248,9 +248,9 @@ final class SyncService: Sendable {
         let entry = Entry(
             offset: offset, timestamp: HybridTimestamp(milliseconds: min(milliseconds, (1 << 48) - 1), logical: 0),
             body: .remote(change))
-        let key = ServerStorage.changeKey(user, offset)
-        try txn.put(storage.changes, key: key, value: try EntryCodec.encode(entry))
-        try txn.put(storage.changeKeys, key: key, value: Array(operation.idempotencyKey.utf8))
+        try txn.put(
+            storage.changes, key: ServerStorage.changeKey(user, offset),
+            value: try ChangeRow.encode(entry, idempotencyKey: operation.idempotencyKey))
     }
 
     func loadState(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityState? {

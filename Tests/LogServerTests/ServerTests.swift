@@ -325,23 +325,18 @@ import Testing
     /// Each change names the idempotency key of the operation that made it
     /// (section 8), so a client can tell its acknowledged change from
     /// another made at its version. A change stored by a server before it
-    /// kept them (here: their keys taken out of the store) names none.
+    /// kept them (here: its row cut back to the entry) names none.
     @Test func aChangeNamesTheOperationThatMadeIt() async throws {
         let server = try await TestServer("pull-keys")
         defer { Task { await server.stop() } }
         #expect(try await server.push([operation(.create, "a", key: "k1"), operation(.update, "a", key: "k2", base: 1)]).status == 200)
         #expect(try await server.push([operation(.create, "a", key: "k1")]).status == 200)  // a repeat adds no change
         #expect(try await server.pullAll().map(\.idempotencyKey) == ["k1", "k2"])
-        await server.stop()
-        do {
-            let store = try Environment(path: server.configuration.dataDirectory)
-            defer { store.close() }
-            let changeKeys = try #require(try store.openDatabase("change-keys", create: false))
-            // alice is user 1; her first change is at offset 1.
-            let first: [UInt8] = [0, 0, 0, 1] + UInt64(1).bigEndianBytes
-            #expect(try store.write { txn in try txn.delete(changeKeys, key: first) })
+        try await DamagedServerStorageTests.rewriteFirstChange(of: server) { row in
+            let entry = try #require(row.withUnsafeBytes { EntryCodec.count(ofEntryAt: $0) })
+            #expect(entry == row.count - 2, "the row ends with the key k1")
+            return Array(row.prefix(entry))
         }
-        try await server.restart()
         #expect(try await server.pullAll().map(\.idempotencyKey) == [nil, "k2"])
         let body = try #require(String(data: try await server.pull().body, encoding: .utf8))
         #expect(body.components(separatedBy: "idempotency_key").count == 2, "\(body)")
@@ -573,7 +568,7 @@ import Testing
     /// Rewrites the change at offset `from` of user number `user` to offset
     /// `to` in the stopped server's store (`ServerStorage`: `changes` keyed
     /// by the user's number and the offset, each value an entry carrying
-    /// its offset).
+    /// its offset, then its operation's idempotency key).
     static func moveChange(of user: UInt32, from: UInt64, to: UInt64, in directory: String) throws {
         let environment = try Environment(path: directory)
         defer { environment.close() }
@@ -581,10 +576,12 @@ import Testing
         try environment.write { txn in
             let old = user.bigEndianBytes + from.bigEndianBytes
             let value = try #require(try txn.get(changes, key: old))
-            var entry = try EntryCodec.decode(value, expectedOffset: from)
+            let count = try #require(value.withUnsafeBytes { EntryCodec.count(ofEntryAt: $0) })
+            var entry = try EntryCodec.decode(Array(value.prefix(count)), expectedOffset: from)
             entry.offset = to
             #expect(try txn.delete(changes, key: old))
-            try txn.put(changes, key: user.bigEndianBytes + to.bigEndianBytes, value: try EntryCodec.encode(entry))
+            try txn.put(
+                changes, key: user.bigEndianBytes + to.bigEndianBytes, value: try EntryCodec.encode(entry) + value.dropFirst(count))
         }
     }
 
@@ -666,6 +663,43 @@ import Testing
         let body = String(decoding: reply.body, as: UTF8.self)
         #expect(reply.status == 500 && reply.error?.error.code == .internalError, "\(reply.status) \(body)")
         #expect(reply.error?.error.message.contains(row) == true, "\(body)")
+    }
+
+    /// Stops `server`, replaces alice's first change row (user 1, offset 1)
+    /// with what `rewrite` makes of it, and starts the server again.
+    static func rewriteFirstChange(of server: TestServer, _ rewrite: ([UInt8]) throws -> [UInt8]) async throws {
+        await server.stop()
+        do {
+            let environment = try Environment(path: server.configuration.dataDirectory)
+            defer { environment.close() }
+            let changes = try #require(try environment.openDatabase("changes", create: false))
+            let first: [UInt8] = [0, 0, 0, 1] + UInt64(1).bigEndianBytes
+            try environment.write { txn in
+                let row = try #require(try txn.get(changes, key: first))
+                try txn.put(changes, key: first, value: try rewrite(row))
+            }
+        }
+        try await server.restart()
+    }
+
+    /// The key after a change's entry is the server's own bytes: damaged,
+    /// it is named, not shown with replacement characters that a client
+    /// would take for another operation's key, and so for a lost change.
+    @Test func aDamagedChangeKeyIsNamed() async throws {
+        let server = try await TestServer("damaged-change-key")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["owner": "alice"], key: "k1")])
+        try await Self.rewriteFirstChange(of: server) { row in row.dropLast() + [0xFF] }
+        expectDamage(try await server.pull(), naming: "change 1")
+    }
+
+    /// A change row shorter than its entry's header says is damage too.
+    @Test func aCutChangeRowIsNamed() async throws {
+        let server = try await TestServer("cut-change-row")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["owner": "alice"], key: "k1")])
+        try await Self.rewriteFirstChange(of: server) { row in Array(row.prefix(EntryCodec.headerBytes + 3)) }
+        expectDamage(try await server.pull(), naming: "change 1")
     }
 
     @Test func aDamagedUserCounterGivesNoOnesNumberAgain() async throws {
