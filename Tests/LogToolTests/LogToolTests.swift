@@ -121,6 +121,9 @@ extension ToolRun {
 
         let show = try Tool.run(["show", path, "5", "--json"]).objects()
         #expect(show.first?["kind"] as? String == "ack" && show.first?["intent_offset"] as? Int == 2)
+        let shown = try Tool.run(["show", path, "5", "2", "--json"]).objects()
+        #expect(shown.map { $0["offset"] as? Int } == [5, 2])
+        #expect(try Tool.run(["show", path, "2", "99"]).output.isEmpty)
 
         let entities = try Tool.run(["entities", path, "te", "--json"]).objects()
         #expect(entities.map { $0["id"] as? String } == ["a", "pulled"])
@@ -1332,6 +1335,8 @@ extension LogToolTests {
             (["bundle", path, "--tail", "-5", "-o", directory.appending("bundle")], "--tail must be at least 1"),
             (["compact", path, "--below", "-3"], "The value '-3' is invalid for '--below <below>'"),
             (["replay", path, "--to", "-2", "--output", directory.appending("as-of")], "The value '-2' is invalid for '--to <to>'"),
+            (["show", path, "-1"], "The value '-1' is invalid for '<offset>'"),
+            (["show", path, "--json", "-1"], "The value '-1' is invalid for '<offset>'"),
         ]
         for (arguments, message) in cases {
             let run = try Tool.run(arguments)

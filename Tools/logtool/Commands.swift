@@ -150,23 +150,31 @@ func printEntry(_ entry: Entry, json: Bool) throws {
 }
 
 struct Show: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print the entry at one offset.")
+    static let configuration = CommandConfiguration(abstract: "Print the entries at the offsets given, in that order.")
 
     @OptionGroup var store: StoreOptions
-    @Argument(help: "The offset.") var offset: UInt64
+    /// Every word the parser leaves over, so that a negative number reaches
+    /// the offset's own check: it takes "-1" for an option name, and a
+    /// plain positional argument said "Missing expected argument
+    /// '<offset>'" of an offset the user had given.
+    @Argument(parsing: .allUnrecognized, help: "The offsets.") var offset: [UInt64]
 
     func run() throws {
         let log = try store.openLog()
         defer { log.close() }
-        guard let entry = try log.entry(at: offset) else {
-            // Below the compaction watermark a missing entry is a hole
-            // compaction left, not an offset past the end.
-            let compactedBelow = try log.compactedBelow()
-            let why = offset < compactedBelow
-                ? "compaction below \(compactedBelow) removed it" : "the log ends at \(try log.lastOffset())"
-            throw LogToolError("no entry at offset \(offset) (\(why))")
+        // All found before any is printed: a missing one prints nothing.
+        let entries = try offset.map { offset in
+            guard let entry = try log.entry(at: offset) else {
+                // Below the compaction watermark a missing entry is a hole
+                // compaction left, not an offset past the end.
+                let compactedBelow = try log.compactedBelow()
+                let why = offset < compactedBelow
+                    ? "compaction below \(compactedBelow) removed it" : "the log ends at \(try log.lastOffset())"
+                throw LogToolError("no entry at offset \(offset) (\(why))")
+            }
+            return entry
         }
-        try printEntry(entry, json: store.json)
+        for entry in entries { try printEntry(entry, json: store.json) }
     }
 }
 
