@@ -83,7 +83,8 @@ public final class Environment: @unchecked Sendable {
     /// - Throws: `LMDBError` with `.alreadyOpen`, `.noSuchFile` (the
     ///   directory or its data file missing and not to be created),
     ///   `.notADirectory`, `.permissionDenied` or `.readOnlyFileSystem`
-    ///   (cannot write there), `.invalid` (the directory holds a file that
+    ///   (cannot write there; `detail` names the file, `lock.mdb` or
+    ///   `data.mdb`, that the process may not open as it must), `.invalid` (the directory holds a file that
     ///   is not an LMDB environment, or, not to be created, an empty one),
     ///   `.truncated` (the data file lacks pages in use), `.versionMismatch`,
     ///   `.noSpace` (no room for a new lock file).
@@ -107,7 +108,8 @@ public final class Environment: @unchecked Sendable {
                 if !hadLockFile && !options.readOnly {
                     try LockFileSpace.allocate(directory: resolved, maxReaders: options.maxReaders)
                 }
-                try check(mdb_env_open(env, resolved, Environment.flags(options), 0o644), "mdb_env_open", path: resolved)
+                let opened = mdb_env_open(env, resolved, Environment.flags(options), 0o644)
+                try OpenFailure.check(opened, directory: resolved, readOnly: options.readOnly)
                 try Environment.checkDataFileSize(env, path: resolved)
             } catch {
                 // LMDB makes the lock file before it reads the data file. A

@@ -46,6 +46,16 @@ enum Tool {
         }
     }
 
+    /// `run` as a user whom file permissions stop: nobody (by `setpriv`)
+    /// when this process runs as root, whom they do not stop; this user
+    /// otherwise.
+    static func runUnprivileged(_ arguments: [String]) throws -> ToolRun {
+        guard geteuid() == 0 else { return try run(arguments) }
+        let setpriv = "/usr/bin/setpriv"
+        try #require(FileManager.default.isExecutableFile(atPath: setpriv))
+        return try ToolRun.run(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups", path("logtool")] + arguments)
+    }
+
     /// `run`, waited for off the cooperative pool (`ToolRun.running`).
     static func runOffThePool(_ arguments: [String]) async throws -> ToolRun {
         try await ToolRun.running(path("logtool"), arguments)
@@ -1403,5 +1413,27 @@ extension LogToolExportTests {
         #expect(imported.errors.contains("removed \(killed), left by an import that was killed"), "\(imported.errors)")
         #expect(FileManager.default.fileExists(atPath: live))
         #expect(try Tool.run(["diff", source, copy]).status == 0)
+    }
+}
+
+extension LogToolTests {
+    /// A store file the user may not open as LMDB must is named, with why
+    /// it must: every command said "mdb_env_open (STORE): Permission
+    /// denied", which named neither the file nor why a read-only command
+    /// needs to write `lock.mdb` (its reader slot is there).
+    @Test func aStoreFileTheUserMayNotOpenIsNamed() async throws {
+        let directory = try await makeStore("logtool-file-permissions")
+        let path = directory.path
+        #expect(chmod(path, 0o755) == 0)
+        #expect(chmod(directory.appending("lock.mdb"), 0o444) == 0)
+        for arguments in [["stat", path], ["show", path, "1"], ["cursors", path], ["replay", path]] {
+            let run = try Tool.runUnprivileged(arguments)
+            #expect(run.status == 2, "\(arguments): \(run.errors)")
+            #expect(run.errors.contains("Permission denied [13]: lock.mdb: every process that opens the environment, a read-only one too"), "\(arguments): \(run.errors)")
+        }
+        #expect(chmod(directory.appending("lock.mdb"), 0o666) == 0)
+        #expect(chmod(directory.appending("data.mdb"), 0o000) == 0)
+        let unreadable = try Tool.runUnprivileged(["stat", path])
+        #expect(unreadable.status == 2 && unreadable.errors.contains("Permission denied [13]: data.mdb: a read-only open reads it"), "\(unreadable.errors)")
     }
 }
