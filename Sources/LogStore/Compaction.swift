@@ -284,10 +284,7 @@ extension Store {
     private func waitingConflicts(_ txn: borrowing Transaction) throws -> Set<UInt64> {
         var offsets: Set<UInt64> = []
         try txn.forEach(projector(txn).conflicts) { key, _ in
-            guard let offset = OffsetKey.decode(key) else {
-                throw LogStoreError(.corruptEntry, path: path, "conflicts: a key of \(key.count) bytes, not an intent's offset of 8")
-            }
-            offsets.insert(offset)
+            offsets.insert(try OffsetKey.decode(key, table: "conflicts", path: path))
             return true
         }
         return offsets

@@ -71,23 +71,18 @@ extension Store {
     /// The conflicts waiting for the app, oldest intent first.
     public func conflicts() throws -> [WaitingConflict] {
         try log.environment.read { txn in
-            var rows: [(intent: UInt64, entry: UInt64)] = []
+            var rows: [(intent: UInt64, value: [UInt8])] = []
             try txn.forEach(projector(txn).conflicts) { key, value in
-                guard let intent = OffsetKey.decode(key), let entry = UInt64(bigEndianBytes: value) else {
-                    throw LogStoreError(.corruptEntry, path: path, "conflicts: a row is not two offsets")
-                }
-                rows.append((intent, entry))
+                rows.append((try OffsetKey.decode(key, table: "conflicts", path: path), [UInt8](value)))
                 return true
             }
             return try rows.map { row in
-                guard case .conflict(let conflict) = try entryInside(txn, at: row.entry).body else {
-                    throw LogStoreError(.corruptEntry, path: path, offset: row.entry, "conflicts names an entry that is not a conflict")
-                }
+                let (offset, conflict) = try conflictEntry(row.value, ofIntent: row.intent, txn)
                 let intentEntry = try entryInside(txn, at: row.intent)
                 guard case .intent(let intent) = intentEntry.body else {
                     throw LogStoreError(.corruptEntry, path: path, offset: row.intent, "a conflict names an entry that is not an intent")
                 }
-                return WaitingConflict(offset: row.entry, conflict: conflict, intent: intent, writtenAt: intentEntry.timestamp)
+                return WaitingConflict(offset: offset, conflict: conflict, intent: intent, writtenAt: intentEntry.timestamp)
             }
         }
     }
@@ -127,17 +122,28 @@ extension Store {
         guard let value = try txn.get(projector(txn).conflicts, key: OffsetKey.encode(intentOffset)) else {
             throw LogStoreError(.notFound, path: path, offset: intentOffset, "no conflict of intent \(intentOffset) waits for the app")
         }
-        guard let entryOffset = UInt64(bigEndianBytes: value) else {
+        return try conflictEntry(value, ofIntent: intentOffset, txn).conflict
+    }
+
+    /// The `conflict` entry that `value`, the `conflicts` row of `intent`, names.
+    /// - Throws: `LogStoreError.corruptEntry` naming the row when the value
+    ///   is not 8 bytes or names an entry that is not a conflict; `.gap`
+    ///   when the entry is missing.
+    private func conflictEntry(_ value: [UInt8], ofIntent intent: UInt64, _ txn: borrowing Transaction) throws
+        -> (offset: UInt64, conflict: Conflict)
+    {
+        guard let offset = UInt64(bigEndianBytes: value) else {
             throw LogStoreError(
-                .corruptEntry, path: path, offset: intentOffset,
-                "conflicts: the row of intent \(intentOffset) is \(value.count) bytes, not an offset of 8")
+                .corruptEntry, path: path, offset: intent, "conflicts: the row of intent \(intent) is \(value.count) bytes, not an offset of 8")
         }
-        guard case .conflict(let pending) = try entryInside(txn, at: entryOffset).body else {
+        guard let entry = try EventLog.entry(at: offset, in: log.logDatabase, path: path, txn) else {
+            throw LogStoreError(.gap, path: path, offset: offset, "conflicts: the row of intent \(intent) names offset \(offset), which holds no entry")
+        }
+        guard case .conflict(let conflict) = entry.body else {
             throw LogStoreError(
-                .corruptEntry, path: path, offset: entryOffset,
-                "conflicts: the row of intent \(intentOffset) names an entry that is not a conflict")
+                .corruptEntry, path: path, offset: offset, "conflicts: the row of intent \(intent) names an entry that is not a conflict")
         }
-        return pending
+        return (offset, conflict)
     }
 
     /// What the conflict looks like from this store, read inside a write,

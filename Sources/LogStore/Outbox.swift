@@ -212,13 +212,7 @@ extension Store {
     /// to report: skipped, it would hide an intent that is never pushed.
     /// - Throws: `LogStoreError.corruptEntry` naming the table and the key.
     func outboxOffset(_ key: UnsafeRawBufferPointer) throws -> UInt64 {
-        guard let offset = OffsetKey.decode(key) else {
-            let hex = key.prefix(32).map { ($0 < 0x10 ? "0" : "") + String($0, radix: 16) }.joined()
-            throw LogStoreError(
-                .corruptEntry, path: path,
-                "outbox: a key of \(key.count) bytes (\(hex)\(key.count > 32 ? "..." : "")), not an offset of 8")
-        }
-        return offset
+        try OffsetKey.decode(key, table: "outbox", path: path)
     }
 
     func decodeOutboxState(_ value: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer) throws -> OutboxState {

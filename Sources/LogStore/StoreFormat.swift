@@ -36,4 +36,17 @@ enum OffsetKey {
 
     /// Nil unless the key is exactly 8 bytes.
     static func decode(_ key: UnsafeRawBufferPointer) -> UInt64? { UInt64(bigEndianBytes: key) }
+
+    /// The offset a key of the derived table `table` names. A key that is
+    /// not 8 bytes is damage to report: skipped, it would hide its row.
+    /// - Throws: `LogStoreError.corruptEntry` naming the table and the key
+    ///   (its length, and its first 32 bytes in hex).
+    static func decode(_ key: UnsafeRawBufferPointer, table: String, path: String) throws -> UInt64 {
+        guard let offset = decode(key) else {
+            let hex = key.prefix(32).map { ($0 < 0x10 ? "0" : "") + String($0, radix: 16) }.joined()
+            throw LogStoreError(
+                .corruptEntry, path: path, "\(table): a key of \(key.count) bytes (\(hex)\(key.count > 32 ? "..." : "")), not an offset of 8")
+        }
+        return offset
+    }
 }

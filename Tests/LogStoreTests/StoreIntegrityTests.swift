@@ -601,14 +601,21 @@ import Testing
     /// log", by the list of waiting conflicts, and by `resolveConflict` of
     /// the row's intent. That said "not found" for a damaged row, so the
     /// app was told no conflict waits where the list showed damage. (The
-    /// 7-byte key is no intent's row: resolving intent 1 finds none.)
+    /// 7-byte key is no intent's row: resolving intent 1 finds none.) The
+    /// list names the row as the outbox names its damaged rows, by its key
+    /// or its intent: it said "a row is not two offsets", and, for a
+    /// missing entry, only the offset.
     @Test(arguments: [
-        ("a value of 3 bytes", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 1], LogStoreError.Code.corruptEntry),
-        ("a key of 7 bytes", [0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 1], .corruptEntry),
-        ("an intent named as the conflict", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 1], .corruptEntry),
-        ("a missing entry", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 99], .gap),
-    ] as [(String, [UInt8], [UInt8], LogStoreError.Code)])
-    func aDamagedConflictsRowIsReported(damage: String, key: [UInt8], value: [UInt8], code: LogStoreError.Code) async throws {
+        ("a value of 3 bytes", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 1], LogStoreError.Code.corruptEntry,
+         "conflicts: the row of intent 1 is 3 bytes, not an offset of 8"),
+        ("a key of 7 bytes", [0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 1], .corruptEntry,
+         "conflicts: a key of 7 bytes (00000000000001), not an offset of 8"),
+        ("an intent named as the conflict", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 1], .corruptEntry,
+         "conflicts: the row of intent 1 names an entry that is not a conflict"),
+        ("a missing entry", [0, 0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 0, 99], .gap,
+         "conflicts: the row of intent 1 names offset 99, which holds no entry"),
+    ] as [(String, [UInt8], [UInt8], LogStoreError.Code, String)])
+    func aDamagedConflictsRowIsReported(damage: String, key: [UInt8], value: [UInt8], code: LogStoreError.Code, message: String) async throws {
         let directory = try TemporaryDirectory("integrity-conflicts")
         defer { directory.remove() }
         do {
@@ -621,13 +628,13 @@ import Testing
         let store = try Store(path: directory.path, options: .init(durability: .process))
         defer { store.close() }
         let error = #expect(throws: LogStoreError.self, "\(damage)") { try store.conflicts() }
-        #expect(error?.code == code, "\(damage): \(String(describing: error))")
+        #expect(error?.code == code && error?.detail == message, "\(damage): \(String(describing: error))")
         let resolved = await #expect(throws: LogStoreError.self, "\(damage)") {
             try await store.resolveConflict(intentOffset: 1, .keepRemote)
         }
         #expect(resolved?.code == (key.count == 8 ? code : .notFound), "\(damage): \(String(describing: resolved))")
-        if key.count == 8, code == .corruptEntry {
-            #expect(resolved?.detail.contains("conflicts: the row of intent 1") == true, "\(damage): \(String(describing: resolved))")
+        if key.count == 8 {
+            #expect(resolved?.detail == message, "\(damage): \(String(describing: resolved))")
         }
         // Compaction keeps the intents whose conflicts wait: a key it cannot
         // read stops it, where it was skipped, and the intent it named could
@@ -635,7 +642,7 @@ import Testing
         if key.count != 8 {
             try await store.create(type: "te", id: "b", fields: [:])
             let compacted = await #expect(throws: LogStoreError.self, "\(damage)") { try await store.compact(below: 2) }
-            #expect(compacted?.code == .corruptEntry && compacted?.detail.contains("conflicts: a key of") == true, "\(damage): \(String(describing: compacted))")
+            #expect(compacted?.code == .corruptEntry && compacted?.detail == message, "\(damage): \(String(describing: compacted))")
             #expect(try store.compactedBelow() == 0)
         }
     }
