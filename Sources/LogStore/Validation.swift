@@ -23,7 +23,7 @@ enum Validation {
     /// What every appended entry must satisfy, whoever appends it, so that
     /// the projections can always apply it: valid names and keys (they
     /// become LMDB keys), values JSON can carry, offsets and versions that
-    /// can exist.
+    /// can exist, and cursors a pull can send back.
     static func entry(_ body: EntryBody) throws {
         switch body {
         case .intent(let intent):
@@ -42,6 +42,7 @@ enum Validation {
             guard !remote.cursor.isEmpty, remote.serverVersion >= 1 else {
                 throw invalid("a remote change needs a cursor and a server version of at least 1")
             }
+            try cursor(remote.cursor, of: "a remote change")
         case .conflict(let conflict):
             try offset(conflict.intentOffset)
             try entityType(conflict.entityType)
@@ -55,9 +56,17 @@ enum Validation {
                 try entityID(snapshot.entityID)
             }
             try fields(snapshot.fields)
+            // An empty cursor is none (Format/storage.md, section 7).
+            if !snapshot.cursor.isEmpty { try cursor(snapshot.cursor, of: "a snapshot") }
         case .resync:
             break
         }
+    }
+
+    /// A cursor the protocol allows (`Wire.cursorProblem`): the entry
+    /// sets the pull cursor, and `Store.pullCursor` reads any other as damage.
+    private static func cursor(_ cursor: String, of what: String) throws {
+        if let problem = Wire.cursorProblem(cursor.utf8) { throw invalid("\(what)'s cursor \(problem)") }
     }
 
     private static func offset(_ offset: UInt64) throws {

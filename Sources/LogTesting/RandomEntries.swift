@@ -129,7 +129,7 @@ extension RandomEntries {
         case .snapshot(let snapshot):
             return .snapshot(
                 Snapshot(
-                    watermark: snapshot.watermark, cursor: snapshot.cursor, entityType: type, entityID: id,
+                    watermark: snapshot.watermark, cursor: snapshot.cursor.isEmpty ? "" : "c\(offset)", entityType: type, entityID: id,
                     serverVersion: version, deleted: false, fields: storeFields()))
         }
     }

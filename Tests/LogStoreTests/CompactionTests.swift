@@ -283,6 +283,9 @@ import Testing
         #expect(try store.derivedTables() == incremental)
     }
 
+    /// Among them, cursors a pull could not send back (empty, a byte
+    /// outside `!` to `~`, over `Wire.cursorBytesMax`): `pullCursor` reads
+    /// them as damage. A snapshot's empty cursor is none, and allowed.
     @Test func appendsTheProjectionsCouldNotApplyAreRefused() async throws {
         let fixture = try StoreFixture("raw-invalid")
         let log = fixture.store.log
@@ -293,6 +296,9 @@ import Testing
             .intent(Intent(.create, idempotencyKey: "k", entityType: "te", entityID: "a", fields: ["x": .double(.infinity)])),
             .remote(Remote(cursor: "c", .upsert, entityType: "te", entityID: "a", serverVersion: 0)),
             .remote(Remote(cursor: "", .upsert, entityType: "te", entityID: "a", serverVersion: 1)),
+            .remote(Remote(cursor: "c 1", .upsert, entityType: "te", entityID: "a", serverVersion: 1)),
+            .remote(Remote(cursor: String(repeating: "c", count: Wire.cursorBytesMax + 1), .upsert, entityType: "te", entityID: "a", serverVersion: 1)),
+            .snapshot(Snapshot(watermark: 1, cursor: "c\u{7F}", entityType: "", entityID: "", serverVersion: 0, fields: [:])),
             .ack(Ack(intentOffset: 0, outcome: .applied, serverVersion: 1)),
         ]
         for body in bad {

@@ -1437,3 +1437,34 @@ extension LogToolTests {
         #expect(unreadable.status == 2 && unreadable.errors.contains("Permission denied [13]: data.mdb: a read-only open reads it"), "\(unreadable.errors)")
     }
 }
+
+extension LogToolExportTests {
+    /// An imported cursor that a pull could not send back (a byte outside
+    /// `!` to `~`, over `cursorBytesMax`), in a `remote` or a `snapshot`
+    /// entry, is refused with its line, as other entries the store
+    /// refuses are: it was imported, and the new store's `cursors`, and
+    /// its sync, met the pull cursor it set as damage.
+    @Test func anImportRefusesACursorAPullCouldNotSend() async throws {
+        let directory = try TemporaryDirectory("logtool-import-cursor")
+        let header = #"{"compacted_below":0,"entry_format":1,"format":"syncstore-export","last_offset":2,"version":1}"#
+        let first = #"{"kind":"resync","offset":1,"reason":"r","timestamp":65536}"#
+        func remote(_ cursor: String) -> String {
+            #"{"cursor":"\#(cursor)","entity_id":"a","entity_type":"te","fields":{},"kind":"remote","offset":2,"operation":"upsert","server_version":1,"timestamp":131072}"#
+        }
+        let snapshot = #"{"cursor":"caf\u00e9","deleted":false,"entity_id":"","entity_type":"","fields":{},"kind":"snapshot","offset":2,"server_version":0,"timestamp":131072,"watermark":1}"#
+        let cases = [
+            ("space.jsonl", remote("c 1"), "a remote change's cursor holds a byte that is not printable ASCII (! to ~)"),
+            ("long.jsonl", remote(String(repeating: "c", count: 1025)), "a remote change's cursor is 1025 bytes, over cursorBytesMax (1024)"),
+            ("snapshot.jsonl", snapshot, "a snapshot's cursor holds a byte that is not printable ASCII (! to ~)"),
+        ]
+        let store = directory.appending("store")
+        for (name, line, message) in cases {
+            let imported = try Tool.importLines([header, first, line], file: directory.appending(name), into: store)
+            #expect(imported.status == 2 && imported.errors.contains("\(name): the entry on line 3, at offset 2: \(message)"), "\(imported.errors)")
+            #expect(!FileManager.default.fileExists(atPath: store))
+        }
+        let imported = try Tool.importLines([header, first, remote("c1")], file: directory.appending("fine.jsonl"), into: store)
+        #expect(imported.status == 0, "\(imported.errors)")
+        #expect(try Tool.run(["cursors", store]).lines.first == "pull                  c1")
+    }
+}
