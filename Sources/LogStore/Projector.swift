@@ -380,7 +380,7 @@ struct Projector: Sendable {
             // Only a damaged count is this large; one more must not trap.
             let (count, overflow) = stored.addingReportingOverflow(visibility.is ? 1 : -1)
             guard !overflow else {
-                throw LogStoreError(.corruptEntry, path: path, "the visible count of \(type) (\(stored)) has no room for one more")
+                throw LogStoreError(.corruptEntry, path: path, "counts: the row of \(type) holds \(stored), with no room for one more")
             }
             if let cache { cache.counts[type] = count } else { try storeCount(count, type, txn) }
         }
@@ -403,7 +403,7 @@ struct Projector: Sendable {
 
     func storeCount(_ count: Int, _ type: String, _ txn: borrowing Transaction) throws {
         guard count >= 0 else {
-            throw LogStoreError(.corruptEntry, path: path, "the visible count of \(type) would fall below zero")
+            throw LogStoreError(.corruptEntry, path: path, "counts: the row of \(type) would fall below zero")
         }
         if count == 0 {
             try txn.delete(counts, key: Array(type.utf8))
@@ -421,7 +421,7 @@ struct Projector: Sendable {
                 // Int, is damage to report, not a count (nor a trap).
                 guard let count = UInt64(bigEndianBytes: value).flatMap({ Int(exactly: $0) }) else {
                     throw LogStoreError(
-                        .corruptEntry, path: path, "the visible count of \(type) is not a u64 that fits an Int")
+                        .corruptEntry, path: path, "counts: the row of \(type) is damaged: \(value.count) bytes, not a u64 of 8 that fits an Int")
                 }
                 return count
             }

@@ -43,10 +43,15 @@ enum OffsetKey {
     ///   (its length, and its first 32 bytes in hex).
     static func decode(_ key: UnsafeRawBufferPointer, table: String, path: String) throws -> UInt64 {
         guard let offset = decode(key) else {
-            let hex = key.prefix(32).map { ($0 < 0x10 ? "0" : "") + String($0, radix: 16) }.joined()
-            throw LogStoreError(
-                .corruptEntry, path: path, "\(table): a key of \(key.count) bytes (\(hex)\(key.count > 32 ? "..." : "")), not an offset of 8")
+            throw LogStoreError(.corruptEntry, path: path, "\(table): a key of \(damagedKey(key)), not an offset of 8")
         }
         return offset
     }
+}
+
+/// A damaged key as a message names it: its length, and its first 32
+/// bytes in hex.
+func damagedKey(_ key: UnsafeRawBufferPointer) -> String {
+    let hex = key.prefix(32).map { ($0 < 0x10 ? "0" : "") + String($0, radix: 16) }.joined()
+    return "\(key.count) bytes (\(hex)\(key.count > 32 ? "..." : ""))"
 }

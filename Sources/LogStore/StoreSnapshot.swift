@@ -74,10 +74,15 @@ public struct StoreSnapshot: ~Copyable {
     }
 
     /// The entity types that have entities the app sees, in byte order.
+    /// - Throws: `LogStoreError.corruptEntry` naming the `counts` key that
+    ///   is not UTF-8: read as text, its damage became another type.
     public func entityTypes() throws -> [String] {
         var types: [String] = []
         try txn.forEach(store.projector(txn).counts) { key, _ in
-            types.append(String(decoding: key, as: UTF8.self))
+            guard let type = String(validating: key, as: UTF8.self) else {
+                throw LogStoreError(.corruptEntry, path: store.path, "counts: a key of \(damagedKey(key)), not an entity type in UTF-8")
+            }
+            types.append(type)
             return true
         }
         return types

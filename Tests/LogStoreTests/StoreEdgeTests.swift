@@ -135,10 +135,16 @@ import Testing
     }
 
     /// A damaged `counts` value is reported as damage, not a trap: a u64
-    /// with its top bit set does not fit an `Int`, and `Int.max` fits one
-    /// but has no room for the next entity (adding 1 to it trapped).
-    @Test(arguments: [[0xFF, 0, 0, 0, 0, 0, 0, 1], [0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]] as [[UInt8]])
-    func aDamagedCountIsDamageNotATrap(value: [UInt8]) async throws {
+    /// with its top bit set does not fit an `Int`, a value of 3 bytes is
+    /// no u64, and `Int.max` fits one but has no room for the next entity
+    /// (adding 1 to it trapped). Each names the table and its row, as the
+    /// other tables' damage does: it said "the visible count of te".
+    @Test(arguments: [
+        ([0xFF, 0, 0, 0, 0, 0, 0, 1], "counts: the row of te is damaged: 8 bytes, not a u64 of 8 that fits an Int"),
+        ([0, 0, 1], "counts: the row of te is damaged: 3 bytes, not a u64 of 8 that fits an Int"),
+        ([0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF], "counts: the row of te holds \(Int.max), with no room for one more"),
+    ] as [([UInt8], String)])
+    func aDamagedCountIsDamageNotATrap(value: [UInt8], message: String) async throws {
         let directory = try TemporaryDirectory("store-count-damage")
         do {
             let store = try Store(path: directory.path, options: .init(durability: .process))
@@ -148,12 +154,29 @@ import Testing
         try putRaw(directory.path, database: "counts", key: Array("te".utf8), value: value)
         let store = try Store(path: directory.path, options: .init(durability: .process))
         defer { store.close() }
-        if value[0] & 0x80 != 0 {
+        if value[0] & 0x80 != 0 || value.count != 8 {
             let error = #expect(throws: LogStoreError.self) { try store.count(type: "te") }
-            #expect(error?.code == .corruptEntry)
+            #expect(error?.code == .corruptEntry && error?.detail == message, "\(String(describing: error))")
         }
         let writeError = await #expect(throws: LogStoreError.self) { try await store.create(type: "te", id: "b", fields: [:]) }
-        #expect(writeError?.code == .corruptEntry)
+        #expect(writeError?.code == .corruptEntry && writeError?.detail == message, "\(String(describing: writeError))")
+    }
+
+    /// A `counts` key that is not UTF-8 is named as damage by
+    /// `entityTypes()`: it was read as text, with a replacement character,
+    /// and listed as a type no entity has.
+    @Test func aCountsKeyThatIsNotUTF8IsNamed() async throws {
+        let directory = try TemporaryDirectory("store-count-key")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        try putRaw(directory.path, database: "counts", key: [0x74, 0xFF], value: UInt64(1).bigEndianBytes)
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let error = #expect(throws: LogStoreError.self) { try store.entityTypes() }
+        #expect(error?.code == .corruptEntry && error?.detail == "counts: a key of 2 bytes (74ff), not an entity type in UTF-8", "\(String(describing: error))")
     }
 
     /// A damaged projection watermark is reported when the store opens: as
