@@ -134,6 +134,19 @@ import Testing
         #expect(try store.log.lastOffset() == last + 1)
     }
 
+    /// A store holding te/a, reopened after its `counts` row `key` was set
+    /// to `value` behind its back.
+    private func storeWithACountsRow(key: [UInt8], value: [UInt8]) async throws -> (TemporaryDirectory, Store) {
+        let directory = try TemporaryDirectory("store-counts-damage")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        try putRaw(directory.path, database: "counts", key: key, value: value)
+        return (directory, try Store(path: directory.path, options: .init(durability: .process)))
+    }
+
     /// A damaged `counts` value is reported as damage, not a trap: a u64
     /// with its top bit set does not fit an `Int`, a value of 3 bytes is
     /// no u64, and `Int.max` fits one but has no room for the next entity
@@ -145,15 +158,8 @@ import Testing
         ([0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF], "counts: the row of te holds \(Int.max), with no room for one more"),
     ] as [([UInt8], String)])
     func aDamagedCountIsDamageNotATrap(value: [UInt8], message: String) async throws {
-        let directory = try TemporaryDirectory("store-count-damage")
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            store.close()
-        }
-        try putRaw(directory.path, database: "counts", key: Array("te".utf8), value: value)
-        let store = try Store(path: directory.path, options: .init(durability: .process))
-        defer { store.close() }
+        let (directory, store) = try await storeWithACountsRow(key: Array("te".utf8), value: value)
+        defer { store.close(); directory.remove() }
         if value[0] & 0x80 != 0 || value.count != 8 {
             let error = #expect(throws: LogStoreError.self) { try store.count(type: "te") }
             #expect(error?.code == .corruptEntry && error?.detail == message, "\(String(describing: error))")
@@ -166,15 +172,8 @@ import Testing
     /// `entityTypes()`: it was read as text, with a replacement character,
     /// and listed as a type no entity has.
     @Test func aCountsKeyThatIsNotUTF8IsNamed() async throws {
-        let directory = try TemporaryDirectory("store-count-key")
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            store.close()
-        }
-        try putRaw(directory.path, database: "counts", key: [0x74, 0xFF], value: UInt64(1).bigEndianBytes)
-        let store = try Store(path: directory.path, options: .init(durability: .process))
-        defer { store.close() }
+        let (directory, store) = try await storeWithACountsRow(key: [0x74, 0xFF], value: UInt64(1).bigEndianBytes)
+        defer { store.close(); directory.remove() }
         let error = #expect(throws: LogStoreError.self) { try store.entityTypes() }
         #expect(error?.code == .corruptEntry && error?.detail == "counts: a key of 2 bytes (74ff), not an entity type in UTF-8", "\(String(describing: error))")
     }
