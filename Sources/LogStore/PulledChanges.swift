@@ -40,6 +40,36 @@ extension Store {
     ///   protocol's `entityFieldsBytesMax`); nothing of the page is applied
     ///   then.
     public func applyPulledPage(_ changes: [PulledChange], cursor: String) async throws {
+        try checkPulledPage(changes, cursor: cursor)
+        guard !changes.isEmpty else { return }
+        try await write { txn, context, store in try store.apply(changes, cursor: cursor, txn, &context) }
+    }
+
+    /// `applyPulledPage(_:cursor:)` for a page pulled from `pulledFrom`
+    /// (nil: from the feed's start), applied only while the pull cursor is
+    /// still that one. The pull awaits the page with no transaction open,
+    /// so a `resync` may forget the cursor meanwhile: applied, the page
+    /// would set the cursor past the changes the resync forgot, and no pull
+    /// would bring them back.
+    /// - Returns: false, with nothing applied, when the pull cursor is no
+    ///   longer `pulledFrom` (for an empty page too): the pull goes on from
+    ///   the cursor the store has.
+    /// - Throws: as `applyPulledPage(_:cursor:)`.
+    public func applyPulledPage(_ changes: [PulledChange], cursor: String, pulledFrom: String?) async throws -> Bool {
+        try checkPulledPage(changes, cursor: cursor)
+        let expected = pulledFrom.map { Array($0.utf8) }
+        guard !changes.isEmpty else {
+            return try log.environment.read { txn in try txn.get(log.metaDatabase, key: MetaKey.cursor) == expected }
+        }
+        return try await write { txn, context, store in
+            guard try txn.get(store.log.metaDatabase, key: MetaKey.cursor) == expected else { return false }
+            try store.apply(changes, cursor: cursor, txn, &context)
+            return true
+        }
+    }
+
+    /// The checks of a pulled page made before its transaction.
+    private func checkPulledPage(_ changes: [PulledChange], cursor: String) throws {
         if let problem = Wire.cursorProblem(cursor.utf8) { throw Validation.invalid("a pulled page's cursor \(problem)") }
         for change in changes {
             try Validation.entityType(change.entityType)
@@ -49,19 +79,22 @@ extension Store {
                 throw Validation.invalid("\(change.entityType)/\(change.entityID): server versions start at 1")
             }
         }
-        guard !changes.isEmpty else { return }
-        try await write { txn, context, store in
-            let projector = try store.projector(txn)
-            for change in changes {
-                try store.append(
-                    .remote(
-                        Remote(
-                            cursor: cursor, change.operation, entityType: change.entityType, entityID: change.entityID,
-                            serverVersion: change.serverVersion, fields: change.operation == .delete ? [:] : change.fields)),
-                    txn, &context)
-                try projector.sawInFeed(
-                    change.entityType, change.entityID, version: change.serverVersion, idempotencyKey: change.idempotencyKey, txn)
-            }
+    }
+
+    /// Appends a `remote` entry per change, with `cursor`, and applies it.
+    private func apply(_ changes: [PulledChange], cursor: String, _ txn: borrowing Transaction, _ context: inout WriteContext)
+        throws
+    {
+        let projector = try projector(txn)
+        for change in changes {
+            try append(
+                .remote(
+                    Remote(
+                        cursor: cursor, change.operation, entityType: change.entityType, entityID: change.entityID,
+                        serverVersion: change.serverVersion, fields: change.operation == .delete ? [:] : change.fields)),
+                txn, &context)
+            try projector.sawInFeed(
+                change.entityType, change.entityID, version: change.serverVersion, idempotencyKey: change.idempotencyKey, txn)
         }
     }
 

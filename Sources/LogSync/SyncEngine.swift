@@ -22,7 +22,10 @@ import LogStore
 ///   failed runs in a row and at least the failure's `Retry-After`; a
 ///   completed run resets it. A pull's failure has no intent to carry its
 ///   retry time, so the run carries it. An explicit `sync()` runs at once.
-/// - Every pulled page is applied with its cursor in one transaction;
+/// - Every pulled page is applied with its cursor in one transaction, and
+///   only while the store's cursor is the one it was pulled from: a
+///   `Store.resync` made while the page came is not undone by it, and the
+///   pull goes on from the feed's start;
 ///   cancellation is checked between pages, and between push requests,
 ///   and abandons the request in flight.
 /// - Every wait (an intent's retry, the run backoff, the breaker) is kept on
@@ -615,7 +618,14 @@ public actor SyncEngine {
                     $0.operation == .upsert ? .upsert : .delete, entityType: $0.entityType, entityID: $0.entityID,
                     serverVersion: $0.serverVersion, fields: $0.data ?? [:], idempotencyKey: $0.idempotencyKey)
             }
-            try await store.applyPulledPage(changes, cursor: page.cursor)
+            guard try await store.applyPulledPage(changes, cursor: page.cursor, pulledFrom: sent) else {
+                // The cursor moved while the page came (the app's own
+                // `Store.resync` forgot it): the page follows a cursor the
+                // store no longer has. The pull goes on from the one it
+                // has, a new chain of cursors.
+                feed.progress.restart()
+                continue
+            }
             report.pages += 1
             report.changes += changes.count
             guard !page.hasMore else { continue }

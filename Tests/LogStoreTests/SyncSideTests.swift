@@ -97,6 +97,30 @@ import Testing
         try await expectReplayAgrees(store)
     }
 
+    /// A page pulled from a cursor the store no longer has (a resync forgot
+    /// it while the page came) is not applied, an empty one neither: the
+    /// pull goes on from the store's cursor. One pulled from it is.
+    @Test func aPageIsAppliedOnlyWhileItsPullCursorIsTheStores() async throws {
+        let fixture = try StoreFixture("sync-pulled-from")
+        let store = fixture.store
+        let first = [PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1, fields: ["a": 1])]
+        #expect(try await store.applyPulledPage(first, cursor: "c1", pulledFrom: nil))
+        try await store.resync(reason: "the app's own")
+        let later = [PulledChange(.upsert, entityType: "te", entityID: "y", serverVersion: 1, fields: ["b": 1])]
+        let last = try store.log.lastOffset()
+        #expect(try await store.applyPulledPage(later, cursor: "c2", pulledFrom: "c1") == false)
+        #expect(try await store.applyPulledPage([], cursor: "c2", pulledFrom: "c1") == false)
+        #expect(try store.log.lastOffset() == last)
+        #expect(try store.pullCursor() == nil)
+        #expect(try store.count(type: "te") == 0)
+        #expect(try await store.applyPulledPage([], cursor: "c1", pulledFrom: nil))
+        #expect(try await store.applyPulledPage(first, cursor: "c1", pulledFrom: nil))
+        #expect(try await store.applyPulledPage(later, cursor: "c2", pulledFrom: "c1"))
+        #expect(try store.pullCursor() == "c2")
+        #expect(try store.all(type: "te").map(\.id) == ["x", "y"])
+        try await expectReplayAgrees(store)
+    }
+
     @Test func aKeepLocalResolutionIsPushedOverTheLaterAckOfItsBatch() async throws {
         let fixture = try StoreFixture("sync-conflict-batch")
         let store = fixture.store
