@@ -166,6 +166,14 @@ final class SyncService: Sendable {
         var effective = operation
         effective.baseVersion = max(operation.baseVersion, raisedBase ?? 0)
         let before = try loadState(entityKey, txn) ?? EntityState()
+        // Only damage puts an entity at the last version there is: the next
+        // would overflow, a trap that took every user's requests down.
+        guard before.version < .max else {
+            throw ServiceError(
+                .internalError,
+                "the server's storage is damaged: \(operation.entityType)/\(operation.entityID) is at version \(before.version), "
+                    + "the last there is")
+        }
         switch SyncService.decide(effective, before: before, now: now) {
         case .failure(let rejection):
             return rejection.result(key)

@@ -668,15 +668,22 @@ import Testing
     /// Stops `server`, replaces alice's first change row (user 1, offset 1)
     /// with what `rewrite` makes of it, and starts the server again.
     static func rewriteFirstChange(of server: TestServer, _ rewrite: ([UInt8]) throws -> [UInt8]) async throws {
+        try await rewriteRow(of: server, in: "changes", key: [0, 0, 0, 1] + UInt64(1).bigEndianBytes, rewrite)
+    }
+
+    /// Stops `server`, replaces the row under `key` in its database `name`
+    /// with what `rewrite` makes of it, and starts the server again.
+    static func rewriteRow(
+        of server: TestServer, in name: String, key: [UInt8], _ rewrite: ([UInt8]) throws -> [UInt8]
+    ) async throws {
         await server.stop()
         do {
             let environment = try Environment(path: server.configuration.dataDirectory)
             defer { environment.close() }
-            let changes = try #require(try environment.openDatabase("changes", create: false))
-            let first: [UInt8] = [0, 0, 0, 1] + UInt64(1).bigEndianBytes
+            let database = try #require(try environment.openDatabase(name, create: false))
             try environment.write { txn in
-                let row = try #require(try txn.get(changes, key: first))
-                try txn.put(changes, key: first, value: try rewrite(row))
+                let row = try #require(try txn.get(database, key: key))
+                try txn.put(database, key: key, value: try rewrite(row))
             }
         }
         try await server.restart()
@@ -731,6 +738,23 @@ import Testing
         _ = try await server.push([operation(.create, "t1", ["owner": "alice"])])
         try await damage(server, "meta", key: Array("generation".utf8), value: [1])
         expectDamage(try await server.pull(), naming: "generation")
+    }
+
+    /// Only damage puts an entity at the last version there is: the next
+    /// push to it overflowed the version and stopped the server, and with
+    /// it every user's requests.
+    @Test func anEntityAtTheLastVersionIsNamed() async throws {
+        let server = try await TestServer("damaged-entity-version")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        // Alice's entity te/t1 (`ServerStorage.entityKey`); its state
+        // holds the version after a layout byte and a deleted byte (`EntityState`).
+        let key = UInt32(1).bigEndianBytes + Array("te".utf8) + [0] + Array("t1".utf8)
+        try await Self.rewriteRow(of: server, in: "entities", key: key) { row in
+            Array(row.prefix(2)) + UInt64.max.bigEndianBytes + row.dropFirst(10)
+        }
+        expectDamage(try await server.push([operation(.update, "t1", ["n": 2], base: 1)]), naming: "te/t1")
+        #expect(try await server.pullAll().map(\.serverVersion) == [1])
     }
 
     @Test func aDamagedIdempotencyRowDoesNotApplyAgain() async throws {
