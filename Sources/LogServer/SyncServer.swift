@@ -38,7 +38,7 @@ public final class SyncServer: Sendable {
         /// a head sent a byte at a time. The default outlasts libcurl's
         /// 118 s limit on reusing an idle connection, so a URLSession
         /// client on Linux never sends a request into a connection as the
-        /// server closes it.
+        /// server closes it. Positive.
         public var idleTimeout: Duration? = .seconds(300)
         /// The longest a request may take to send its body, from its
         /// head's arrival to its end (nil: no bound). Past it the connection
@@ -46,7 +46,7 @@ public final class SyncServer: Sendable {
         /// error: a body sent a byte at a time, each within the idle
         /// timeout, would otherwise hold its connection and its buffer for
         /// as long as the client kept sending. The default lets a body of
-        /// `Wire.requestBodyBytesMax` arrive at 14 KB/s.
+        /// `Wire.requestBodyBytesMax` arrive at 14 KB/s. Positive.
         public var bodyTimeout: Duration? = .seconds(300)
         /// The most bytes of push bodies the server holds at once, being
         /// received or waiting for the store's one writer (`PushBuffer`).
@@ -65,6 +65,9 @@ public final class SyncServer: Sendable {
             }
             guard pushBufferBytesMax > 0 else {
                 throw ConfigurationError("pushBufferBytesMax must be positive, not \(pushBufferBytesMax)")
+            }
+            for (name, timeout) in [("idleTimeout", idleTimeout), ("bodyTimeout", bodyTimeout)] {
+                if let timeout, timeout <= .zero { throw ConfigurationError("\(name) must be positive (nil for none), not \(timeout)") }
             }
         }
 
@@ -151,7 +154,7 @@ public final class SyncServer: Sendable {
                 configuration: .init(
                     // Made again for each connection (an autoclosure).
                     additionalChannelHandlers: [RequestBodyDeadline(timeout: bodyTimeout), ParserErrorReply()],
-                    idleTimeout: configuration.idleTimeout.map { .nanoseconds(Int64(min($0 / .nanoseconds(1), 9e18))) })),
+                    idleTimeout: configuration.idleTimeout.map { TimeAmount($0) })),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
             logger: logger)

@@ -807,7 +807,7 @@ import Testing
 
 @Suite struct ServerConfigurationTests {
     enum Setting: String, CaseIterable, Sendable {
-        case noPushBuffer, zeroRate, nanRate, zeroBurst
+        case noPushBuffer, zeroRate, nanRate, zeroBurst, negativeIdleTimeout, zeroBodyTimeout
 
         func apply(to configuration: inout SyncServer.Configuration) -> String {
             switch self {
@@ -815,21 +815,31 @@ import Testing
             case .zeroRate: configuration.rateLimit = (rate: 0, burst: 5)
             case .nanRate: configuration.rateLimit = (rate: .nan, burst: 5)
             case .zeroBurst: configuration.rateLimit = (rate: 10, burst: 0)
+            case .negativeIdleTimeout: configuration.idleTimeout = .seconds(Int64.min)
+            case .zeroBodyTimeout: configuration.bodyTimeout = .zero
             }
-            return self == .noPushBuffer ? "pushBufferBytesMax" : "rateLimit"
+            switch self {
+            case .noPushBuffer: return "pushBufferBytesMax"
+            case .negativeIdleTimeout: return "idleTimeout"
+            case .zeroBodyTimeout: return "bodyTimeout"
+            default: return "rateLimit"
+            }
         }
     }
 
     /// An embedding app's settings out of range are an error naming the
     /// setting, not a trap in the server's init (as a zero push buffer or
-    /// rate was), and nothing is opened.
+    /// rate was) or as it makes its application (as an idle timeout of
+    /// more negative nanoseconds than an `Int64` holds was), and nothing is opened.
     @Test(arguments: Setting.allCases)
     func aSettingOutOfRangeIsAnErrorNamingIt(setting: Setting) throws {
         let directory = try TemporaryDirectory("server-configuration")
         defer { directory.remove() }
         var configuration = SyncServer.Configuration(dataDirectory: directory.appending("data"))
         let name = setting.apply(to: &configuration)
-        let error = #expect(throws: SyncServer.ConfigurationError.self) { try SyncServer(configuration: configuration) }
+        let error = #expect(throws: SyncServer.ConfigurationError.self) {
+            _ = try SyncServer(configuration: configuration).application()
+        }
         #expect(error?.description.contains(name) == true, "\(String(describing: error))")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
     }
