@@ -24,12 +24,11 @@ public struct RetryPolicy: Sendable, Equatable {
 
     public init() {}
 
-    /// The delay before retry `retry` (1 for the first), in milliseconds.
+    /// The delay before retry `retry` (1 for the first; 0 is taken as 1), in milliseconds.
     public func delay(beforeRetry retry: UInt32, retryAfterSeconds: Int? = nil, random: inout some RandomNumberGenerator)
         -> UInt64
     {
-        precondition(retry >= 1, "retries count from 1")
-        let doublings = min(retry - 1, 32)
+        let doublings = min(max(retry, 1) - 1, 32)
         // Saturating, for any settings: a shift would drop the high bits of a
         // large base, and a product past UInt64 cannot be converted back.
         let (doubled, overflow) = baseDelayMilliseconds.multipliedReportingOverflow(by: 1 << UInt64(doublings))

@@ -75,6 +75,16 @@ import Testing
         for _ in 0..<100 { #expect(policy.delay(beforeRetry: 1, random: &random) <= 2_000) }
     }
 
+    /// Retries count from 1, and an app's 0 is taken as the first: before,
+    /// `delay(beforeRetry: 0)` stopped the app with a precondition.
+    @Test func retryZeroIsTheFirstRetryNotATrap() {
+        var random = SeededRandom(seed: 1)
+        var policy = RetryPolicy()
+        policy.jitter = 0
+        #expect(policy.delay(beforeRetry: 0, random: &random) == 1_000)
+        #expect(policy.delay(beforeRetry: 0, retryAfterSeconds: 5, random: &random) == 5_000)
+    }
+
     static let protocolHeaders = ["Sync-Protocol-Version": "1", "Content-Type": "application/json"]
     static let health = Data(#"{"status": "ok", "protocol_version": 1, "server_id": "01KAQ3H2M4Z8X0V6T5R7P9N1B3"}"#.utf8)
     static let rateLimited = Data(#"{"error": {"code": "RATE_LIMITED", "message": "slow down", "retryable": true}}"#.utf8)
