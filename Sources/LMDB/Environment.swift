@@ -32,7 +32,9 @@ public final class Environment: @unchecked Sendable {
         public var mapSize = 64 << 20
         /// The map never grows past this (1 TiB by default).
         public var mapSizeMax = 1 << 40
+        /// At most `UInt32.max`, as LMDB takes it.
         public var maxDatabases = 64
+        /// 1 to `UInt32.max`, as LMDB takes it.
         public var maxReaders = 126
         public var durability = Durability.full
         /// Open without write access (`MDB_RDONLY`).
@@ -87,9 +89,11 @@ public final class Environment: @unchecked Sendable {
     ///   `data.mdb`, that the process may not open as it must), `.invalid` (the directory holds a file that
     ///   is not an LMDB environment, or, not to be created, an empty one),
     ///   `.truncated` (the data file lacks pages in use), `.versionMismatch`,
-    ///   `.noSpace` (no room for a new lock file).
+    ///   `.noSpace` (no room for a new lock file), `.invalidArgument` (a
+    ///   count of databases or readers that LMDB cannot take).
     public init(path: String, options: Options = Options()) throws {
         self.options = options
+        try Environment.checkCounts(options, path: path)
         let resolved = try Environment.prepareDirectory(path, options: options)
         self.path = resolved
         var env: OpaquePointer?
@@ -145,6 +149,19 @@ public final class Environment: @unchecked Sendable {
 
     /// Checks the path is a directory (creating it if allowed) and returns its
     /// resolved form, so two spellings of one directory are one environment.
+    /// LMDB takes the counts of databases and readers as `UInt32`: one
+    /// that does not fit would trap converting it. (LMDB refuses 0 readers
+    /// itself, but only after the directory is made.)
+    /// - Throws: `LMDBError` `.invalidArgument` naming the option.
+    private static func checkCounts(_ options: Options, path: String) throws(LMDBError) {
+        for (name, count, least) in [("maxDatabases", options.maxDatabases, 0), ("maxReaders", options.maxReaders, 1)]
+        where count < least || UInt32(exactly: count) == nil {
+            throw LMDBError(
+                code: .invalidArgument, operation: "Environment.init", path: path,
+                detail: "\(name) \(count) is outside \(least)...\(UInt32.max)")
+        }
+    }
+
     private static func prepareDirectory(_ path: String, options: Options) throws(LMDBError) -> String {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {

@@ -30,6 +30,7 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
         public static let mapResized = Code(rawValue: MDB_MAP_RESIZED)
         public static let badValueSize = Code(rawValue: MDB_BAD_VALSIZE)
         public static let ioError = Code(rawValue: EIO)
+        public static let invalidArgument = Code(rawValue: EINVAL)
         public static let noSpace = Code(rawValue: ENOSPC)
         public static let permissionDenied = Code(rawValue: EACCES)
         public static let noSuchFile = Code(rawValue: ENOENT)

@@ -60,6 +60,22 @@ import Testing
         environment.close()
     }
 
+    /// LMDB takes its counts of databases and readers as `UInt32`: an
+    /// `Options` count outside that range is refused naming it, before
+    /// anything is made, where converting it trapped.
+    @Test(arguments: [("maxDatabases", -1), ("maxDatabases", Int(UInt32.max) + 1), ("maxReaders", -1), ("maxReaders", 0)])
+    func aCountLMDBCannotTakeIsRefused(name: String, count: Int) throws {
+        let directory = try TemporaryDirectory("lmdb-counts")
+        defer { directory.remove() }
+        var options = Environment.Options()
+        if name == "maxDatabases" { options.maxDatabases = count } else { options.maxReaders = count }
+        let store = directory.path + "/store"
+        let error = #expect(throws: LMDBError.self) { try Environment(path: store, options: options) }
+        #expect(error?.code == .invalidArgument, "\(String(describing: error))")
+        #expect(error?.description.contains("\(name) \(count)") == true, "\(String(describing: error))")
+        #expect(access(store, F_OK) != 0)
+    }
+
     /// The size allocated is the one LMDB makes, so LMDB keeps its reader
     /// count: a file of another size would change it.
     @Test func theAllocatedSizeIsLMDBs() throws {
