@@ -21,7 +21,8 @@ import LogSync
 /// for that can give `SyncEngine` a `SyncTransport` of its own.
 public final class HTTPTransport: SyncTransport {
     public struct Options: Sendable {
-        /// Seconds a request may wait for data before it fails as a network error.
+        /// Seconds a request may wait for data before it fails as a network
+        /// error. Infinite, NaN, or a year or more: a year.
         public var requestTimeout: TimeInterval = 30
         /// Seconds a whole exchange may take (a long pull page included).
         public var resourceTimeout: TimeInterval = 120
@@ -61,7 +62,11 @@ public final class HTTPTransport: SyncTransport {
         self.options = options
         reader = ResponseReader(bytesMax: options.responseBodyBytesMax)
         let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = options.requestTimeout
+        // Foundation on Linux converts it to an `Int` of milliseconds as each
+        // request starts, a trap for an infinite or NaN one, or 10^16 s.
+        let requestTimeout = options.requestTimeout
+        configuration.timeoutIntervalForRequest =
+            requestTimeout < ResponseReader.deadlineSecondsMax ? requestTimeout : ResponseReader.deadlineSecondsMax
         configuration.timeoutIntervalForResource = options.resourceTimeout
         configuration.httpAdditionalHeaders = ["Accept-Encoding": "gzip", "Sync-Protocol-Version": "\(Wire.protocolVersion)"]
         configuration.urlCache = nil

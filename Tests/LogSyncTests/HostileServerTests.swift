@@ -296,6 +296,20 @@ import Testing
         #expect(try await transport.pull(cursor: nil, limit: 100).cursor == "c1")
     }
 
+    /// A `requestTimeout` that Foundation on Linux cannot hold as an
+    /// `Int` of milliseconds (infinite, NaN, 10^16 s or more) waits a
+    /// year, as a `resourceTimeout` past a year is none, rather than trap
+    /// in `URLSession` as the request starts (`Int(_:)` of the seconds).
+    @Test(arguments: [Double.infinity, .nan, 1e16])
+    func aRequestTimeoutNoIntHoldsIsAYear(seconds: Double) async throws {
+        let server = try ScriptedServer { _ in .answer(status: 200, headers: Self.protocolHeaders, body: Self.paddedPage(padding: 0)) }
+        defer { server.stop() }
+        var options = loopback
+        options.requestTimeout = seconds
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: options)
+        #expect(try await transport.pull(cursor: nil, limit: 100).cursor == "c1")
+    }
+
     /// Cookies a server sets are neither kept nor sent back: the protocol
     /// has none, and a session keeps every cookie of a new name for as long
     /// as it lives and sends them all with each request, so a server that
