@@ -29,7 +29,8 @@ public final class HTTPTransport: SyncTransport {
         /// Connect directly, ignoring proxy settings (a loopback server).
         public var ignoreProxies = false
         /// The longest response body read, counted after decompression; a
-        /// longer one fails its request as `.responseTooLarge`. Not negative.
+        /// longer one fails its request as `.responseTooLarge`. A negative
+        /// one, as 0, reads no body.
         public var responseBodyBytesMax = HTTPTransport.responseBodyBytesDefault
 
         public init() {}
@@ -60,7 +61,7 @@ public final class HTTPTransport: SyncTransport {
         self.baseURL = baseURL
         self.token = token
         self.options = options
-        reader = ResponseReader(bytesMax: options.responseBodyBytesMax)
+        reader = ResponseReader(bytesMax: max(options.responseBodyBytesMax, 0))
         let configuration = URLSessionConfiguration.ephemeral
         // Foundation on Linux converts it to an `Int` of milliseconds as each
         // request starts, a trap for an infinite or NaN one, or 10^16 s.

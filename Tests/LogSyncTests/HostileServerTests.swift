@@ -88,6 +88,19 @@ import Testing
         #expect(error.message.contains("responseBodyBytesMax"), "\(error)")
     }
 
+    /// A negative `responseBodyBytesMax` reads no body, as 0 does: the
+    /// answer fails naming the setting and its value, where the
+    /// transport's init stopped the app with a precondition.
+    @Test func aNegativeBodyLimitReadsNoBody() async throws {
+        let server = try ScriptedServer { _ in .answer(status: 200, headers: Self.protocolHeaders, body: Self.paddedPage(padding: 0)) }
+        defer { server.stop() }
+        var options = loopback
+        options.responseBodyBytesMax = -1
+        let error = try #require(await pullFailure(server, options: options))
+        #expect(error.kind == .responseTooLarge, "\(error)")
+        #expect(error.message.contains("responseBodyBytesMax (-1)"), "\(error)")
+    }
+
     /// A body of no declared length (it ends with the connection) is
     /// counted as it arrives.
     @Test func aBodyWithoutALengthIsCountedAsItArrives() async throws {
