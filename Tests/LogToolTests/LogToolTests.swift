@@ -441,6 +441,25 @@ extension ToolRun {
         #expect(try one.objects().map { $0["offset"] as? UInt64 } == [.max], "\(one.output)\(one.errors)")
     }
 
+    /// A compaction watermark past the log's last offset, which only
+    /// damage makes (compaction sets one in 1...last), leaves no offset
+    /// above it: `tail` computed `last - watermark + 1` and trapped. It
+    /// prints the last entries as for any watermark.
+    @Test func tailOfALogWithAWatermarkPastItsEndPrintsTheLastEntries() async throws {
+        let directory = try TemporaryDirectory("logtool-tail-watermark")
+        let store = directory.appending("store")
+        let imported = try Tool.importLines(LogToolExportTests.resyncExport(count: 3), file: directory.appending("three.jsonl"), into: store)
+        #expect(imported.status == 0, "\(imported.errors)")
+        do {
+            let environment = try Environment(path: store)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            try environment.write { txn in try txn.put(meta, key: Array("compacted-below".utf8), value: UInt64(10).bigEndianBytes) }
+        }
+        let two = try Tool.run(["tail", store, "-n", "2", "--json"])
+        #expect(try two.objects().map { $0["offset"] as? UInt64 } == [2, 3], "exit \(two.status): \(two.output)\(two.errors.prefix(300))")
+    }
+
     /// The writer grows the map past the size `tail` mapped when it opened
     /// (64 MiB): `tail` takes the new size (LMDB's `MDB_MAP_RESIZED`, once
     /// per growth) and goes on printing every entry, none lost or repeated.
@@ -1124,7 +1143,7 @@ extension LogToolExportTests {
 extension LogToolExportTests {
     /// The export lines of a log of `count` resync entries (offsets 1...count,
     /// rising timestamps), each with `reason`, and a header that ends at `last`.
-    private static func resyncExport(count: Int, last: Int? = nil, reason: String = "r") -> [String] {
+    static func resyncExport(count: Int, last: Int? = nil, reason: String = "r") -> [String] {
         let header = #"{"compacted_below":0,"entry_format":1,"format":"syncstore-export","last_offset":\#(last ?? count),"version":1}"#
         return [header] + (1...count).map { #"{"kind":"resync","offset":\#($0),"reason":"\#(reason)","timestamp":\#($0 << 16)}"# }
     }

@@ -107,7 +107,10 @@ extension EventLog {
         // entry to count: the entries still wanted come from below it.
         let compactedBelow = try compactedBelow()
         guard start < compactedBelow else { return start }
-        let wanted = Int(clamping: UInt64(count) - (last - compactedBelow + 1))
+        // A watermark past the end (only damage sets one: compaction's is
+        // in 1...last) leaves no offset above it.
+        let above = compactedBelow <= last ? last - compactedBelow + 1 : 0
+        let wanted = Int(clamping: UInt64(count) - above)
         // Bounded by the entries below the watermark.
         var below: [UInt64] = []
         var scanner = entries(from: 1, through: compactedBelow - 1)
