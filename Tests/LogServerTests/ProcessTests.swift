@@ -56,6 +56,20 @@ import Testing
         #expect(changes.map(\.entityID) == ["t1"])
     }
 
+    /// The banner names a data directory whose name holds `%` as it is:
+    /// the banner was a format string with the directory in it, so each
+    /// `%@` or `%s` there read an argument that was never passed: the
+    /// banner named another directory, and with a few more, the server
+    /// crashed (a bad pointer dereference) as it began to listen.
+    @Test func aDataDirectoryWithPercentSignsIsNamedAsItIs() async throws {
+        let directory = try TemporaryDirectory("syncserver-percent")
+        defer { directory.remove() }
+        let data = directory.appending("data %@ %s %d %% %s%s%s%s%s%s%s%s%s%s")
+        let (server, _) = try await Self.started(["--data", data, "--port", "0", "--token", "t:alice"])
+        defer { server.kill() }
+        #expect(server.outputText.contains("(data \(data))"), "\(server.outputText)")
+    }
+
     /// `--stop-at-stdin-end` with a stdin already at its end (/dev/null, a
     /// parent gone before the server listened) stops the server as SIGTERM
     /// does once it runs: cleanly, status 0. The watch sent SIGTERM before

@@ -103,13 +103,16 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.pushBufferBytesMax = pushBufferMib << 20
         let server = try SyncServer(configuration: configuration)
         defer { server.close() }
-        let banner = "syncserver \(server.serverID) listening on http://\(host):%d (data \(data))\n"
+        let serverID = server.serverID
+        let (host, data) = (host, data)
         let listening = Mutex(false)
         let stopAtStdinEnd = self.stopAtStdinEnd
         let app = server.application { port in
             listening.withLock { $0 = true }
+            // Not a format string: the host and the directory are the operator's text.
+            let banner = "syncserver \(serverID) listening on http://\(host):\(port) (data \(data))\n"
             // Unbuffered, so a parent process reading the pipe learns the port at once.
-            FileHandle.standardOutput.write(Data(String(format: banner, port).utf8))
+            FileHandle.standardOutput.write(Data(banner.utf8))
             // Only now: `runService()` handles SIGTERM once it runs, and a
             // stdin already at its end (a parent gone, /dev/null) sent it
             // before then, which killed the server instead of stopping it.
