@@ -1366,6 +1366,7 @@ extension LogToolTests {
             (["replay", path, "--to", "-2", "--output", directory.appending("as-of")], "The value '-2' is invalid for '--to <to>'"),
             (["show", path, "-1"], "The value '-1' is invalid for '<offset>'"),
             (["show", path, "--json", "-1"], "The value '-1' is invalid for '<offset>'"),
+            (["show", path, "0"], "no entry at offset 0 (offsets start at 1)"),
         ]
         for (arguments, message) in cases {
             let run = try Tool.run(arguments)
@@ -1373,6 +1374,25 @@ extension LogToolTests {
         }
         #expect(!FileManager.default.fileExists(atPath: directory.appending("bundle")))
         #expect(!FileManager.default.fileExists(atPath: directory.appending("as-of")))
+    }
+}
+
+extension LogToolTests {
+    /// A mistyped option among `show`'s offsets is named as the parser
+    /// names one, with the nearest option: taking every word left over as
+    /// an offset (so that "-1" is named out of range) had it said "The
+    /// value '--jsno' is invalid for '<offset>'".
+    @Test func aMistypedOptionAmongTheOffsetsIsNamed() async throws {
+        let directory = try await makeStore("logtool-show-option")
+        let cases: [([String], String)] = [
+            (["--jsno", "3"], "Error: Unknown option '--jsno'. Did you mean '--json'?"),
+            (["3", "-j"], "Error: Unknown option '-j'"),
+            (["3", "x"], "Error: The value 'x' is invalid for '<offset>'"),
+        ]
+        for (arguments, message) in cases {
+            let run = try Tool.run(["show", directory.path] + arguments)
+            #expect(run.status == 2 && run.errors.hasPrefix(message + "\n"), "\(arguments): \(run.errors)")
+        }
     }
 }
 

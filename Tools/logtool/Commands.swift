@@ -156,19 +156,38 @@ struct Show: ParsableCommand {
     /// Every word the parser leaves over, so that a negative number reaches
     /// the offset's own check: it takes "-1" for an option name, and a
     /// plain positional argument said "Missing expected argument
-    /// '<offset>'" of an offset the user had given.
-    @Argument(parsing: .allUnrecognized, help: "The offsets.") var offset: [UInt64]
+    /// '<offset>'" of an offset the user had given. Words, not numbers, so
+    /// that `validate()` can tell a mistyped option from a bad offset.
+    @Argument(parsing: .allUnrecognized, help: "The offsets (the first entry is at 1).") var offset: [String]
+
+    /// A word that is not an offset: a mistyped option (a dash and a
+    /// letter; "-1" is a negative number) is named as the parser names an
+    /// unknown option, with the nearest of the store options; any other
+    /// as the parser names a value it cannot read.
+    func validate() throws {
+        for word in offset where UInt64(word) == nil {
+            if word.hasPrefix("-"), let second = word.dropFirst().first, second == "-" || second.isLetter {
+                do {
+                    _ = try StoreOptions.parse([store.path, word])
+                } catch {
+                    throw ValidationError(StoreOptions.message(for: error))
+                }
+            }
+            throw ValidationError("The value '\(word)' is invalid for '<offset>'")
+        }
+    }
 
     func run() throws {
         let log = try store.openLog()
         defer { log.close() }
         // All found before any is printed: a missing one prints nothing.
-        let entries = try offset.map { offset in
+        let entries = try offset.compactMap(UInt64.init).map { offset in
             guard let entry = try log.entry(at: offset) else {
                 // Below the compaction watermark a missing entry is a hole
                 // compaction left, not an offset past the end.
                 let compactedBelow = try log.compactedBelow()
-                let why = offset < compactedBelow
+                let why = offset == 0 ? "offsets start at 1"
+                    : offset < compactedBelow
                     ? "compaction below \(compactedBelow) removed it" : "the log ends at \(try log.lastOffset())"
                 throw LogToolError("no entry at offset \(offset) (\(why))")
             }
