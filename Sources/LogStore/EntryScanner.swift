@@ -96,7 +96,7 @@ public struct EntryScanner {
             chunk.compactedBelow = try log.compactedBelow(txn)
             try txn.forEach(log.logDatabase, from: OffsetKey.encode(first)) { key, value in
                 guard let offset = OffsetKey.decode(key) else {
-                    let error = LogStoreError(.corruptEntry, path: log.path, "a log key is \(key.count) bytes, not 8")
+                    let error = OffsetKey.damaged(key, table: "log", path: log.path)
                     if chunk.offsets.isEmpty { throw error }
                     chunk.badKey = error
                     more = true

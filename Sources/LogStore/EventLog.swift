@@ -265,12 +265,9 @@ public final class EventLog: Sendable {
     }
 
     /// The offset a log key names.
-    /// - Throws: `LogStoreError.corruptEntry` when the key is not 8 bytes.
+    /// - Throws: `LogStoreError.corruptEntry` naming the key when it is not 8 bytes.
     private static func offset(ofKey key: UnsafeRawBufferPointer, path: String) throws -> UInt64 {
-        guard let offset = OffsetKey.decode(key) else {
-            throw LogStoreError(.corruptEntry, path: path, "a log key is \(key.count) bytes, not 8")
-        }
-        return offset
+        try OffsetKey.decode(key, table: "log", path: path)
     }
 
     /// The entry stored under `offset`.

@@ -42,10 +42,13 @@ enum OffsetKey {
     /// - Throws: `LogStoreError.corruptEntry` naming the table and the key
     ///   (its length, and its first 32 bytes in hex).
     static func decode(_ key: UnsafeRawBufferPointer, table: String, path: String) throws -> UInt64 {
-        guard let offset = decode(key) else {
-            throw LogStoreError(.corruptEntry, path: path, "\(table): a key of \(damagedKey(key)), not an offset of 8")
-        }
+        guard let offset = decode(key) else { throw damaged(key, table: table, path: path) }
         return offset
+    }
+
+    /// The error for a key of `table` (the log's too) that is not 8 bytes.
+    static func damaged(_ key: UnsafeRawBufferPointer, table: String, path: String) -> LogStoreError {
+        LogStoreError(.corruptEntry, path: path, "\(table): a key of \(damagedKey(key)), not an offset of 8")
     }
 }
 

@@ -47,7 +47,7 @@ extension EventLog {
                     while let (key, value) = item, count < EventLog.scanChunkCountMax {
                         count += 1
                         guard let offset = OffsetKey.decode(key) else {
-                            problems.append(StoreProblem(table: "log", message: "a key of \(key.count) bytes; log keys are 8"))
+                            problems.append(StoreProblem(table: "log", message: "a key of \(damagedKey(key)), not an offset of 8"))
                             item = try cursor.next()
                             continue
                         }

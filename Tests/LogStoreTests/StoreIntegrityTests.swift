@@ -62,8 +62,11 @@ import Testing
         for _ in 0..<2 {
             let error = #expect(throws: LogStoreError.self) { try scanner.next() }
             #expect(error?.code == .corruptEntry)
-            #expect(error?.description.contains("a log key is 9 bytes, not 8") == true)
+            #expect(error?.description.contains("log: a key of 9 bytes (000000000000000500), not an offset of 8") == true, "\(String(describing: error))")
         }
+        // `verifyEntries` (`logtool verify`) names the key by its bytes too.
+        let problems = try log.verifyEntries().problems
+        #expect(problems.map(\.message).contains("a key of 9 bytes (000000000000000500), not an offset of 8"), "\(problems)")
     }
 
     @Test func aDamagedLastEntryIsReportedAtOpen() async throws {
