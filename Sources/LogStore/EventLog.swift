@@ -239,7 +239,14 @@ public final class EventLog: Sendable {
     private static func checkMarker(_ txn: borrowing Transaction, meta: Database, path: String) throws {
         guard let marker = try txn.get(meta, key: StoreFormat.markerKey),
             let version = StoreFormat.version(ofMarker: marker)
-        else { throw LogStoreError(.notAStore, path: path, "the meta database has no format marker") }
+        else {
+            guard try txn.get(meta, key: StoreFormat.serverIDKey) != nil else {
+                throw LogStoreError(.notAStore, path: path, "the meta database has no format marker")
+            }
+            throw LogStoreError(
+                .notAStore, path: path,
+                "the meta database has no format marker but a server id: a sync server's data directory (syncserver --data), not a client's store")
+        }
         guard version == StoreFormat.storeVersion else {
             throw LogStoreError(
                 .unsupportedFormat, path: path,

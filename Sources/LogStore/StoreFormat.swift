@@ -15,6 +15,10 @@ enum StoreFormat {
     /// `meta` key holding a u64: below this offset compaction may have left
     /// holes in the log; from it on, offsets are dense.
     static let compactedBelowKey = Array("compacted-below".utf8)
+    /// `meta` key of a sync server's store (LogServer's `ServerStorage`),
+    /// which a client's store never has: read only to name a server's data
+    /// directory given where a store was meant.
+    static let serverIDKey = Array("server-id".utf8)
 
     static var marker: [UInt8] {
         var writer = ByteWriter(capacity: 12)

@@ -1507,3 +1507,21 @@ extension LogToolExportTests {
         #expect(try Tool.run(["cursors", store]).lines.first == "pull                  c1")
     }
 }
+
+extension LogToolTests {
+    /// A sync server's data directory (`syncserver --data`) given for a
+    /// store is named as one: it was "not a sync store: the meta database
+    /// has no format marker", which left the user to work out why.
+    @Test func aServerDataDirectoryIsNamedAsOne() async throws {
+        let directory = try TemporaryDirectory("logtool-server-data")
+        // What a server's store holds that the tool reads first: a meta
+        // database with the server's id (LogServer's ServerStorage).
+        let environment = try Environment(path: directory.path)
+        let meta = try #require(try environment.openDatabase("meta", create: true))
+        try environment.write { txn in try txn.put(meta, key: Array("server-id".utf8), value: [UInt8](repeating: 1, count: 16)) }
+        environment.close()
+        let run = try Tool.run(["stat", directory.path])
+        #expect(run.status == 2, "\(run.errors)")
+        #expect(run.errors.contains("not a sync store: the meta database has no format marker but a server id: a sync server's data directory (syncserver --data), not a client's store"), "\(run.errors)")
+    }
+}
