@@ -1393,6 +1393,11 @@ extension LogToolTests {
             let run = try Tool.run(["show", directory.path] + arguments)
             #expect(run.status == 2 && run.errors.hasPrefix(message + "\n"), "\(arguments): \(run.errors)")
         }
+        // The offset first and the store after it: it said "The value
+        // 'STORE' is invalid for '<offset>'".
+        let swapped = try Tool.run(["show", "3", directory.path])
+        let message = "Error: '\(directory.path)' is a directory and '3' an offset: the store comes first (logtool show \(directory.path) 3)"
+        #expect(swapped.status == 2 && swapped.errors.hasPrefix(message + "\n"), "\(swapped.errors)")
     }
 }
 

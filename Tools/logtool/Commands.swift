@@ -158,14 +158,19 @@ struct Show: ParsableCommand {
     /// plain positional argument said "Missing expected argument
     /// '<offset>'" of an offset the user had given. Words, not numbers, so
     /// that `validate()` can tell a mistyped option from a bad offset.
-    @Argument(parsing: .allUnrecognized, help: "The offsets (the first entry is at 1).") var offset: [String]
+    @Argument(parsing: .allUnrecognized, help: "The offsets (they start at 1).") var offset: [String]
 
     /// A word that is not an offset: a mistyped option (a dash and a
     /// letter; "-1" is a negative number) is named as the parser names an
-    /// unknown option, with the nearest of the store options; any other
-    /// as the parser names a value it cannot read.
+    /// unknown option, with the nearest of the store options; a store's
+    /// directory after an offset as the two swapped; any other as the
+    /// parser names a value it cannot read.
     func validate() throws {
         for word in offset where UInt64(word) == nil {
+            var isDirectory: ObjCBool = false
+            if UInt64(store.path) != nil, FileManager.default.fileExists(atPath: word, isDirectory: &isDirectory), isDirectory.boolValue {
+                throw ValidationError("'\(word)' is a directory and '\(store.path)' an offset: the store comes first (logtool show \(word) \(store.path))")
+            }
             if word.hasPrefix("-"), let second = word.dropFirst().first, second == "-" || second.isLetter {
                 do {
                     _ = try StoreOptions.parse([store.path, word])
