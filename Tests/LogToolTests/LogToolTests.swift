@@ -1530,3 +1530,22 @@ extension LogToolTests {
         #expect(run.errors.contains("not a sync store: the meta database has no format marker but a server id: a sync server's data directory (syncserver --data), not a client's store"), "\(run.errors)")
     }
 }
+
+extension LogToolTests {
+    /// A mistyped command is named, with the nearest command: the parser
+    /// said "2 unexpected arguments: 'dmup', 'STORE'".
+    @Test func aMistypedCommandIsNamed() async throws {
+        let directory = try await makeStore("logtool-mistyped-command")
+        let cases: [([String], String)] = [
+            (["dmup", directory.path], "Error: Unknown command 'dmup'. Did you mean 'dump'?"),
+            (["stats", directory.path], "Error: Unknown command 'stats'. Did you mean 'stat'?"),
+            (["frobnicate"], "Error: Unknown command 'frobnicate'; the commands are stat, dump, show, tail,"),
+        ]
+        for (arguments, message) in cases {
+            let run = try Tool.run(arguments)
+            #expect(run.status == 2 && run.errors.hasPrefix(message), "\(arguments): \(run.errors)")
+            #expect(run.errors.contains("See 'logtool --help'"), "\(arguments): \(run.errors)")
+        }
+        #expect(try Tool.run(["help", "show"]).status == 0)
+    }
+}

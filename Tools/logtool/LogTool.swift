@@ -23,6 +23,7 @@ struct LogTool: AsyncParsableCommand {
     /// ArgumentParser's own usage failures exit 64; this tool promises 2.
     static func main() async {
         do {
+            try checkCommandName(Array(CommandLine.arguments.dropFirst()))
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
@@ -45,6 +46,33 @@ struct LogTool: AsyncParsableCommand {
             FileHandle.standardError.write(Data("logtool: \(error)\n".utf8))
             Foundation.exit(2)
         }
+    }
+
+    /// Refuses a first word that names no command, with the nearest one:
+    /// the parser says only "2 unexpected arguments: 'dmup', 'STORE'".
+    private static func checkCommandName(_ arguments: [String]) throws {
+        guard let word = arguments.first, !word.hasPrefix("-") else { return }
+        let names = ["help"] + configuration.subcommands.map { $0._commandName }
+        guard !names.contains(word) else { return }
+        let nearest = names.map { ($0, editDistance($0, word)) }.min { $0.1 < $1.1 }
+        if let (name, distance) = nearest, distance <= 2 {
+            throw ValidationError("Unknown command '\(word)'. Did you mean '\(name)'?")
+        }
+        throw ValidationError("Unknown command '\(word)'; the commands are \(names.dropFirst().joined(separator: ", "))")
+    }
+
+    /// The Levenshtein distance of two words, by characters.
+    private static func editDistance(_ a: String, _ b: String) -> Int {
+        let (a, b) = (Array(a), Array(b))
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var row = [i + 1]
+            for (j, y) in b.enumerated() {
+                row.append(min(previous[j + 1] + 1, row[j] + 1, previous[j] + (x == y ? 0 : 1)))
+            }
+            previous = row
+        }
+        return previous[b.count]
     }
 
     /// Exits 2 when what the command printed did not all reach standard
