@@ -102,9 +102,15 @@ final class ServerStorage: Sendable {
     /// notes, another program's files, a `--data` mistyped. A store made
     /// there would mix the server's files with them. A missing or empty
     /// directory (a mount point's `lost+found` aside) is where a store is
-    /// made; a path that cannot be listed (not a directory, no
+    /// made; a file is named as one (LMDB said "open (FILE): Not a
+    /// directory [20]"); any other path that cannot be listed (no
     /// permission) is the environment's to refuse.
     private static func checkHoldsNoOtherFiles(_ path: String) throws {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue {
+            throw SyncServer.ConfigurationError(
+                "dataDirectory \(path) is a file, not a directory; give a missing or empty directory, or a server's store")
+        }
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: path), !names.contains("data.mdb") else {
             return
         }

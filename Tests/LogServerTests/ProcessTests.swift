@@ -503,6 +503,22 @@ extension SyncServerProcessTests {
         served.kill()
     }
 
+    /// A `--data` that names a file (a store path mistyped, the tokens
+    /// file) is refused naming it as a file: the server said "open
+    /// (FILE): Not a directory [20]", LMDB's call and its code.
+    @Test func aFileIsRefusedAsOne() async throws {
+        let directory = try TemporaryDirectory("syncserver-data-file")
+        let file = directory.appending("tokens.txt")
+        try Data("t alice\n".utf8).write(to: URL(fileURLWithPath: file))
+        let server = try ChildProcess(
+            executable: SyncServerProcessTests.executable.path, arguments: ["--data", file, "--port", "0", "--token", "t:alice", "--stop-at-stdin-end"])
+        defer { server.kill() }
+        #expect(await server.waitForExit(timeout: .seconds(60)))
+        #expect(server.ending == .exit(1), "\(server.ending): \(server.outputText)")
+        #expect(server.errorText.contains("dataDirectory \(file) is a file, not a directory; give a missing or empty directory, or a server's store"), "\(server.errorText)")
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == "t alice\n")
+    }
+
     /// A fresh file system's mount point holds only `lost+found`, which
     /// `mkfs` makes: it is served as an empty directory is, and the store
     /// is made beside it. Before, it was refused as holding files but no
