@@ -96,15 +96,18 @@ public final class EventLog: Sendable {
         environmentOptions.createIfMissing = options.createIfMissing
         environmentOptions.mapSize = options.initialMapSize
         if options.readOnly || !options.createIfMissing {
-            // A directory with no data file is not a store; say so rather
-            // than let LMDB create one or fail with a bare ENOENT. Only
-            // ENOENT means there is none: a data file that cannot be looked
-            // at (a directory without search permission) is the
-            // environment's to name, with the reason.
+            // A missing path, or a directory with no data file, is not a
+            // store; say so rather than let LMDB create one or fail with a
+            // bare ENOENT. Only ENOENT means there is none: a data file
+            // that cannot be looked at (a directory without search
+            // permission) is the environment's to name, with the reason.
             // (A path that is not a directory is the environment's to refuse.)
             let dataFile = (path as NSString).appendingPathComponent("data.mdb")
             var isDirectory: ObjCBool = false
             var status = stat()
+            if lstat(path, &status) != 0, errno == ENOENT {
+                throw LogStoreError(.notAStore, path: path, "no such directory")
+            }
             if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue,
                 lstat(dataFile, &status) != 0, errno == ENOENT
             {
