@@ -864,6 +864,7 @@ extension LogToolExportTests {
         let bundle = directory.appending("bundle")
         let run = try Tool.run(["bundle", source, "--tail", "2", "--output", bundle])
         #expect(run.status == 0, "\(run.errors)")
+        #expect(run.output == "bundled offsets 53...54 and 1 entity into \(bundle)\n", "\(run.output)")
         #expect(try Tool.run(["verify", bundle]).status == 0)
         let entities = try Tool.run(["entities", bundle, "te", "--json"]).objects()
         #expect(entities.map { $0["id"] as? String } == ["bug"])

@@ -48,7 +48,7 @@ struct Bundle: AsyncParsableCommand {
             throw error
         }
         if store.json { return try Output.line(report) }
-        print("bundled offsets \(report.firstOffset)...\(report.lastOffset) and \(report.entities) entities into \(output)")
+        print("bundled offsets \(report.firstOffset)...\(report.lastOffset) and \(report.entities) entit\(report.entities == 1 ? "y" : "ies") into \(output)")
     }
 
     /// Trims the copy at `output` to the entries from `first` on and what
