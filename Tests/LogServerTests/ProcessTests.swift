@@ -476,6 +476,18 @@ extension SyncServerProcessTests {
     }
 }
 
+/// `--help` gives the exit statuses, as `logtool`'s and `crashtest`'s do:
+/// it gave none, though a server that cannot start ends with 1 and a usage
+/// mistake with 64.
+@Suite struct SyncServerHelpTests {
+    @Test func theHelpGivesTheExitStatuses() throws {
+        let help = try ToolRun.run(SyncServerProcessTests.executable.path, ["--help"])
+        #expect(help.status == 0)
+        let text = help.output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        #expect(text.contains("Exit status: 0 stopped (SIGTERM, SIGINT, or stdin's end with --stop-at-stdin-end), 1 it could not start (an address it cannot listen on, a --data refused), 64 usage (an option or a token refused)."), "\(help.output)")
+    }
+}
+
 /// A `--data` that is a directory holding files but no store (notes, another
 /// program's files, a path mistyped) is refused at start (status 1), naming
 /// the directory and what it holds, and left as it was: the server made its

@@ -13,6 +13,8 @@ struct SyncServerCommand: AsyncParsableCommand {
         discussion: """
             Tokens map to users, one per line in --tokens-file: TOKEN USER [read-only]; '#' starts a comment. \
             The server listens on 127.0.0.1 unless --host says otherwise, and stops cleanly on SIGTERM or SIGINT.
+            Exit status: 0 stopped (SIGTERM, SIGINT, or stdin's end with --stop-at-stdin-end), 1 it could not start \
+            (an address it cannot listen on, a --data refused), 64 usage (an option or a token refused).
             """)
 
     @Option(help: "Address to listen on.")
