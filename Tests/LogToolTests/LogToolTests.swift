@@ -757,6 +757,12 @@ extension ToolRun {
         #expect(try Tool.run(["diff", source, directory.appending("d")]).status == 0)
         // A second import into the same directory is refused; so is garbage.
         #expect(try Tool.run(["import", file, copy]).status == 2)
+        // The new store first and the file after it: it said "FILE exists;
+        // import makes a new store".
+        let swapped = try Tool.run(["import", directory.appending("new"), file])
+        #expect(swapped.status == 2, "\(swapped.errors)")
+        #expect(swapped.errors == "logtool: \(directory.appending("new")) does not exist and \(file) is a file: the export file comes first (logtool import \(file) \(directory.appending("new")))\n", "\(swapped.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("new")))
         try "not json\n".write(toFile: directory.appending("bad.jsonl"), atomically: true, encoding: .utf8)
         let bad = try Tool.run(["import", directory.appending("bad.jsonl"), directory.appending("bad")])
         #expect(bad.status == 2 && bad.errors.contains("bad.jsonl:1"))

@@ -146,7 +146,16 @@ struct Import: AsyncParsableCommand {
     @Argument(help: "The new store directory (must not exist).") var path: String
 
     func run() async throws {
-        guard !FileManager.default.fileExists(atPath: path) else { throw LogToolError("\(path) exists; import makes a new store") }
+        guard !FileManager.default.fileExists(atPath: path) else {
+            // `import NEWSTORE FILE`: the two swapped.
+            var isDirectory: ObjCBool = false
+            if !FileManager.default.fileExists(atPath: file),
+                FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue
+            {
+                throw LogToolError("\(file) does not exist and \(path) is a file: the export file comes first (logtool import \(path) \(file))")
+            }
+            throw LogToolError("\(path) exists; import makes a new store")
+        }
         // The header is checked before anything is made; the entries are
         // read as they are restored, a line at a time.
         let header = try ExportReader(file).header
