@@ -219,6 +219,16 @@ import Testing
         #expect(!reused.output.contains("VIOLATION"), "\(reused.output)")
     }
 
+    /// A syncserver that is not there (not built beside crashtest, a
+    /// mistyped --syncserver) is named with the fix: it said "cannot start
+    /// syncserver (PATH): No such file or directory".
+    @Test func aMissingSyncServerIsNamedWithTheFix() async throws {
+        let missing = "/nonexistent/syncserver"
+        let run = try await Self.run(["--workload", "server", "--iterations", "1", "--syncserver", missing])
+        #expect(run.status == 2, "\(run.output)\(run.errors)")
+        #expect(run.errors.contains("no syncserver at \(missing): build it (swift build --product syncserver) or name one with --syncserver"), "\(run.errors)")
+    }
+
     /// The harness killed outright (SIGKILL, so it cannot clean up) takes
     /// its children with it: the sync server reads the end of the stdin pipe
     /// the harness held (`--stop-at-stdin-end`) and stops; a worker dies of

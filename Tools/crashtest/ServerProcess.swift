@@ -21,6 +21,11 @@ final class ServerProcess: Sendable {
     /// Starts the server and waits for its banner.
     /// - Returns: the server, or why it did not come up.
     static func start(executable: String, data: String, durability: Durability) async throws -> Result<ServerProcess, Failure> {
+        // The default is the one beside crashtest, which a build of
+        // crashtest alone does not make.
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            throw HarnessError("no syncserver at \(executable): build it (swift build --product syncserver) or name one with --syncserver")
+        }
         let child = try ChildProcess(
             "syncserver", executable: executable,
             arguments: [
