@@ -16,7 +16,7 @@ public final class SyncServer: Sendable {
 
         /// Loopback by default: expose the server deliberately.
         public var host = "127.0.0.1"
-        /// 0 picks a free port (see `onRunning`).
+        /// 0 to 65535; 0 picks a free port (see `onRunning`).
         public var port = 8080
         public var dataDirectory: String
         /// Only `.full` keeps the protocol's promise that a push answered
@@ -60,6 +60,9 @@ public final class SyncServer: Sendable {
 
         /// - Throws: `ConfigurationError` for the first setting out of range.
         func check() throws(ConfigurationError) {
+            // Out of range, it failed only as the server began to listen,
+            // with the store already made.
+            guard (0...65535).contains(port) else { throw ConfigurationError("port must be 0 to 65535, not \(port)") }
             if let limit = rateLimit, !(limit.rate > 0 && limit.rate.isFinite && limit.burst > 0) {
                 throw ConfigurationError("rateLimit needs a positive, finite rate and a positive burst, not \(limit)")
             }

@@ -807,7 +807,7 @@ import Testing
 
 @Suite struct ServerConfigurationTests {
     enum Setting: String, CaseIterable, Sendable {
-        case noPushBuffer, zeroRate, nanRate, zeroBurst, negativeIdleTimeout, zeroBodyTimeout
+        case noPushBuffer, zeroRate, nanRate, zeroBurst, negativeIdleTimeout, zeroBodyTimeout, negativePort, portPastRange
 
         func apply(to configuration: inout SyncServer.Configuration) -> String {
             switch self {
@@ -817,11 +817,14 @@ import Testing
             case .zeroBurst: configuration.rateLimit = (rate: 10, burst: 0)
             case .negativeIdleTimeout: configuration.idleTimeout = .seconds(Int64.min)
             case .zeroBodyTimeout: configuration.bodyTimeout = .zero
+            case .negativePort: configuration.port = -1
+            case .portPastRange: configuration.port = 65536
             }
             switch self {
             case .noPushBuffer: return "pushBufferBytesMax"
             case .negativeIdleTimeout: return "idleTimeout"
             case .zeroBodyTimeout: return "bodyTimeout"
+            case .negativePort, .portPastRange: return "port"
             default: return "rateLimit"
             }
         }
