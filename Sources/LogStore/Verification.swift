@@ -27,7 +27,8 @@ extension EventLog {
     public static let problemCountMax = 1_000
 
     /// Checks every entry of the log: its key, its checksum and encoding, and
-    /// that offsets are dense from the compaction watermark on. Unlike a
+    /// that offsets are dense from the compaction watermark on, which is not
+    /// past the last offset. Unlike a
     /// scan it goes on past a problem, reporting each one.
     /// - Returns: how many entries were read, and the problems found.
     public func verifyEntries() throws -> (checked: Int, problems: [StoreProblem]) {
@@ -69,6 +70,15 @@ extension EventLog {
             checked += count
             guard let next else { break }
             position = next
+        }
+        // Compaction's watermark is at most the last offset (storage.md
+        // section 4), and an import refuses another. Past it, entries
+        // appended up to it could go missing with no gap reported.
+        let (watermark, last) = try environment.read { txn in
+            (try compactedBelow(txn), try txn.withCursor(logDatabase) { try $0.last().flatMap { OffsetKey.decode($0.key) } } ?? 0)
+        }
+        if watermark > max(last, 1) {
+            problems.append(StoreProblem(table: "meta", message: "compacted-below is \(watermark), past the log's last offset \(last)"))
         }
         return (checked, Array(problems.prefix(EventLog.problemCountMax)))
     }

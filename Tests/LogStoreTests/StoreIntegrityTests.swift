@@ -125,6 +125,23 @@ import Testing
         }
     }
 
+    /// Compaction's watermark is at most the last offset (storage.md
+    /// section 4). Past it (here 15 in a log of 10), an entry later lost
+    /// at 11 would be taken for a hole compaction left: `verifyEntries`
+    /// (`logtool verify`) reports it, and one at the last offset passes.
+    @Test(arguments: [(15, true), (10, false)] as [(UInt64, Bool)])
+    func aWatermarkPastTheLastOffsetIsReported(watermark: UInt64, reported: Bool) async throws {
+        let directory = try await damagedStore("integrity-watermark-past-end", count: 10) { _, _ in }
+        defer { directory.remove() }
+        try putRaw(directory.path, database: "meta", key: Array("compacted-below".utf8), value: watermark.bigEndianBytes)
+        let log = try EventLog(path: directory.path)
+        defer { log.close() }
+        let (checked, problems) = try log.verifyEntries()
+        #expect(checked == 10)
+        let expected = reported ? ["meta: compacted-below is 15, past the log's last offset 10"] : []
+        #expect(problems.map(\.description) == expected)
+    }
+
     /// storage.md sections 4 and 16 (step 6): a reader checks a record's
     /// key, then that it may follow the offset expected, then decodes it.
     /// With 3 missing and 4 damaged, a scan reports the gap at 3, not the
