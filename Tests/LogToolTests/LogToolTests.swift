@@ -138,7 +138,10 @@ extension ToolRun {
         let entities = try Tool.run(["entities", path, "te", "--json"]).objects()
         #expect(entities.map { $0["id"] as? String } == ["a", "pulled"])
         #expect(try Tool.run(["entities", path, "te", "a", "--json"]).objects().first?["server_version"] as? Int == 1)
-        #expect(try Tool.run(["entities", path, "prj", "--json"]).lines.isEmpty)
+        let none = try Tool.run(["entities", path, "prj", "--json"])
+        #expect(none.status == 0 && none.lines.isEmpty)
+        // A mistyped type lists nothing too: the types that have entities are named.
+        #expect(none.errors == "logtool entities: no entities of type prj (those with entities: te)\n", "\(none.errors)")
 
         let outbox = try Tool.run(["outbox", path, "--json"]).objects()
         #expect(outbox.map { $0["offset"] as? Int } == [3])

@@ -231,7 +231,17 @@ struct Entities: ParsableCommand {
         } else {
             // Every page from one snapshot: an app writing meanwhile cannot
             // make the listing mix two commits.
-            entities = try opened.read { snapshot in try Entities.all(type, in: snapshot) }
+            let types: [String]
+            (entities, types) = try opened.read { snapshot in
+                let entities = try Entities.all(type, in: snapshot)
+                return (entities, entities.isEmpty ? try snapshot.entityTypes() : [])
+            }
+            if entities.isEmpty {
+                // An empty listing is an answer, but a mistyped type gives
+                // one too: say which types have entities, on stderr.
+                let listed = types.isEmpty ? "none has any" : "those with entities: \(types.joined(separator: ", "))"
+                FileHandle.standardError.write(Data("logtool entities: no entities of type \(type) (\(listed))\n".utf8))
+            }
         }
         for entity in entities {
             let row = Row(type: entity.type, id: entity.id, fields: entity.fields, serverVersion: entity.serverVersion, pendingIntents: entity.pendingIntentCount)
