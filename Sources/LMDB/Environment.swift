@@ -29,6 +29,7 @@ public final class Environment: @unchecked Sendable {
 
     public struct Options: Sendable {
         /// The initial map size in bytes; the map grows on demand.
+        /// Not negative (0: LMDB's default).
         public var mapSize = 64 << 20
         /// The map never grows past this (1 TiB by default).
         public var mapSizeMax = 1 << 40
@@ -147,21 +148,25 @@ public final class Environment: @unchecked Sendable {
         return flags
     }
 
-    /// Checks the path is a directory (creating it if allowed) and returns its
-    /// resolved form, so two spellings of one directory are one environment.
     /// LMDB takes the counts of databases and readers as `UInt32`: one
     /// that does not fit would trap converting it. (LMDB refuses 0 readers
-    /// itself, but only after the directory is made.)
+    /// itself, but only after the directory is made.) A negative map size
+    /// became a `size_t` past any memory, and the open failed as "Cannot
+    /// allocate memory", naming no option.
     /// - Throws: `LMDBError` `.invalidArgument` naming the option.
     private static func checkCounts(_ options: Options, path: String) throws(LMDBError) {
-        for (name, count, least) in [("maxDatabases", options.maxDatabases, 0), ("maxReaders", options.maxReaders, 1)]
-        where count < least || UInt32(exactly: count) == nil {
+        let counts = [
+            ("maxDatabases", options.maxDatabases, 0, Int(UInt32.max)), ("maxReaders", options.maxReaders, 1, Int(UInt32.max)),
+            ("mapSize", options.mapSize, 0, Int.max),
+        ]
+        for (name, count, least, most) in counts where !(least...most).contains(count) {
             throw LMDBError(
-                code: .invalidArgument, operation: "Environment.init", path: path,
-                detail: "\(name) \(count) is outside \(least)...\(UInt32.max)")
+                code: .invalidArgument, operation: "Environment.init", path: path, detail: "\(name) \(count) is outside \(least)...\(most)")
         }
     }
 
+    /// Checks the path is a directory (creating it if allowed) and returns its
+    /// resolved form, so two spellings of one directory are one environment.
     private static func prepareDirectory(_ path: String, options: Options) throws(LMDBError) -> String {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {

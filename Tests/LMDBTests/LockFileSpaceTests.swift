@@ -63,12 +63,18 @@ import Testing
     /// LMDB takes its counts of databases and readers as `UInt32`: an
     /// `Options` count outside that range is refused naming it, before
     /// anything is made, where converting it trapped.
-    @Test(arguments: [("maxDatabases", -1), ("maxDatabases", Int(UInt32.max) + 1), ("maxReaders", -1), ("maxReaders", 0)])
+    /// So is a negative map size, which failed the open as "Cannot allocate
+    /// memory", naming no option.
+    @Test(arguments: [("maxDatabases", -1), ("maxDatabases", Int(UInt32.max) + 1), ("maxReaders", -1), ("maxReaders", 0), ("mapSize", -1)])
     func aCountLMDBCannotTakeIsRefused(name: String, count: Int) throws {
         let directory = try TemporaryDirectory("lmdb-counts")
         defer { directory.remove() }
         var options = Environment.Options()
-        if name == "maxDatabases" { options.maxDatabases = count } else { options.maxReaders = count }
+        switch name {
+        case "maxDatabases": options.maxDatabases = count
+        case "maxReaders": options.maxReaders = count
+        default: options.mapSize = count
+        }
         let store = directory.path + "/store"
         let error = #expect(throws: LMDBError.self) { try Environment(path: store, options: options) }
         #expect(error?.code == .invalidArgument, "\(String(describing: error))")
