@@ -147,6 +147,10 @@ public final class Store: Sendable {
     /// writer's own threads; the log's `deinit` knows not to wait there.
     deinit { finishStreams() }
 
+    // Each of the streams below is one reader's: every call makes a stream
+    // of its own. Iterated from two tasks at once, a stream traps, as an
+    // `AsyncStream` does; two readers call twice.
+
     /// A value after each commit that touched entities of `type`, and after
     /// the commit that ends `rebuildProjections()` when `type` has entities
     /// visible in the tables before it or after it: the stream says that
