@@ -393,6 +393,9 @@ extension ToolRun {
         #expect(dry.output.contains("below #10: 9 entries; would remove 9, would write 4 snapshots, would keep 0"), "\(dry.output)")
         let json = try Tool.run(["compact", directory.path, "--below", "10", "--dry-run", "--json"]).objects().first
         #expect(json?["entries_removed"] as? Int == 9 && json?["snapshots_written"] as? Int == 4, "\(json ?? [:])")
+        // Out of range, the value is named by the option the user gave it as.
+        let outside = try Tool.run(["compact", directory.path, "--below", "99", "--dry-run"])
+        #expect(outside.status == 2 && outside.errors.contains(": --below 99: compaction watermark 99 is outside"), "\(outside.errors)")
         #expect(try store.log.lastOffset() == 11)
         #expect(try store.compactedBelow() == 0)
         // The store is still this process's to write.

@@ -97,7 +97,13 @@ struct Compact: AsyncParsableCommand {
         // A dry run writes nothing: it needs no writer lock.
         let opened = try dryRun ? store.openStore() : StoreOptions.openWritable(store.path)
         defer { opened.close() }
-        let report = try await opened.compact(below: below, dryRun: dryRun)
+        let report: CompactionReport
+        do {
+            report = try await opened.compact(below: below, dryRun: dryRun)
+        } catch let error as LogStoreError where error.code == .invalidArgument {
+            // The store names the value its watermark; the user gave it as --below.
+            throw LogToolError("\(store.path): --below \(below): \(error.detail)")
+        }
         if store.json { return try Output.line(["watermark": report.watermark, "entries_before": UInt64(report.entriesBefore), "entries_removed": UInt64(report.entriesRemoved), "snapshots_written": UInt64(report.snapshotsWritten), "entries_kept": UInt64(report.entriesKept)]) }
         let (remove, write, keep) = dryRun ? ("would remove", "would write", "would keep") : ("removed", "wrote", "kept")
         print("below #\(report.watermark): \(report.entriesBefore) entries; \(remove) \(report.entriesRemoved), \(write) \(report.snapshotsWritten) snapshots, \(keep) \(report.entriesKept)")
