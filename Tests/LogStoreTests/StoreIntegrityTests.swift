@@ -514,7 +514,7 @@ import Testing
             let entities = try #require(try environment.openDatabase("entities", create: false))
             try environment.write { txn in
                 var bytes = try #require(try txn.get(entities, key: key))
-                damage(&bytes, using: &random)
+                mutate(&bytes, using: &random, largeLength: 0x2000_0000)
                 try txn.put(entities, key: key, value: bytes)
             }
             environment.close()
@@ -576,23 +576,6 @@ import Testing
         try await store.rebuildProjections()
         try await store.applyPulledPage([change], cursor: "c")
         #expect(try store.get(type: "te", id: "b")?.fields == ["n": 2])
-    }
-
-    /// One of the damages `seededDamageToAnEntityRecordIsNamedByItsEntity` makes.
-    private func damage(_ bytes: inout [UInt8], using random: inout SeededRandom) {
-        switch Int.random(in: 0...3, using: &random) {
-        case 0:
-            let index = Int.random(in: 0..<bytes.count, using: &random)
-            bytes[index] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
-        case 1:
-            bytes.removeLast(Int.random(in: 1...bytes.count, using: &random))
-        case 2:
-            bytes.append(contentsOf: (0..<Int.random(in: 1...8, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) })
-        default:
-            guard bytes.count >= 4 else { return }
-            let index = Int.random(in: 0...(bytes.count - 4), using: &random)
-            bytes.replaceSubrange(index..<index + 4, with: [0xFF, 0xFF, 0xFF, 0xF0])
-        }
     }
 
     /// An attempt count at its maximum in a pending outbox row (damaged or
