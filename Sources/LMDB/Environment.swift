@@ -94,7 +94,7 @@ public final class Environment: @unchecked Sendable {
     ///   count of databases or readers that LMDB cannot take).
     public init(path: String, options: Options = Options()) throws {
         self.options = options
-        try Environment.checkCounts(options, path: path)
+        try Environment.checkSizes(options, path: path)
         let resolved = try Environment.prepareDirectory(path, options: options)
         self.path = resolved
         var env: OpaquePointer?
@@ -154,14 +154,14 @@ public final class Environment: @unchecked Sendable {
     /// became a `size_t` past any memory, and the open failed as "Cannot
     /// allocate memory", naming no option.
     /// - Throws: `LMDBError` `.invalidArgument` naming the option.
-    private static func checkCounts(_ options: Options, path: String) throws(LMDBError) {
-        let counts = [
+    private static func checkSizes(_ options: Options, path: String) throws(LMDBError) {
+        let sizes = [
             ("maxDatabases", options.maxDatabases, 0, Int(UInt32.max)), ("maxReaders", options.maxReaders, 1, Int(UInt32.max)),
             ("mapSize", options.mapSize, 0, Int.max),
         ]
-        for (name, count, least, most) in counts where !(least...most).contains(count) {
+        for (name, value, least, most) in sizes where !(least...most).contains(value) {
             throw LMDBError(
-                code: .invalidArgument, operation: "Environment.init", path: path, detail: "\(name) \(count) is outside \(least)...\(most)")
+                code: .invalidArgument, operation: "Environment.init", path: path, detail: "\(name) \(value) is outside \(least)...\(most)")
         }
     }
 
