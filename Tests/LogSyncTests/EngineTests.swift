@@ -171,6 +171,43 @@ import Testing
         #expect(delays.contains(.max))
     }
 
+    /// A whole push refused as unauthorized (401: a token the server does
+    /// not know) is a permanent failure of the request, no judgement on
+    /// each operation (`Format/sync-protocol.md` section 10): the batch is
+    /// marked failed, the app is told, and the run fails. The intents wait
+    /// for the app's `retryFailed`, which pushes them once the token is good.
+    @Test func aPushRefusedAsUnauthorizedMarksTheBatchFailed() async throws {
+        let server = try await TestServer("unauthorized-push")
+        let a = try Replica("a", server: server, token: "a-token-the-server-does-not-know")
+        let events = a.store.events()
+        try await a.store.create(type: "task", fields: ["n": 1])
+        try await a.store.create(type: "task", fields: ["n": 2])
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("expected the run to fail, got \(report.outcome)")
+            return
+        }
+        #expect(message.hasPrefix("push: ") && message.contains("HTTP 401"), "\(message)")
+        #expect(report.retried == 2 && report.acknowledged == 0)
+        let states = try a.store.outbox().map(\.state)
+        // Checked before the event is awaited, which comes only with them.
+        guard states.count == 2, states.allSatisfy({ $0.status == .failed && $0.attempts == 1 }) else {
+            Issue.record("expected both intents failed after one attempt, got \(states)")
+            return
+        }
+        var iterator = events.makeAsyncIterator()
+        guard case .retriesExhausted? = await iterator.next() else {
+            Issue.record("no retriesExhausted event")
+            return
+        }
+        try a.connect(to: server)
+        #expect(await a.sync().acknowledged == 0)
+        try await a.store.retryFailed()
+        #expect(await a.sync().acknowledged == 2)
+        #expect(try a.store.outbox().isEmpty)
+        await server.stop()
+    }
+
     /// "Server returns 500": retried up to 10 times, then failed and reported.
     @Test func fiveHundredsAreRetriedTenTimesThenFailed() async throws {
         let server = try await TestServer("five-hundreds")

@@ -162,6 +162,53 @@ import Testing
         #expect(try a.store.log.lastOffset() == 0)
     }
 
+    /// A feed that asks for a full resync on every pull (section 8,
+    /// `force_resync`) is broken: the run resyncs `resyncsPerRunMax` times,
+    /// then fails naming it, rather than resyncing for good.
+    @Test func aFeedThatAlwaysForcesAResyncFailsTheRun() async throws {
+        let pulls = Counter()
+        let server = try Self.feed(counting: pulls) { _ in
+            PullResponse(changes: [], cursor: "c1", hasMore: false, forceResync: true)
+        }
+        defer { server.stop() }
+        var configuration = SyncConfiguration()
+        configuration.resyncsPerRunMax = 2
+        let a = try Replica("always-resync", url: server.url, configuration: configuration)
+        let report = await a.sync()
+        #expect(report.outcome == .failed("pull: the server keeps forcing a resync"))
+        #expect(report.resyncs == 2)
+        #expect(pulls.count == 3)
+        #expect(try a.store.pullCursor() == nil)
+    }
+
+    /// A push answered in another protocol version (its
+    /// `Sync-Protocol-Version` header, section 2) ends the run and leaves
+    /// the intents as they were: no attempt counted, none failed. The
+    /// answer is no judgement on them; a client that speaks the server's
+    /// version pushes them.
+    @Test func aPushAnsweredInAnotherProtocolVersionLeavesTheIntentsAlone() async throws {
+        let server = try ScriptedServer { request in
+            guard request.path == "/v1/push" else {
+                return .answer(status: 200, headers: HostileServerTests.protocolHeaders, body: HostileServerTests.health)
+            }
+            let envelope = Data(#"{"error": {"code": "VALIDATION_ERROR", "message": "speak version 2"}}"#.utf8)
+            return .answer(status: 400, headers: ["Sync-Protocol-Version": "2", "Content-Type": "application/json"], body: envelope)
+        }
+        defer { server.stop() }
+        let a = try Replica("other-version", url: server.url)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        let report = await a.sync()
+        guard case .failed(let message) = report.outcome else {
+            Issue.record("expected the run to fail, got \(report.outcome)")
+            return
+        }
+        #expect(message.hasPrefix("push: ") && message.contains("protocol version 2"), "\(message)")
+        #expect(report.retried == 0)
+        let state = try #require(try a.store.outbox().first?.state)
+        #expect(state.attempts == 0)
+        #expect(state.status == .pending)
+    }
+
     /// The bound itself is a cursor: one of exactly `cursorBytesMax` bytes,
     /// from `!` to `~`, is applied with its page and stored as it came.
     @Test func aPageWithACursorOfExactlyCursorBytesMaxIsApplied() async throws {
