@@ -10,7 +10,9 @@ import LogStore
 /// been past what the trigger was for. A run that was cancelled (a
 /// background run's budget spent), or that a background run ran (however
 /// it ended: the OS's window ends with the background task), starts none
-/// as it ends: the next trigger syncs.
+/// as it ends: the next trigger syncs. A background run's end also
+/// cancels a local write's debounce timer, which would start a run soon
+/// after, with no budget.
 ///
 /// After a failed run it starts none until `SyncEngine.nextRunAt` (the
 /// backoff, at least the server's `Retry-After`, or the open circuit
@@ -138,7 +140,9 @@ public actor SyncScheduler {
     /// The triggers that come while it runs (or while the run it joined
     /// runs) start no run as it ends, even when it completes within the
     /// budget: a run started then would have none, and the OS suspends the
-    /// app once its background task ends. The next trigger syncs.
+    /// app once its background task ends. Nor does a local write's debounce
+    /// timer that is armed as it ends (a write made during it): its end
+    /// cancels it. The next trigger syncs.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
         let deadline = clock.monotonicMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.backgroundSync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock), deadline: deadline)

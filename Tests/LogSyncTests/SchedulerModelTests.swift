@@ -253,14 +253,16 @@ extension SchedulerModel {
             break
         case .syncRunning:
             running = true
-        case .syncEnded(let nextRunAt, _, _):
+        case .syncEnded(let nextRunAt, _, let background):
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
             // A run that ends with no wait took in the triggers due before
             // it was under way (the engine merges a sync asked for as one
             // starts); those held while it was sync as it ends (`checkActions`),
             // unless it was cancelled or a background run's: then the next
-            // trigger syncs for them.
+            // trigger syncs for them. So does it (or the retry) for a write
+            // whose debounce a background run's end cancels, due after it.
             if backoffUntil == nil { owed = owed.filter { $0.value.due.map { $0 > now } ?? true } }
+            if background { owed[.localWrite] = nil }
             running = false
             held = false
         }

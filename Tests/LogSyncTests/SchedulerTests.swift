@@ -137,18 +137,24 @@ import Testing
     }
 
     /// A background run's end starts no run for the triggers held during
-    /// it, however it ended; a failed one's backoff still ends in its retry.
+    /// it, however it ended, and cancels the debounce of a write made
+    /// during it, due after its end; a failed one's backoff still ends in
+    /// its retry.
     @Test func triggersDuringABackgroundRunStartNoRunAsItEnds() {
         var core = SchedulerCore()
         #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
         #expect(core.handle(.syncRunning, at: 10).isEmpty)
         #expect(core.handle(.nudge, at: 100).isEmpty)
-        #expect(core.handle(.syncEnded(nextRunAt: nil, background: true), at: 200) == [.cancelTimer(.retry)])
+        #expect(core.handle(.localWrite, at: 150) == [.setTimer(.localWrite, at: 1_150)])
+        #expect(
+            core.handle(.syncEnded(nextRunAt: nil, background: true), at: 200) == [.cancelTimer(.retry), .cancelTimer(.localWrite)])
         #expect(core.heldReason == nil)
         #expect(core.handle(.nudge, at: 300) == [.sync(.nudge)], "the next trigger syncs")
         #expect(core.handle(.syncRunning, at: 310).isEmpty)
         #expect(core.handle(.nudge, at: 400).isEmpty)
-        #expect(core.handle(.syncEnded(nextRunAt: 5_000, background: true), at: 500) == [.setTimer(.retry, at: 5_000)])
+        #expect(
+            core.handle(.syncEnded(nextRunAt: 5_000, background: true), at: 500)
+                == [.cancelTimer(.localWrite), .setTimer(.retry, at: 5_000)])
         #expect(core.handle(.timerFired(.retry), at: 5_000) == [.sync(.retry)])
     }
 
@@ -380,6 +386,51 @@ import Testing
         await scheduler.nudge()
         try await waitUntil { await scheduler.triggered == triggered + [.nudge] }
         await scheduler.settle()
+        await scheduler.stop()
+        await server.stop()
+    }
+
+    /// A local write made while a background run pulls (by the app, or by a
+    /// conflict's resolution) arms the write's debounce timer, which is due
+    /// after the run completes: the run's end cancels it, as it drops the
+    /// triggers held during the run. Fired, it would start a run with no
+    /// budget in the moments between the background task's end and the OS
+    /// suspending the app. The next trigger pushes the write. Before, the
+    /// timer stayed armed past the run's end and, once the clock reached it,
+    /// started a `.localWrite` run.
+    @Test func aWriteDuringABackgroundRunArmsNoTimerPastItsEnd() async throws {
+        let server = try await TestServer("background-write")
+        let (gate, reader) = try await Self.serverWithPages(server, pages: 2, slow: 0)
+        let scheduler = SyncScheduler.online(reader.engine, clock: reader.clock, periodMilliseconds: .max)
+        await scheduler.start()
+        // The start's run, in the foreground.
+        try await gate.waitUntilHeld()
+        gate.release()
+        try await waitUntil { try reader.store.count(type: "item") == 10 }
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        // The app in the background: its background task's run pulls, held,
+        // past its push, and the app writes meanwhile.
+        gate.holdNext()
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 60_000) }
+        try await gate.waitUntilHeld()
+        try await waitUntil { await scheduler.isSyncRunning }
+        try await reader.store.create(type: "task", fields: ["title": "written in the background"])
+        let debounceEnd = reader.clock.monotonicMilliseconds + SchedulerCore().localWriteDebounceMilliseconds
+        try await waitUntil { reader.clock.sleeperDeadlines.contains(debounceEnd) }
+        gate.release()
+        #expect(await background.value.outcome == .completed)
+        try await waitUntil { await !scheduler.isSyncRunning }
+        #expect(try reader.store.outboxCount() == 1, "the background run was past its push")
+        #expect(!reader.clock.sleeperDeadlines.contains(debounceEnd), "the write's debounce timer outlived the background run")
+        reader.clock.advance(by: SchedulerCore().localWriteDebounceMilliseconds)
+        await scheduler.settle()
+        // The next trigger runs, without a budget: the app is in the foreground again.
+        await scheduler.nudge()
+        try await waitUntil { await scheduler.triggered.last == .nudge }
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started, .nudge])
+        #expect(try reader.store.outboxCount() == 0)
         await scheduler.stop()
         await server.stop()
     }
