@@ -140,7 +140,9 @@ public actor SyncEngine {
     ///   failure too (the run ends as that failure does). A caller that
     ///   joins a running sync adds its cancellation to that run's: either
     ///   stops it, and every caller gets the `.cancelled` report.
-    ///   Cancelling the caller's task cancels it too.
+    ///   Cancelling the caller's task cancels it too. A run cancelled
+    ///   before it starts (a deadline already past) makes no request, not
+    ///   even the health check.
     @discardableResult
     public func sync(cancellation: SyncCancellation = SyncCancellation()) async -> SyncReport {
         await sync(cancellation, background: false)
@@ -311,6 +313,11 @@ public actor SyncEngine {
         var report = SyncReport(outcome: .completed)
         retryAfterSeconds = nil
         if let stop = rateLimitedStop() { return finish(&report, stop) }
+        // Cancelled before it starts (a background run's budget already
+        // spent, a caller's task cancelled), the run asks nothing of the
+        // network, the health check included: whoever cancelled it wants
+        // no request, and the OS's background window may be over.
+        if isCancelled { return finish(&report, .cancelled) }
         do throws(TransportError) {
             _ = try await transport.health()
             if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }

@@ -126,8 +126,11 @@ public actor SyncScheduler {
     /// A sync that must end within `budgetMilliseconds` (an OS background
     /// window): once the budget has passed on the scheduler's clock it
     /// stops, abandoning the request it waits for, and keeping what it
-    /// recorded and applied. A sync
-    /// already running is joined, and stopped by the budget all the same.
+    /// recorded and applied. A budget already spent (0) makes no request,
+    /// not even the health check: it ends at once, as `.cancelled` (or as
+    /// `.deferred` or `.rateLimited`, below).
+    /// A sync already running is joined, and stopped by the budget all the
+    /// same.
     /// Cancelling the caller's task (the OS's expiration handler) stops it
     /// too. The scheduler need not be started.
     /// Unlike the app's own `engine.sync()`, it keeps to a failed run's

@@ -41,7 +41,9 @@ public enum SyncOutcome: Sendable, Equatable {
     case offline
     /// Stopped by cancellation before a push request or a pulled page;
     /// what was recorded and applied stays, and it does not count as a
-    /// failure.
+    /// failure. A run cancelled before it started (a background run's
+    /// budget already spent) made no request at all, not even the health
+    /// check.
     case cancelled
     /// The circuit breaker is open.
     case rateLimited

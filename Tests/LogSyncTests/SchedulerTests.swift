@@ -300,6 +300,29 @@ import Testing
         await server.stop()
     }
 
+    /// A background run whose budget is already spent (0: the OS's window
+    /// is over) asks the transport for nothing, not even the health check,
+    /// and ends as `.cancelled` with nothing done; the intent stays
+    /// pending, unattempted, and the next sync pushes it. Before, the run
+    /// started as any other, sent the health check, and only then found
+    /// itself cancelled.
+    @Test func aSpentBudgetMakesNoRequest() async throws {
+        let server = try await TestServer("background-spent")
+        let transport = CountedRequests(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback))
+        let writer = try Replica("background-spent", server: server, transport: transport)
+        try await writer.store.create(type: "task", fields: ["title": "kept for the next sync"])
+        let scheduler = SyncScheduler(engine: writer.engine, clock: writer.clock, monitor: FixedConnectivity(online: false))
+        let report = await scheduler.runBackground(budgetMilliseconds: 0)
+        #expect(report == SyncReport(outcome: .cancelled))
+        #expect(transport.count == 0, "requests asked of the transport with the budget spent")
+        #expect(try writer.store.outbox().map(\.state.attempts) == [0])
+        #expect(await writer.engine.state == .idle)
+        #expect(await writer.engine.lastError == nil)
+        let next = await writer.sync()
+        #expect(next.outcome == .completed && next.acknowledged == 1, "\(next)")
+        await server.stop()
+    }
+
     /// A background run that finds a sync running joins it, and its budget
     /// stops that sync too, abandoning the pull it waits for.
     @Test func aBackgroundRunStopsTheSyncItJoins() async throws {
@@ -562,6 +585,30 @@ struct SlowPulls: SyncTransport {
         }
         clock.advance(by: milliseconds)
         return page
+    }
+}
+
+/// Through `inner`, counting the requests the engine asks for (health
+/// checks, pushes and pulls).
+final class CountedRequests: SyncTransport {
+    private let inner: HTTPTransport
+    private let requests = Mutex(0)
+
+    init(inner: HTTPTransport) { self.inner = inner }
+
+    var count: Int { requests.withLock { $0 } }
+
+    func health() async throws(TransportError) -> HealthResponse {
+        requests.withLock { $0 += 1 }
+        return try await inner.health()
+    }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        requests.withLock { $0 += 1 }
+        return try await inner.push(request)
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        requests.withLock { $0 += 1 }
+        return try await inner.pull(cursor: cursor, limit: limit)
     }
 }
 
