@@ -273,10 +273,6 @@ public actor SyncEngine {
     /// `sync()` itself does not wait for it.
     public var nextRunAt: UInt64? { nextRunDeadline.map(wallClock) }
 
-    /// `nextRunDeadline` while no run is under way; nil while one is (its
-    /// end will tell).
-    var nextRunDeadlineBetweenRuns: UInt64? { running == nil ? nextRunDeadline : nil }
-
     /// `nextRunAt` on the clock's monotonic reading, which the scheduler's
     /// timers keep to.
     var nextRunDeadline: UInt64? {

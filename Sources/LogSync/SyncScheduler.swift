@@ -64,19 +64,19 @@ public actor SyncScheduler {
         let engine = self.engine
         let store = engine.store
         let monitor = self.monitor
+        // Finished once the states listener has handed on the engine's
+        // state (its stream's first value is the latest state): the first
+        // report starts the rules only then. A run under way holds the start's
+        // trigger for one more run as it ends, and a failed run's backoff
+        // holds it until the backoff's end. Handled first (it was, with a
+        // monitor that reports at once), the start joined the run under
+        // way, which may be past its push.
+        let (engineStateHeard, heard) = AsyncStream<Void>.makeStream()
         listeners.append(Task { [weak self] in
             var first = true
             for await online in monitor.paths() {
                 if !online { await engine.networkPathLost() }
-                // A run that failed before this start: its backoff holds
-                // (the states listener may report it only after this). Not
-                // while a run is under way: heard as that run's end, it
-                // would have the rules take none to be under way, and start
-                // no run for the triggers that come during it. That run's
-                // own end tells its backoff.
-                if first, let nextRunAt = await engine.nextRunDeadlineBetweenRuns {
-                    await self?.listened(.syncEnded(nextRunAt: nextRunAt), epoch)
-                }
+                if first { for await _ in engineStateHeard {} }
                 await self?.listened(first ? .started(online: online) : .connectivity(online), epoch)
                 first = false
             }
@@ -96,7 +96,9 @@ public actor SyncScheduler {
                     await self?.listened(
                         .syncEnded(nextRunAt: change.nextRunAt, cancelled: change.cancelled, background: change.background), epoch)
                 }
+                heard.finish()
             }
+            heard.finish()
         })
     }
 

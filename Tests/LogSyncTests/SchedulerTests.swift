@@ -231,6 +231,39 @@ import Testing
         await server.stop()
     }
 
+    /// A scheduler started while a run pulls, past its push (the user's
+    /// "sync now"), with a monitor that reports at once, as
+    /// `LinuxConnectivityMonitor` does: the start's trigger comes during the
+    /// run, and is held for one more run as it ends, which pushes a write
+    /// made after the run's push, before the start (so not heard as a
+    /// write). Before, the first report's `.started` was handled before the
+    /// engine's state, which the other listener hears, said a run was
+    /// under way (every time, in 40 tries): the start joined the run, and
+    /// the write waited for the next trigger (here, none).
+    @Test func aSchedulerStartedDuringARunHoldsItsStartForTheRunsEnd() async throws {
+        let server = try await TestServer("scheduler-start-during-run")
+        let clock = ManualClock()
+        let gate = PullGate(holdFirst: true)
+        let transport = SlowPulls(
+            inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), clock: clock, milliseconds: 0, gate: gate)
+        let replica = try Replica("start-during-run", server: server, clock: clock, transport: transport)
+        let syncNow = Task { await replica.engine.sync() }
+        try await gate.waitUntilHeld()
+        try await replica.store.create(type: "task", fields: ["title": "written after the run's push"])
+        let scheduler = SyncScheduler.online(replica.engine, clock: clock, periodMilliseconds: .max)
+        await scheduler.start()
+        try await clock.waitForSleepers(1)  // the periodic timer (never due): the start was heard
+        #expect(await scheduler.isSyncRunning)
+        #expect(await scheduler.triggered.isEmpty, "the start joined the run under way")
+        gate.release()
+        #expect(await syncNow.value.outcome == .completed)
+        try await waitUntil { await scheduler.triggered == [.started] }
+        await scheduler.settle()
+        #expect(try replica.store.outboxCount() == 0)
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// `triggered` keeps the newest `triggeredCountMax` reasons: a
     /// scheduler lives as long as the app, and a sync every 30 s would
     /// otherwise grow it by an entry each time, for ever. Before, it kept
