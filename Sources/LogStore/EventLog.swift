@@ -24,7 +24,8 @@ public final class EventLog: Sendable {
         /// Create the store when the directory has none (no data file, or
         /// an LMDB environment with no databases yet).
         public var createIfMissing = true
-        /// The initial LMDB map size; it grows as needed.
+        /// The initial LMDB map size in bytes; it grows as needed. Not
+        /// negative (0: LMDB's default).
         public var initialMapSize = 64 << 20
 
         public init(durability: Durability = .full, readOnly: Bool = false) {
@@ -73,7 +74,8 @@ public final class EventLog: Sendable {
     ///   directory that is not a store, when not creating; a `data.mdb`
     ///   that is not LMDB's),
     ///   `.unsupportedFormat`, `.corruptEntry` (the last entry is damaged;
-    ///   a read-only open leaves that to the first read that needs it);
+    ///   a read-only open leaves that to the first read that needs it),
+    ///   `.invalidArgument` (a negative `initialMapSize`);
     ///   `LMDBError` for `Environment.init`'s reasons, and for a
     ///   `writer.lock` that cannot be opened.
     public convenience init(path: String, options: Options = Options()) throws {
@@ -90,6 +92,11 @@ public final class EventLog: Sendable {
         path: String, options: Options, derivedDatabases: [String],
         onCommit: (@Sendable (CommitEffects) -> Void)?, onClose: (@Sendable () -> Void)?
     ) throws {
+        // Checked here to name the option the caller set: the environment
+        // refuses it too, as its own `mapSize`.
+        guard options.initialMapSize >= 0 else {
+            throw LogStoreError(.invalidArgument, path: path, "initialMapSize \(options.initialMapSize) is negative")
+        }
         var environmentOptions = Environment.Options()
         environmentOptions.durability = options.durability
         environmentOptions.readOnly = options.readOnly

@@ -116,6 +116,20 @@ func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil
         }
     }
 
+    /// A negative `initialMapSize` is refused naming the option the caller
+    /// set, before anything is made: the environment below names its own
+    /// option, `mapSize`, which the caller never set.
+    @Test func aNegativeInitialMapSizeIsNamedAsSet() throws {
+        let directory = try TemporaryDirectory("log-map-size")
+        let path = directory.appending("store")
+        var options = EventLog.Options()
+        options.initialMapSize = -1
+        let error = #expect(throws: LogStoreError.self) { try Store(path: path, options: options) }
+        #expect(error?.code == .invalidArgument, "\(String(describing: error))")
+        #expect(error?.detail.contains("initialMapSize -1") == true, "\(String(describing: error))")
+        #expect(access(path, F_OK) != 0)
+    }
+
     @Test func reopeningKeepsEveryEntry() async throws {
         let directory = try TemporaryDirectory("log-reopen")
         var random = RandomEntries(seed: 31)
