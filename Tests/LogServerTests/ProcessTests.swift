@@ -131,6 +131,28 @@ import Testing
         #expect(await server.waitForExit(timeout: .seconds(60)))
         #expect(server.ending == .exit(1))
         #expect(server.errorText.contains("cannot listen on 203.0.113.1:0"), "\(server.errorText)")
+        // It had made a new, empty store there before it tried to listen.
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
+
+    /// A port another server holds ends it with status 1, naming the
+    /// address, and leaves its --data as it found it: a missing directory
+    /// missing, an empty one empty. It had made a new store in both.
+    @Test func aPortInUseIsNamedAndLeavesTheDataAsItWas() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let holder = try await TestServer("port-holder")
+        defer { Task { await holder.stop() } }
+        let directory = try TemporaryDirectory("syncserver-port-in-use")
+        let empty = directory.appending("empty")
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
+        for data in [directory.appending("missing"), empty] {
+            let run = try await ToolRun.running(
+                Self.executable.path, ["--data", data, "--port", "\(holder.port)", "--token", "t:alice", "--stop-at-stdin-end"])
+            #expect(run.status == 1, "\(data): \(run.status): \(run.output)\(run.errors)")
+            #expect(run.errors.contains("cannot listen on 127.0.0.1:\(holder.port)"), "\(run.errors)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("missing")))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: empty) == [])
     }
 }
 

@@ -103,8 +103,8 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.bodyTimeout = bodyTimeout > 0 ? .seconds(bodyTimeout) : nil
         configuration.durability = .init(rawValue: durability) ?? .full
         configuration.pushBufferBytesMax = pushBufferMib << 20
+        let before = DataDirectoryBefore(data)
         let server = try SyncServer(configuration: configuration)
-        defer { server.close() }
         let serverID = server.serverID
         let (host, data) = (host, data)
         let listening = Mutex(false)
@@ -123,9 +123,15 @@ struct SyncServerCommand: AsyncParsableCommand {
         do {
             try await app.runService()
         } catch where !listening.withLock({ $0 }) {
+            server.close()
+            before.restore()
             // Hummingbird's error names the system call, not the address.
             throw StartError(description: "cannot listen on \(host):\(port): \(error)")
+        } catch {
+            server.close()
+            throw error
         }
+        server.close()
     }
 
     /// Why the server never listened.
