@@ -231,6 +231,29 @@ extension SyncServerProcessTests {
     }
 }
 
+extension SyncServerProcessTests {
+    /// A misspelled option is named, with the one meant, and a directory
+    /// given without --data with that option: the parser reported the
+    /// required --data missing first ("Missing expected argument '--data
+    /// <data>'"), of a user who had typed it.
+    @Test func aMisspelledOptionIsNamedWithTheOneMeant() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-misspelled")
+        let run = try ToolRun.run(Self.executable.path, ["--dta", directory.appending("data"), "--stop-at-stdin-end"])
+        #expect(run.status == 64, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("Unknown option '--dta'. Did you mean '--data'?"), "\(run.errors)")
+        #expect(!run.errors.contains("Missing"), "\(run.errors)")
+        // The directory without its option is named with the option.
+        let bare = try ToolRun.run(Self.executable.path, [directory.appending("data"), "--stop-at-stdin-end"])
+        #expect(bare.status == 64, "\(bare.status): \(bare.errors)")
+        #expect(bare.errors.contains("Unexpected argument '\(directory.appending("data"))': is it the --data option's value? (--data \(directory.appending("data")))"), "\(bare.errors)")
+        // With --data given, a misspelling was already named.
+        let other = try ToolRun.run(Self.executable.path, ["--data", directory.appending("data"), "--prot", "1", "--stop-at-stdin-end"])
+        #expect(other.status == 64 && other.errors.contains("Unknown option '--prot'. Did you mean '--port'?"), "\(other.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {

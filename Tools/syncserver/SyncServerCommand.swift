@@ -75,6 +75,48 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Flag(help: "Stop (as on SIGTERM) when stdin reaches its end: a parent process that holds a pipe to it takes the server with it when it ends, even by SIGKILL.")
     var stopAtStdinEnd = false
 
+    /// ArgumentParser's own `main`, but for the mistake behind a missing
+    /// `--data` (`mistakeBehindMissingOption`).
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        do {
+            var command = try parseAsRoot(arguments)
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: mistakeBehindMissingOption(error, in: arguments) ?? error)
+        }
+    }
+
+    /// The parser reports a required option missing before an unknown one:
+    /// `--dta DIR` said "Missing expected argument '--data <data>'", of a
+    /// user who had typed it. The arguments are parsed again with the
+    /// missing option given (as logtool does); when that fails on an unknown
+    /// option, that is the mistake, named with the nearest option the parser
+    /// knows. When it fails on one word too many (`syncserver DIR`), that
+    /// word is named with the option it most likely lacks.
+    /// - Returns: that error, or nil when there is none.
+    private static func mistakeBehindMissingOption(_ error: any Error, in arguments: [String]) -> (any Error)? {
+        let prefix = "Missing expected argument '--"
+        let text = message(for: error)
+        guard text.hasPrefix(prefix), let name = text.dropFirst(prefix.count - 2).split(separator: " ").first else { return nil }
+        do {
+            _ = try parseAsRoot(arguments + [String(name), "unused"])
+        } catch {
+            let mistake = message(for: error)
+            if mistake.hasPrefix("Unknown option") { return error }
+            let unexpected = "Unexpected argument '"
+            if mistake.hasPrefix(unexpected), mistake.hasSuffix("'") {
+                let word = mistake.dropFirst(unexpected.count).dropLast()
+                return ValidationError("Unexpected argument '\(word)': is it the \(name) option's value? (\(name) \(word))")
+            }
+        }
+        return nil
+    }
+
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         // `inf` parses as a Double, and passed here to fail at start (status 1, not usage's 64).
