@@ -776,6 +776,58 @@ extension ToolRun {
 }
 
 extension LogToolExportTests {
+    /// `export STORE FILE`, the file where `import FILE STORE` takes it,
+    /// is refused with the option that names it (status 2): the parser said
+    /// only "Unexpected argument 'FILE'". Nothing is written.
+    @Test func anOutputFileWithoutItsOptionIsPointedToOutput() throws {
+        let directory = try TemporaryDirectory("logtool-export-positional")
+        let file = directory.appending("out.jsonl")
+        let run = try Tool.run(["export", directory.appending("store"), file])
+        #expect(run.status == 2, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("export writes to --output FILE or to standard output: logtool export \(directory.appending("store")) --output \(file)"), "\(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: file))
+        // A misspelled option is named as such.
+        let misspelled = try Tool.run(["export", directory.appending("store"), "--ouput", file])
+        #expect(misspelled.status == 2 && misspelled.errors.contains("Unknown option '--ouput'. Did you mean '--output'?"), "\(misspelled.errors)")
+        // The help names what --output takes, and import's help the export.
+        let help = try Tool.run(["export", "--help"]).output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        #expect(help.contains("-o, --output <file> The file to write (default: standard output); 'logtool import FILE NEWSTORE' reads it back."), "\(help)")
+        let importHelp = try Tool.run(["import", "--help"]).output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        #expect(importHelp.contains("as 'logtool export STORE --output FILE' writes it"), "\(importHelp)")
+        let two = try Tool.run(["export", directory.appending("store"), file, "more"])
+        #expect(two.status == 2 && two.errors.contains("2 unexpected arguments: '\(file)', 'more'"), "\(two.errors)")
+    }
+}
+
+extension LogToolExportTests {
+    /// A misspelled option, or a directory given without its option, is
+    /// named (status 2) where bundle requires --output: the parser reported
+    /// the option missing first ("Missing expected argument '--output
+    /// <output>'"). `replay STORE DIR` is named with --to and --output: the
+    /// parser said only "Unexpected argument 'DIR'". Nothing is written.
+    @Test func aMistakeBehindAMissingOutputIsNamed() throws {
+        let directory = try TemporaryDirectory("logtool-bundle-mistakes")
+        let (store, out) = (directory.appending("store"), directory.appending("out"))
+        let cases = [
+            (["bundle", store, "--ouput", out], "Unknown option '--ouput'. Did you mean '--output'?"),
+            (["bundle", store, out], "Unexpected argument '\(out)': bundle writes to --output DIR: logtool bundle \(store) --output \(out)"),
+            (["replay", store, out], "Unexpected argument '\(out)': replay writes a new directory only with --to OFFSET --output DIR: logtool replay \(store) --to OFFSET --output \(out)"),
+        ]
+        for (arguments, message) in cases {
+            let run = try Tool.run(arguments)
+            #expect(run.status == 2, "\(arguments): \(run.status): \(run.errors)")
+            #expect(run.errors.contains(message) && !run.errors.contains("Missing"), "\(arguments): \(run.errors)")
+        }
+        // With --output given, a word too many is only that.
+        let extra = try Tool.run(["bundle", store, "--output", out, "more"])
+        #expect(extra.status == 2 && extra.errors.contains("Unexpected argument 'more'\n"), "\(extra.errors)")
+        // A missing --output alone is still named as missing.
+        #expect(try Tool.run(["bundle", store]).errors.contains("Missing expected argument '--output <dir>'"))
+        #expect(!FileManager.default.fileExists(atPath: out))
+    }
+}
+
+extension LogToolExportTests {
     /// An export that replay would refuse (a hole above the compaction
     /// watermark, or offsets out of order) is refused before anything is
     /// written, and the new store's directory is not left behind.

@@ -15,7 +15,7 @@ struct Bundle: AsyncParsableCommand {
 
     @OptionGroup var store: StoreOptions
     @Option(parsing: .unconditional, help: "How many of the last entries to keep.") var tail = 1000
-    @Option(name: .shortAndLong, help: "The new directory to write.") var output: String
+    @Option(name: .shortAndLong, help: ArgumentHelp("The new directory to write.", valueName: "dir")) var output: String
 
     func validate() throws {
         guard tail >= 1 else { throw ValidationError("--tail must be at least 1") }

@@ -59,7 +59,10 @@ struct Export: ParsableCommand {
     // The store's path alone, not `StoreOptions`: an export is JSON lines
     // whatever it is told, and a `--json` that changed nothing misled.
     @Argument(help: "The store directory.") var path: String
-    @Option(name: .shortAndLong, help: "The file to write (default: standard output).") var output: String?
+    @Option(
+        name: .shortAndLong,
+        help: ArgumentHelp("The file to write (default: standard output); 'logtool import FILE NEWSTORE' reads it back.", valueName: "file"))
+    var output: String?
 
     func run() throws {
         let log = try EventLog(path: path, options: .inspecting)
@@ -142,7 +145,7 @@ struct Import: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Make a new store from an export, entries at their offsets with their timestamps, projections rebuilt.")
 
-    @Argument(help: "The export file (JSON lines).") var file: String
+    @Argument(help: "The export file (JSON lines), as 'logtool export STORE --output FILE' writes it.") var file: String
     @Argument(help: "The new store directory (must not exist).") var path: String
 
     func run() async throws {

@@ -22,9 +22,10 @@ struct LogTool: AsyncParsableCommand {
 
     /// ArgumentParser's own usage failures exit 64; this tool promises 2.
     static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
         do {
-            try checkCommandName(Array(CommandLine.arguments.dropFirst()))
-            var command = try parseAsRoot()
+            try checkCommandName(arguments)
+            var command = try parseAsRoot(arguments)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
@@ -35,6 +36,11 @@ struct LogTool: AsyncParsableCommand {
             checkStandardOutput()
             Foundation.exit(code.rawValue)
         } catch {
+            let error = mistakeBehindMissingOption(error, in: arguments) ?? error
+            if let hint = outputOptionHint(error, in: arguments) {
+                FileHandle.standardError.write(Data("Error: \(hint)\n  See 'logtool \(arguments[0]) --help' for more information.\n".utf8))
+                Foundation.exit(2)
+            }
             let code = exitCode(for: error)
             if code == .success {
                 exit(withError: error)
@@ -60,6 +66,66 @@ struct LogTool: AsyncParsableCommand {
         }
         throw ValidationError("Unknown command '\(word)'; the commands are \(names.dropFirst().joined(separator: ", "))")
     }
+
+    /// The parser reports a required option missing before an unknown option
+    /// or a word too many: `bundle STORE --ouput DIR` and `bundle STORE DIR`
+    /// said "Missing expected argument '--output <output>'", of a user who
+    /// had given it, misspelled or without its name. The arguments are
+    /// parsed again with each missing option given; when that fails on an
+    /// unknown option or an unexpected argument, that is the mistake.
+    /// - Returns: that error, or nil when there is none.
+    private static func mistakeBehindMissingOption(_ error: any Error, in arguments: [String]) -> (any Error)? {
+        let prefix = "Missing expected argument '--"
+        var (arguments, error) = (arguments, error)
+        // Each round gives one more option; a command requires few.
+        for _ in 0..<requiredOptionCountMax {
+            let text = message(for: error)
+            guard text.hasPrefix(prefix), let name = text.dropFirst(prefix.count - 2).split(separator: " ").first else { return nil }
+            arguments += [String(name), "unused"]
+            do {
+                _ = try parseAsRoot(arguments)
+                return nil
+            } catch let next {
+                error = next
+            }
+            let mistake = message(for: error)
+            if mistake.hasPrefix("Unknown option") || mistake.hasPrefix("Unexpected argument") || mistake.contains("unexpected arguments") {
+                return error
+            }
+        }
+        return nil
+    }
+
+    /// The option each command that writes a file or a directory takes it
+    /// by, and where it writes. `import FILE STORE` takes its paths by
+    /// position, so `export STORE FILE` is a likely mistake (its file is
+    /// not taken there: a second store's path given by mistake would be
+    /// overwritten).
+    private static let outputOptions = [
+        "export": ("--output", "export writes to --output FILE or to standard output"),
+        "bundle": ("--output", "bundle writes to --output DIR"),
+        "replay": ("--to OFFSET --output", "replay writes a new directory only with --to OFFSET --output DIR"),
+    ]
+
+    /// `export STORE FILE` said only "Unexpected argument 'FILE'": for a
+    /// command in `outputOptions` given no --output and one unexpected
+    /// word, what to type instead, the word given its option. Nil for any
+    /// other error.
+    private static func outputOptionHint(_ error: any Error, in arguments: [String]) -> String? {
+        let prefix = "Unexpected argument '"
+        let text = message(for: error)
+        guard let command = arguments.first, let (option, writes) = outputOptions[command], text.hasPrefix(prefix), text.hasSuffix("'")
+        else { return nil }
+        guard !arguments.contains(where: { $0 == "--output" || $0 == "-o" || $0.hasPrefix("--output=") }) else { return nil }
+        let word = String(text.dropFirst(prefix.count).dropLast())
+        guard let index = arguments.lastIndex(of: word) else { return nil }
+        var corrected = arguments
+        corrected[index] = "\(option) \(word)"
+        return "Unexpected argument '\(word)': \(writes): logtool \(corrected.joined(separator: " "))"
+    }
+
+    /// More required options than any command has.
+    private static let requiredOptionCountMax = 4
 
     /// The Levenshtein distance of two words, by characters.
     private static func editDistance(_ a: String, _ b: String) -> Int {

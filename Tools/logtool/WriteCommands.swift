@@ -84,7 +84,7 @@ struct Compact: AsyncParsableCommand {
     @OptionGroup var store: StoreOptions
     @Option(parsing: .unconditional, help: "Fold the log below this offset.") var below: UInt64?
     @Flag(help: "With --below: report what would go, change nothing.") var dryRun = false
-    @Option(help: "Write a compacted copy of the store into this new directory.") var copy: String?
+    @Option(help: ArgumentHelp("Write a compacted copy of the store into this new directory.", valueName: "dir")) var copy: String?
 
     func validate() throws {
         guard (below == nil) != (copy == nil) else { throw ValidationError("give one of --below or --copy") }
@@ -138,7 +138,7 @@ struct Replay: AsyncParsableCommand {
 
     @OptionGroup var store: StoreOptions
     @Option(parsing: .unconditional, help: "Rebuild the state as of this offset (needs --output).") var to: UInt64?
-    @Option(help: "The new directory for --to.") var output: String?
+    @Option(help: ArgumentHelp("The new directory for --to.", valueName: "dir")) var output: String?
 
     func validate() throws {
         guard (to == nil) == (output == nil) else { throw ValidationError("--to and --output go together") }
