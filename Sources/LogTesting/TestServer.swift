@@ -2,6 +2,7 @@ import Foundation
 import LogFormat
 import LogServer
 import LMDB
+import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -10,18 +11,43 @@ import LMDB
 /// A real sync server on a loopback port of its own, for one test, spoken
 /// to over real HTTP. `stop()` shuts it down; `restart()` serves the same
 /// data directory again.
-public final class TestServer: @unchecked Sendable {
+///
+/// What a restart changes (the configuration, the server, its port and the
+/// task serving it) is held behind a lock, so that requests sent from any
+/// task may run while another task restarts it: each reads the port of the
+/// server before or after the restart, never a torn value. `stop()`,
+/// `restart()`, `backUp(to:)` and `restore(from:)` are for one task at a
+/// time: two restarts at once would open the data directory twice, which
+/// the second server refuses.
+public final class TestServer: Sendable {
     public static let tokens: [String: Identity] = [
         "alice-token": Identity(user: "alice"), "bob-token": Identity(user: "bob"),
         "reader-token": Identity(user: "carol", readOnly: true),
     ]
 
     public let directory: TemporaryDirectory
-    public var configuration: SyncServer.Configuration
-    public private(set) var server: SyncServer
-    public private(set) var port = 0
-    private var task: Task<Void, any Error>?
     public let session: URLSession
+    private let state: Mutex<State>
+
+    private struct State {
+        var configuration: SyncServer.Configuration
+        var server: SyncServer
+        var port = 0
+        var task: Task<Void, any Error>?
+    }
+
+    /// What the next `restart()`, `backUp(to:)` or `restore(from:)` serves
+    /// with; a change applies then. `server.configuration.host = ...` reads
+    /// it and writes it back as two steps, each under the lock: change it
+    /// from one task at a time.
+    public var configuration: SyncServer.Configuration {
+        get { state.withLock { $0.configuration } }
+        set { state.withLock { $0.configuration = newValue } }
+    }
+    /// The server serving now (or last, once stopped).
+    public var server: SyncServer { state.withLock { $0.server } }
+    /// The port it listens on.
+    public var port: Int { state.withLock { $0.port } }
 
     /// - Parameter dataDirectory: serve this store instead of a new one.
     public init(
@@ -29,7 +55,7 @@ public final class TestServer: @unchecked Sendable {
         dataDirectory: String? = nil
     ) async throws {
         directory = try TemporaryDirectory("server-\(name)")
-        configuration = SyncServer.Configuration(dataDirectory: dataDirectory ?? directory.appending("data"))
+        var configuration = SyncServer.Configuration(dataDirectory: dataDirectory ?? directory.appending("data"))
         configuration.port = 0
         configuration.tokens = TestServer.tokens
         configuration.adminToken = "admin-token"
@@ -45,7 +71,7 @@ public final class TestServer: @unchecked Sendable {
         // the whole suite on two cores delays an answer by seconds.
         sessionConfiguration.timeoutIntervalForRequest = 60
         session = URLSession(configuration: sessionConfiguration)
-        server = try SyncServer(configuration: configuration)
+        state = Mutex(State(configuration: configuration, server: try SyncServer(configuration: configuration)))
         try await start()
     }
 
@@ -59,28 +85,39 @@ public final class TestServer: @unchecked Sendable {
             defer { continuation.finish() }
             try await app.run()
         }
-        self.task = task
+        state.withLock { $0.task = task }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next() else {
             try await task.value
+            let configuration = self.configuration
             throw TestServerError("the server for \(configuration.host):\(configuration.port) ended before it listened")
         }
-        self.port = port
+        state.withLock { $0.port = port }
     }
 
     /// Stops serving (in-flight requests finish) and closes the store.
     public func stop() async {
+        let task = state.withLock { state in
+            defer { state.task = nil }
+            return state.task
+        }
         task?.cancel()
         _ = await task?.result
-        task = nil
         server.close()
+    }
+
+    /// Serves the data directory again with a new server (the configuration
+    /// as it is now) on a new port, once `stop()` has closed the old one.
+    private func serveAgain() async throws {
+        let server = try SyncServer(configuration: configuration)
+        state.withLock { $0.server = server }
+        try await start()
     }
 
     /// Stops, then serves the same directory again on a new port.
     public func restart() async throws {
         await stop()
-        server = try SyncServer(configuration: configuration)
-        try await start()
+        try await serveAgain()
     }
 
     /// Stops, copies the data directory to `backup`, as an operator backs
@@ -88,8 +125,7 @@ public final class TestServer: @unchecked Sendable {
     public func backUp(to backup: String) async throws {
         await stop()
         try FileManager.default.copyItem(atPath: configuration.dataDirectory, toPath: backup)
-        server = try SyncServer(configuration: configuration)
-        try await start()
+        try await serveAgain()
     }
 
     /// Stops, replaces the data directory with a copy of `backup` (made by
@@ -98,10 +134,10 @@ public final class TestServer: @unchecked Sendable {
     /// server, which lost the changes made since the backup.
     public func restore(from backup: String) async throws {
         await stop()
-        try FileManager.default.removeItem(atPath: configuration.dataDirectory)
-        try FileManager.default.copyItem(atPath: backup, toPath: configuration.dataDirectory)
-        server = try SyncServer(configuration: configuration)
-        try await start()
+        let dataDirectory = configuration.dataDirectory
+        try FileManager.default.removeItem(atPath: dataDirectory)
+        try FileManager.default.copyItem(atPath: backup, toPath: dataDirectory)
+        try await serveAgain()
     }
 
     public struct Reply {
