@@ -254,6 +254,42 @@ extension SyncServerProcessTests {
     }
 }
 
+extension SyncServerProcessTests {
+    /// Each option refused names itself (status 64): `--burst 0` said
+    /// "--rate-limit must be a finite number >= 0 and --burst > 0", of a
+    /// user who had given no --rate-limit, and an empty `--data` failed at
+    /// start (status 1) with "mkdir (): No such file or directory [2]".
+    @Test func anOptionRefusedIsNamedAlone() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-option-refused")
+        let cases = [
+            (["--data", directory.appending("data"), "--burst", "0"], "Error: --burst must be at least 1\n"),
+            (["--data", ""], "Error: --data must name a directory\n"),
+        ]
+        for (arguments, message) in cases {
+            let run = try ToolRun.run(Self.executable.path, arguments + ["--stop-at-stdin-end"])
+            #expect(run.status == 64, "\(arguments): \(run.status): \(run.errors)")
+            #expect(run.errors.hasPrefix(message), "\(arguments): \(run.errors)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
+
+    /// A --data whose parent directory is missing (a path mistyped) is
+    /// named as that (status 1): it said "mkdir (DIR): No such file or
+    /// directory [2]", naming neither the option nor the missing parent.
+    @Test func aDataDirectoryWhoseParentIsMissingIsNamed() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-no-parent")
+        let data = directory.appending("missing/data")
+        let run = try ToolRun.run(Self.executable.path, ["--data", data, "--port", "0", "--stop-at-stdin-end"])
+        #expect(run.status == 1, "\(run.status): \(run.errors)")
+        #expect(
+            run.errors.contains("cannot make --data \(data): \(directory.appending("missing")) does not exist; only the store's own directory is made"),
+            "\(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("missing")))
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {

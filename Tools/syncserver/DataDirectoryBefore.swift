@@ -27,6 +27,23 @@ struct DataDirectoryBefore {
         names = existed ? (try? FileManager.default.contentsOfDirectory(atPath: path)).map(Set.init) : nil
     }
 
+    /// Refuses a missing directory whose parent is missing too (a path
+    /// mistyped): only the store's own directory is made, and the open said
+    /// "mkdir (DIR): No such file or directory [2]", naming neither
+    /// the option nor the missing parent.
+    /// - Throws: `SyncServerCommand.StartError` naming both.
+    func checkParentExists() throws {
+        guard !existed else { return }
+        let trimmed = path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
+        // Not `deletingLastPathComponent`: Foundation on Linux traps on a path of one character.
+        guard let slash = trimmed.lastIndex(of: "/") else { return }
+        let parent = trimmed[..<slash].isEmpty ? "/" : String(trimmed[..<slash])
+        var status = stat()
+        guard lstat(parent, &status) != 0, errno == ENOENT else { return }
+        throw SyncServerCommand.StartError(
+            description: "cannot make --data \(path): \(parent) does not exist; only the store's own directory is made")
+    }
+
     /// Removes what the failed start made: the store's files the directory
     /// did not hold, and the directory itself when there was none. Never a
     /// file it held, and nothing recursively: a directory that others wrote

@@ -120,9 +120,10 @@ struct SyncServerCommand: AsyncParsableCommand {
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         // `inf` parses as a Double, and passed here to fail at start (status 1, not usage's 64).
-        guard rateLimit >= 0, rateLimit.isFinite, burst > 0 else {
-            throw ValidationError("--rate-limit must be a finite number >= 0 and --burst > 0")
-        }
+        guard rateLimit >= 0, rateLimit.isFinite else { throw ValidationError("--rate-limit must be a finite number >= 0") }
+        guard burst > 0 else { throw ValidationError("--burst must be at least 1") }
+        // Else it failed at start as "mkdir (): No such file or directory".
+        guard !data.isEmpty else { throw ValidationError("--data must name a directory") }
         guard (0...86_400).contains(idleTimeout) else { throw ValidationError("--idle-timeout must be 0...86400 seconds") }
         guard (0...86_400).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be 0...86400 seconds") }
         guard (1...1_048_576).contains(pushBufferMib) else { throw ValidationError("--push-buffer-mib must be 1...1048576") }
@@ -146,6 +147,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.durability = .init(rawValue: durability) ?? .full
         configuration.pushBufferBytesMax = pushBufferMib << 20
         let before = DataDirectoryBefore(data)
+        try before.checkParentExists()
         let server = try SyncServer(configuration: configuration)
         let serverID = server.serverID
         let (host, data) = (host, data)
