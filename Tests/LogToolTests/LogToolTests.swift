@@ -828,6 +828,36 @@ extension LogToolExportTests {
 }
 
 extension LogToolExportTests {
+    /// An export into a directory that does not exist names the file asked
+    /// for: it named the file written beside it, "cannot create
+    /// FILE.partial-PID", which the user never gave.
+    @Test func anExportIntoAMissingDirectoryNamesTheFile() async throws {
+        let directory = try TemporaryDirectory("logtool-export-no-directory")
+        _ = try await Tool.exportOfNewStore(at: directory.appending("store")) { _ in }
+        let file = directory.appending("missing/out.jsonl")
+        let run = try Tool.run(["export", directory.appending("store"), "--output", file])
+        #expect(run.status == 2, "\(run.status): \(run.errors)")
+        #expect(run.errors == "logtool: cannot create \(file): No such file or directory\n", "\(run.errors)")
+    }
+}
+
+extension LogToolTests {
+    /// compact's options refused say which: both --below and --copy said
+    /// "give one of --below or --copy", as did --dry-run alone.
+    @Test func compactsOptionsRefusedAreNamed() throws {
+        let cases = [
+            (["--below", "2", "--copy", "/tmp/never"], "Error: --below and --copy go apart: give one of them\n"),
+            (["--dry-run"], "Error: --dry-run goes with --below\n"),
+            ([], "Error: give one of --below N or --copy DIR\n"),
+        ]
+        for (arguments, message) in cases {
+            let run = try Tool.run(["compact", "/tmp/never-a-store"] + arguments)
+            #expect(run.status == 2 && run.errors.hasPrefix(message), "\(arguments): \(run.errors)")
+        }
+    }
+}
+
+extension LogToolExportTests {
     /// An export that replay would refuse (a hole above the compaction
     /// watermark, or offsets out of order) is refused before anything is
     /// written, and the new store's directory is not left behind.

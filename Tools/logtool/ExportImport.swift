@@ -88,7 +88,8 @@ struct Export: ParsableCommand {
         // failed export never leaves a file that looks like a whole one.
         let partial = target + ".partial-\(ProcessInfo.processInfo.processIdentifier)"
         guard FileManager.default.createFile(atPath: partial, contents: nil) else {
-            throw LogToolError("cannot create \(partial): \(String(cString: strerror(errno)))")
+            // Named as the user gave it: the partial file is this tool's own.
+            throw LogToolError("cannot create \(output): \(String(cString: strerror(errno)))")
         }
         do {
             let sink = try FileHandle(forWritingTo: URL(fileURLWithPath: partial))

@@ -87,8 +87,9 @@ struct Compact: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Write a compacted copy of the store into this new directory.", valueName: "dir")) var copy: String?
 
     func validate() throws {
-        guard (below == nil) != (copy == nil) else { throw ValidationError("give one of --below or --copy") }
+        if below != nil, copy != nil { throw ValidationError("--below and --copy go apart: give one of them") }
         if dryRun, below == nil { throw ValidationError("--dry-run goes with --below") }
+        guard below != nil || copy != nil else { throw ValidationError("give one of --below N or --copy DIR") }
     }
 
     func run() async throws {
