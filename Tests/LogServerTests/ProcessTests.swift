@@ -565,6 +565,10 @@ extension SyncServerProcessTests {
         let help = try ToolRun.run(SyncServerProcessTests.executable.path, ["--help"])
         #expect(help.status == 0)
         let text = help.output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        // Each option's value is named for what it is, not for the option.
+        for option in ["--data <dir>", "--tokens-file <file>", "--token <token:user>", "--admin-token <token>", "--idle-timeout <seconds>", "--body-timeout <seconds>"] {
+            #expect(text.contains(option), "\(option): \(help.output)")
+        }
         #expect(text.contains("Exit status: 0 stopped (SIGTERM, SIGINT, or stdin's end with --stop-at-stdin-end), 1 it could not start (an address it cannot listen on, a --data refused), 64 usage (an option or a token refused)."), "\(help.output)")
     }
 }

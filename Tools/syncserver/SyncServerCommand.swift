@@ -23,16 +23,16 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "Port to listen on (0: any free port, printed at start).")
     var port = 8080
 
-    @Option(help: "The server's store directory: created if missing; an existing one is empty or a server's store.")
+    @Option(help: ArgumentHelp("The server's store directory: created if missing; an existing one is empty or a server's store.", valueName: "dir"))
     var data: String
 
-    @Option(help: "A file of bearer tokens: TOKEN USER [read-only] per line.")
+    @Option(help: ArgumentHelp("A file of bearer tokens: TOKEN USER [read-only] per line.", valueName: "file"))
     var tokensFile: String?
 
-    @Option(help: "A bearer token as TOKEN:USER (repeatable).")
+    @Option(help: ArgumentHelp("A bearer token as TOKEN:USER (repeatable).", valueName: "token:user"))
     var token: [String] = []
 
-    @Option(help: "The bearer token for /v1/admin endpoints (none: disabled).")
+    @Option(help: ArgumentHelp("The bearer token for /v1/admin endpoints (none: disabled).", valueName: "token"))
     var adminToken: String?
 
     @Option(parsing: .unconditional, help: "Requests per second per user (token bucket); 0 for no limit.")
@@ -55,12 +55,16 @@ struct SyncServerCommand: AsyncParsableCommand {
 
     @Option(
         parsing: .unconditional,
-        help: "Seconds a connection may send no part of a request, answer pending aside, before it is closed; 0 for never.")
+        help: ArgumentHelp(
+            "Seconds a connection may send no part of a request, answer pending aside, before it is closed; 0 for never.",
+            valueName: "seconds"))
     var idleTimeout = 300
 
     @Option(
         parsing: .unconditional,
-        help: "Seconds a request may take to send its body, from its head on, before its connection is closed unanswered; 0 for never.")
+        help: ArgumentHelp(
+            "Seconds a request may take to send its body, from its head on, before its connection is closed unanswered; 0 for never.",
+            valueName: "seconds"))
     var bodyTimeout = 300
 
     @Option(
@@ -92,7 +96,7 @@ struct SyncServerCommand: AsyncParsableCommand {
     }
 
     /// The parser reports a required option missing before an unknown one:
-    /// `--dta DIR` said "Missing expected argument '--data <data>'", of a
+    /// `--dta DIR` said "Missing expected argument '--data <dir>'", of a
     /// user who had typed it. The arguments are parsed again with the
     /// missing option given (as logtool does); when that fails on an unknown
     /// option, that is the mistake, named with the nearest option the parser
