@@ -794,6 +794,16 @@ extension LogToolExportTests {
         #expect(help.contains("-o, --output <file> The file to write (default: standard output); 'logtool import FILE NEWSTORE' reads it back."), "\(help)")
         let importHelp = try Tool.run(["import", "--help"]).output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         #expect(importHelp.contains("as 'logtool export STORE --output FILE' writes it"), "\(importHelp)")
+        // import's paths are positional: an --output or --input, export's
+        // form mirrored, is named with the line without it.
+        for option in ["--output", "-o", "--input"] {
+            let arguments = option == "--input" ? [option, file, directory.appending("new")] : [file, option, directory.appending("new")]
+            let mirrored = try Tool.run(["import"] + arguments)
+            #expect(mirrored.status == 2, "\(option): \(mirrored.errors)")
+            #expect(
+                mirrored.errors.contains("Unknown option '\(option)': import takes the export file, then the new store, by position: logtool import \(file) \(directory.appending("new"))"),
+                "\(option): \(mirrored.errors)")
+        }
         let two = try Tool.run(["export", directory.appending("store"), file, "more"])
         #expect(two.status == 2 && two.errors.contains("2 unexpected arguments: '\(file)', 'more'"), "\(two.errors)")
     }

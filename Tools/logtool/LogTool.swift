@@ -37,7 +37,7 @@ struct LogTool: AsyncParsableCommand {
             Foundation.exit(code.rawValue)
         } catch {
             let error = mistakeBehindMissingOption(error, in: arguments) ?? error
-            if let hint = outputOptionHint(error, in: arguments) {
+            if let hint = outputOptionHint(error, in: arguments) ?? importOptionHint(error, in: arguments) {
                 FileHandle.standardError.write(Data("Error: \(hint)\n  See 'logtool \(arguments[0]) --help' for more information.\n".utf8))
                 Foundation.exit(2)
             }
@@ -122,6 +122,19 @@ struct LogTool: AsyncParsableCommand {
         var corrected = arguments
         corrected[index] = "\(option) \(word)"
         return "Unexpected argument '\(word)': \(writes): logtool \(corrected.joined(separator: " "))"
+    }
+
+    /// `import FILE --output NEWSTORE`, export's form mirrored, said only
+    /// "Unknown option '--output'": import takes both paths by position.
+    /// For an --output or --input to import, the line without it. Nil for
+    /// any other error.
+    private static func importOptionHint(_ error: any Error, in arguments: [String]) -> String? {
+        guard arguments.first == "import" else { return nil }
+        let text = message(for: error)
+        let options = ["--output", "-o", "--input", "-i"]
+        guard let option = options.first(where: { text.hasPrefix("Unknown option '\($0)'") }) else { return nil }
+        let corrected = arguments.filter { $0 != option }
+        return "Unknown option '\(option)': import takes the export file, then the new store, by position: logtool \(corrected.joined(separator: " "))"
     }
 
     /// More required options than any command has.
