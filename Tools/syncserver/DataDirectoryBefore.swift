@@ -11,8 +11,11 @@ import Foundation
 /// its store (and the directory) when it opens, before it binds: a port in
 /// use or an address it cannot take left a new, empty store behind.
 struct DataDirectoryBefore {
-    /// The files a new server store is made of: LMDB's two and the server's lock.
-    static let storeFileNames = ["data.mdb", "lock.mdb", "server.lock"]
+    /// LMDB's files of a new server store.
+    static let storeFileNames = ["data.mdb", "lock.mdb"]
+    /// The file a server holds locked while it has the store open
+    /// (`DataDirectoryLock` in LogServer).
+    static let lockFileName = "server.lock"
 
     let path: String
     /// The names the directory held; nil when there was no directory.
@@ -44,15 +47,39 @@ struct DataDirectoryBefore {
             description: "cannot make --data \(path): \(parent) does not exist; only the store's own directory is made")
     }
 
-    /// Removes what the failed start made: the store's files the directory
-    /// did not hold, and the directory itself when there was none. Never a
-    /// file it held, and nothing recursively: a directory that others wrote
-    /// to meanwhile keeps what they wrote. Call it with the store closed.
-    func restore() {
-        if existed && names == nil { return }
-        for name in Self.storeFileNames where names?.contains(name) != true {
+    /// Removes the store files the failed start made (`data.mdb` and
+    /// `lock.mdb`, those the directory did not hold). Call it while the
+    /// server still holds `server.lock`, before it closes the store: another
+    /// server started meanwhile on the same `--data` cannot take the lock,
+    /// so it cannot be serving the files removed. Removed after the close,
+    /// a server that took the directory in between would go on serving a
+    /// file no longer in it, and lose all it stored at its exit.
+    func removeStoreFiles() {
+        guard let names = namesToRemove else { return }
+        for name in Self.storeFileNames where !names.contains(name) {
             unlink(path + "/" + name)
+        }
+    }
+
+    /// Removes `server.lock`, when the start made it and no other server
+    /// has taken it since the store closed (the lock is taken first, so one
+    /// that opens the file meanwhile finds it held, and stops), then the
+    /// directory, when the start made it and it is empty. Never a file the
+    /// directory held, and nothing recursively.
+    func removeLockAndDirectory() {
+        guard let names = namesToRemove else { return }
+        if !names.contains(Self.lockFileName) {
+            let lockPath = path + "/" + Self.lockFileName
+            let descriptor = open(lockPath, O_RDWR | O_CLOEXEC)
+            if descriptor >= 0 {
+                if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { unlink(lockPath) }
+                close(descriptor)
+            }
         }
         if !existed { rmdir(path) }
     }
+
+    /// The names the directory held (none when it did not exist); nil when
+    /// it existed and could not be listed, and is left alone.
+    private var namesToRemove: Set<String>? { existed ? names : [] }
 }

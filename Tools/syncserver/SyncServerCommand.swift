@@ -171,8 +171,9 @@ struct SyncServerCommand: AsyncParsableCommand {
         do {
             try await app.runService()
         } catch where !listening.withLock({ $0 }) {
+            before.removeStoreFiles()
             server.close()
-            before.restore()
+            before.removeLockAndDirectory()
             // Hummingbird's error names the system call, not the address.
             throw StartError(description: "cannot listen on \(host):\(port): \(error)")
         } catch {
