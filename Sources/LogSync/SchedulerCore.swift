@@ -26,8 +26,9 @@
 ///   stopped it (a background run's budget, the OS's window, or the app)
 ///   wants no run now, and a background task's window ends with it, so a
 ///   run started as it ends would have no budget. For that window, a
-///   background run's end also cancels the write debounce timer. The next
-///   trigger syncs what they were for.
+///   background run's end also cancels the write debounce timer and the
+///   network-regained timer, and starts the periodic timer's period again.
+///   The next trigger syncs what they were for.
 public struct SchedulerCore: Sendable, Equatable {
     public enum Timer: Hashable, Sendable { case periodic, localWrite, networkRegained, retry }
 
@@ -108,14 +109,20 @@ public struct SchedulerCore: Sendable, Equatable {
             // or past the background window this one had.
             let held = online && !cancelled && !background ? heldReason : nil
             heldReason = nil
-            // A write's debounce armed before a background run ends (by a
-            // write of the app's, or of a conflict's resolution, during
-            // it) is one of its triggers too: fired in the moments between
-            // the background task's end and the OS suspending the app, it
-            // would start a run with no budget.
-            let debounce: [Action] = background ? [.cancelTimer(.localWrite)] : []
-            guard let backoffUntil else { return [.cancelTimer(.retry)] + debounce + (held.map { sync($0, at: now) } ?? []) }
-            return debounce + (online ? [.setTimer(.retry, at: backoffUntil)] : [])
+            // The timers due soon after a background run ends would start
+            // a run with no budget, in the moments between the background
+            // task's end and the OS suspending the app: a write's debounce
+            // (a write of the app's, or of a conflict's resolution, during
+            // the run) and a regained connection's timer (the network came
+            // back during it) are cancelled, and the periodic timer starts
+            // its period again (the network's timer would have set it).
+            let quiet: [Action] =
+                background
+                ? [.cancelTimer(.localWrite), .cancelTimer(.networkRegained)]
+                    + (online ? [Self.set(.periodic, periodMilliseconds, after: now)] : [])
+                : []
+            guard let backoffUntil else { return [.cancelTimer(.retry)] + quiet + (held.map { sync($0, at: now) } ?? []) }
+            return quiet + (online ? [.setTimer(.retry, at: backoffUntil)] : [])
         case .stopped:
             // The connectivity heard before the stop may be stale by the
             // restart: kept, a nudge before the first report would sync, and

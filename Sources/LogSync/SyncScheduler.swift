@@ -11,8 +11,9 @@ import LogStore
 /// background run's budget spent), or that a background run ran (however
 /// it ended: the OS's window ends with the background task), starts none
 /// as it ends: the next trigger syncs. A background run's end also
-/// cancels a local write's debounce timer, which would start a run soon
-/// after, with no budget.
+/// cancels the timers that would start a run soon after, with no budget (a
+/// local write's debounce, the network-regained timer), and starts the
+/// periodic timer's period again.
 ///
 /// After a failed run it starts none until `SyncEngine.nextRunAt` (the
 /// backoff, at least the server's `Retry-After`, or the open circuit
@@ -145,9 +146,11 @@ public actor SyncScheduler {
     /// The triggers that come while it runs (or while the run it joined
     /// runs) start no run as it ends, even when it completes within the
     /// budget: a run started then would have none, and the OS suspends the
-    /// app once its background task ends. Nor does a local write's debounce
-    /// timer that is armed as it ends (a write made during it): its end
-    /// cancels it. The next trigger syncs.
+    /// app once its background task ends. Nor does a timer armed as it
+    /// ends, a local write's debounce (a write made during it) or the
+    /// network-regained timer (the network came back during it): its end
+    /// cancels them, and starts the periodic timer's period again. The
+    /// next trigger syncs.
     public func runBackground(budgetMilliseconds: UInt64) async -> SyncReport {
         let deadline = clock.monotonicMilliseconds.addingSaturating(budgetMilliseconds)
         return await engine.backgroundSync(cancellation: SyncCancellation(deadlineMilliseconds: deadline, clock: clock), deadline: deadline)

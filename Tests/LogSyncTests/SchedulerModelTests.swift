@@ -259,10 +259,11 @@ extension SchedulerModel {
             // it was under way (the engine merges a sync asked for as one
             // starts); those held while it was sync as it ends (`checkActions`),
             // unless it was cancelled or a background run's: then the next
-            // trigger syncs for them. So does it (or the retry) for a write
-            // whose debounce a background run's end cancels, due after it.
+            // trigger syncs for them. So does it (or the retry) for those
+            // due after a background run's end, whose timers it cancels (a
+            // write's debounce, a regained network's).
             if backoffUntil == nil { owed = owed.filter { $0.value.due.map { $0 > now } ?? true } }
-            if background { owed[.localWrite] = nil }
+            if background { owed = owed.filter { $0.value.due.map { $0 <= now } ?? true } }
             running = false
             held = false
         }

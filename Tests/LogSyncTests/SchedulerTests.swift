@@ -147,15 +147,41 @@ import Testing
         #expect(core.handle(.nudge, at: 100).isEmpty)
         #expect(core.handle(.localWrite, at: 150) == [.setTimer(.localWrite, at: 1_150)])
         #expect(
-            core.handle(.syncEnded(nextRunAt: nil, background: true), at: 200) == [.cancelTimer(.retry), .cancelTimer(.localWrite)])
+            core.handle(.syncEnded(nextRunAt: nil, background: true), at: 200)
+                == [.cancelTimer(.retry)] + Self.quietAfterABackgroundRun(at: 200))
         #expect(core.heldReason == nil)
         #expect(core.handle(.nudge, at: 300) == [.sync(.nudge)], "the next trigger syncs")
         #expect(core.handle(.syncRunning, at: 310).isEmpty)
         #expect(core.handle(.nudge, at: 400).isEmpty)
         #expect(
             core.handle(.syncEnded(nextRunAt: 5_000, background: true), at: 500)
-                == [.cancelTimer(.localWrite), .setTimer(.retry, at: 5_000)])
+                == Self.quietAfterABackgroundRun(at: 500) + [.setTimer(.retry, at: 5_000)])
         #expect(core.handle(.timerFired(.retry), at: 5_000) == [.sync(.retry)])
+    }
+
+    /// What a background run's end at `now` does to the timers, online:
+    /// the debounce of a write and the network's timer, due soon after,
+    /// are cancelled, and the periodic timer starts its period again.
+    static func quietAfterABackgroundRun(at now: UInt64) -> [SchedulerCore.Action] {
+        [.cancelTimer(.localWrite), .cancelTimer(.networkRegained), .setTimer(.periodic, at: now + 30_000)]
+    }
+
+    /// The network lost and regained during a background run arms the
+    /// 2.5 s timer, due after the run's end: it would start a run with no
+    /// budget, in the moments before the OS suspends the app. The run's
+    /// end cancels it, and sets the periodic timer it would have set. Before,
+    /// the timer stayed armed and fired a run 2.5 s after the gain.
+    @Test func aNetworkRegainedDuringABackgroundRunStartsNoRunPastItsEnd() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(core.handle(.syncRunning, at: 10).isEmpty)
+        #expect(core.handle(.connectivity(false), at: 100).contains(.cancelTimer(.periodic)))
+        #expect(core.handle(.connectivity(true), at: 200) == [.setTimer(.networkRegained, at: 2_700)])
+        let ended = core.handle(.syncEnded(nextRunAt: nil, background: true), at: 300)
+        #expect(ended.contains(.cancelTimer(.networkRegained)), "\(ended)")
+        #expect(ended.contains(.setTimer(.periodic, at: 30_300)), "\(ended)")
+        #expect(!ended.contains { if case .sync = $0 { true } else { false } })
+        #expect(core.handle(.timerFired(.periodic), at: 30_300) == [.sync(.periodic), .setTimer(.periodic, at: 60_300)])
     }
 
     /// The scheduler on a manual clock: a local write triggers one sync
