@@ -443,20 +443,7 @@ import Testing
     /// ended.
     @Test func aTriggerHeldDuringABackgroundRunStartsNoRunWhenItCompletes() async throws {
         let server = try await TestServer("background-held-completed")
-        let (gate, reader) = try await Self.serverWithPages(server, pages: 2, slow: 0)
-        let scheduler = SyncScheduler.online(reader.engine, clock: reader.clock, periodMilliseconds: .max)
-        await scheduler.start()
-        // The start's run, in the foreground.
-        try await gate.waitUntilHeld()
-        gate.release()
-        try await waitUntil { try reader.store.count(type: "item") == 10 }
-        try await waitUntil { await !scheduler.isSyncRunning }
-        await scheduler.settle()
-        // The app in the background: its background task's run pulls, held.
-        gate.holdNext()
-        let background = Task { await scheduler.runBackground(budgetMilliseconds: 60_000) }
-        try await gate.waitUntilHeld()
-        try await waitUntil { await scheduler.isSyncRunning }
+        let (gate, _, scheduler, background) = try await Self.backgroundRunHeldInItsPull(server)
         await scheduler.nudge()
         gate.release()
         #expect(await background.value.outcome == .completed)
@@ -482,21 +469,8 @@ import Testing
     /// started a `.localWrite` run.
     @Test func aWriteDuringABackgroundRunArmsNoTimerPastItsEnd() async throws {
         let server = try await TestServer("background-write")
-        let (gate, reader) = try await Self.serverWithPages(server, pages: 2, slow: 0)
-        let scheduler = SyncScheduler.online(reader.engine, clock: reader.clock, periodMilliseconds: .max)
-        await scheduler.start()
-        // The start's run, in the foreground.
-        try await gate.waitUntilHeld()
-        gate.release()
-        try await waitUntil { try reader.store.count(type: "item") == 10 }
-        try await waitUntil { await !scheduler.isSyncRunning }
-        await scheduler.settle()
-        // The app in the background: its background task's run pulls, held,
-        // past its push, and the app writes meanwhile.
-        gate.holdNext()
-        let background = Task { await scheduler.runBackground(budgetMilliseconds: 60_000) }
-        try await gate.waitUntilHeld()
-        try await waitUntil { await scheduler.isSyncRunning }
+        // Past its push, and the app writes meanwhile.
+        let (gate, reader, scheduler, background) = try await Self.backgroundRunHeldInItsPull(server)
         try await reader.store.create(type: "task", fields: ["title": "written in the background"])
         let debounceEnd = reader.clock.monotonicMilliseconds + SchedulerCore().localWriteDebounceMilliseconds
         try await waitUntil { reader.clock.sleeperDeadlines.contains(debounceEnd) }
@@ -595,6 +569,27 @@ import Testing
     /// move its clock by `slow` ms; its first pull waits at the returned gate
     /// until released when `slow` is 0. With `answeringCancelledPulls`, a
     /// pull whose run is cancelled is answered all the same.
+    /// A scheduler for a reader of `server` (no periodic timer) whose
+    /// start's run, in the foreground, has pulled and ended; then the app
+    /// in the background: a background task's run, held in its pull.
+    private static func backgroundRunHeldInItsPull(_ server: TestServer) async throws
+        -> (gate: PullGate, reader: Replica, scheduler: SyncScheduler, background: Task<SyncReport, Never>)
+    {
+        let (gate, reader) = try await Self.serverWithPages(server, pages: 2, slow: 0)
+        let scheduler = SyncScheduler.online(reader.engine, clock: reader.clock, periodMilliseconds: .max)
+        await scheduler.start()
+        try await gate.waitUntilHeld()
+        gate.release()
+        try await waitUntil { try reader.store.count(type: "item") == 10 }
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        gate.holdNext()
+        let background = Task { await scheduler.runBackground(budgetMilliseconds: 60_000) }
+        try await gate.waitUntilHeld()
+        try await waitUntil { await scheduler.isSyncRunning }
+        return (gate, reader, scheduler, background)
+    }
+
     private static func serverWithPages(
         _ server: TestServer, pages: Int, slow: UInt64, answeringCancelledPulls: Bool = false
     ) async throws -> (PullGate, Replica) {
