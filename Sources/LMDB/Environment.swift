@@ -610,12 +610,4 @@ extension Environment {
             }
         }
     }
-
-    /// Flushes data to disk now (useful with `.process` durability).
-    public func sync() throws {
-        try resizeLock.withShared { () throws(LMDBError) in
-            try checkUsable("mdb_env_sync")
-            try check(mdb_env_sync(handle, 1), "mdb_env_sync", path: path)
-        }
-    }
 }
