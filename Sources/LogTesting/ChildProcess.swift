@@ -185,13 +185,15 @@ public final class ChildProcess: Sendable {
     /// - Returns: whether the lines satisfied `done`.
     public func waitForLines(timeout: Duration, until done: ([String]) -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + timeout
-        // Bounded by the deadline.
-        while ContinuousClock.now < deadline {
+        // Bounded by the deadline. The lines are looked at once more after
+        // it: a sleep that wakes late, on a busy host, must not miss what
+        // came meanwhile.
+        while true {
             if done(outputLines) { return true }
             guard isRunning else { return done(outputLines) }
+            guard ContinuousClock.now < deadline else { return false }
             try? await Task.sleep(for: ChildProcess.pollInterval)
         }
-        return false
     }
 
     /// Waits until a complete stdout line satisfies `matches`, the child
@@ -211,15 +213,17 @@ public final class ChildProcess: Sendable {
     /// - Returns: false when `timeout` passed first.
     public func waitForExit(timeout: Duration) async -> Bool {
         let deadline = ContinuousClock.now + timeout
-        // Bounded by the deadline.
-        while ContinuousClock.now < deadline {
+        // Bounded by the deadline. The child is looked at once more after
+        // it: a sleep that wakes late, on a busy host, must not report a
+        // child that ended meanwhile as running.
+        while true {
             if !isRunning, output.finished, errors.finished {
                 closeInput()
                 return true
             }
+            guard ContinuousClock.now < deadline else { return false }
             try? await Task.sleep(for: ChildProcess.pollInterval)
         }
-        return false
     }
 
     /// Blocks the calling thread until the child has ended and both of its

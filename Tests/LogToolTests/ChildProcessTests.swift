@@ -75,6 +75,23 @@ import Testing
         #expect(state == nil || state == "Z", "the shell's child is still in state \(state ?? "?")")
     }
 
+    /// A wait looks at the child once more at its deadline: a poll that
+    /// woke past it (a busy host: a full test run with a release build
+    /// beside it) reported a server that had stopped as still running, and
+    /// `SyncServerProcessTests` failed. A zero timeout is a wake past the
+    /// deadline at once.
+    @Test func aWaitLooksOnceMoreAtItsDeadline() async throws {
+        let shell = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "echo done"])
+        #expect(await shell.waitForExit(timeout: .seconds(60)))
+        #expect(await shell.waitForExit(timeout: .zero))
+        #expect(await shell.waitForLine(timeout: .zero) { $0 == "done" } == "done")
+
+        let sleeper = try ChildProcess(executable: "/bin/sleep", arguments: ["30"])
+        defer { sleeper.kill() }
+        #expect(await sleeper.waitForExit(timeout: .zero) == false)
+        #expect(await sleeper.waitForLine(timeout: .zero) { _ in true } == nil)
+    }
+
     @Test func aMissingExecutableIsAnErrorNamingIt() {
         #expect {
             try ChildProcess(executable: "/nonexistent/tool", arguments: [])
