@@ -165,13 +165,26 @@ public final class Environment: @unchecked Sendable {
         }
     }
 
+    /// What a file given for an environment is, with the directory to give
+    /// instead when the file is one of an environment's own (its data file
+    /// named for the store is the likely mistake).
+    private static func notADirectoryDetail(_ path: String) -> String {
+        let detail = "an environment is a directory holding data.mdb, not a file"
+        // By hand: Foundation on Linux traps on `deletingLastPathComponent` of a one-character path.
+        guard let slash = path.lastIndex(of: "/"), ["data.mdb", "lock.mdb"].contains(path[path.index(after: slash)...]) else {
+            return detail
+        }
+        let directory = slash == path.startIndex ? "/" : String(path[..<slash])
+        return detail + "; give the directory it is in, \(directory)"
+    }
+
     /// Checks the path is a directory (creating it if allowed) and returns its
     /// resolved form, so two spellings of one directory are one environment.
     private static func prepareDirectory(_ path: String, options: Options) throws(LMDBError) -> String {
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             guard isDirectory.boolValue else {
-                throw LMDBError(code: .notADirectory, operation: "open", path: path)
+                throw LMDBError(code: .notADirectory, operation: "open", path: path, detail: notADirectoryDetail(path))
             }
         } else if options.createIfMissing && !options.readOnly {
             guard mkdir(path, 0o755) == 0 || errno == EEXIST else {

@@ -405,6 +405,18 @@ import Testing
         let error = #expect(throws: LMDBError.self) { try Environment(path: file) }
         #expect(error?.code == .notADirectory)
         #expect(error?.description.contains(file) == true)
+        #expect(error?.detail == "an environment is a directory holding data.mdb, not a file")
+    }
+
+    /// An environment's data file given for the environment (`logtool stat
+    /// STORE/data.mdb`) is named with the directory to give instead. Before,
+    /// "open (STORE/data.mdb): Not a directory [20]" alone.
+    @Test func aDataFileGivenForItsEnvironmentNamesTheDirectory() throws {
+        let directory = try TemporaryDirectory("lmdb-data-file")
+        try Environment(path: directory.path).close()
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.appending("data.mdb")) }
+        #expect(error?.code == .notADirectory)
+        #expect(error?.detail?.hasSuffix("; give the directory it is in, \(directory.path)") == true, "\(String(describing: error))")
     }
 
     @Test func aMissingDirectoryIsNotCreatedWhenAskedNotTo() throws {
