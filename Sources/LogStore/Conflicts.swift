@@ -29,10 +29,13 @@ public enum ConflictDecision: Sendable, Equatable {
     case keepLocal
     /// Drop the local change; the server's state stands.
     case keepRemote
-    /// The entity should become these fields (a merge of both sides).
+    /// The entity should become these fields (a merge of both sides). A
+    /// field the server's state has and these leave out is set to null (an
+    /// update names the fields it sets; it removes none).
     case merged(Fields)
     /// The entity should become these fields, or be deleted (nil), as the
-    /// app's own rule decided.
+    /// app's own rule decided. As with `merged`, a field the server's state
+    /// has and these leave out is set to null.
     case custom(Fields?)
     /// Leave it to the app: listed by `Store.conflicts()` until
     /// `Store.resolveConflict` is called, across restarts.

@@ -19,7 +19,10 @@ public enum StoreEvent: Sendable, Equatable {
     /// or waiting for the app) and then the app's own decision on a waiting
     /// one (`Store.resolveConflict`).
     case conflict(offset: UInt64, Conflict)
-    /// An intent exhausted its retries and waits for the app.
+    /// An intent exhausted its retries, or was in a push the server refused
+    /// as a whole (a 400, 401 or 403): it is `failed`, and neither it nor
+    /// the later intents of its entity are pushed until the app calls
+    /// `Store.retryFailed()`.
     case retriesExhausted(offset: UInt64, entityType: String, entityID: String, lastError: String)
     /// The reader fell `Store.eventBufferCountMax` events behind, and the
     /// stream dropped the `count` events that came next instead of holding
