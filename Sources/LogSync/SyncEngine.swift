@@ -123,7 +123,8 @@ public actor SyncEngine {
     /// Runs a sync, or joins the one running.
     ///
     /// This is the app's own "sync now": it runs at once, whatever a failed
-    /// run's backoff, and it is no background run, since the engine cannot
+    /// run's backoff (though it pushes only the intents whose own retry time
+    /// has come, `SyncHealth.nextAttemptAt`), and it is no background run, since the engine cannot
     /// tell that the OS runs the app in a background window. A background
     /// task (a `BGAppRefreshTask`, the window a silent push wakes the app
     /// for) syncs with `SyncScheduler.runBackground(budgetMilliseconds:)`
