@@ -50,16 +50,23 @@ public final class HTTPTransport: SyncTransport {
 
     private let baseURL: URL
     private let token: String
+    /// Why `token` can authenticate no request (`tokenProblem(_:)`), or nil.
+    private let tokenProblem: String?
     private let options: Options
     private let reader: ResponseReader
     private let session: URLSession
 
     /// - Parameters:
     ///   - baseURL: the server's root, such as `http://127.0.0.1:8080`.
-    ///   - token: the user's bearer token.
+    ///   - token: the user's bearer token. One that no server can accept
+    ///     (empty, or with a character other than `!` to `~` inside, such
+    ///     as the line feed a token read from a file ends with) is never
+    ///     sent: each request that needs it fails as the server's 401
+    ///     would, with a message that names the character.
     public init(baseURL: URL, token: String, options: Options = .init()) {
         self.baseURL = baseURL
         self.token = token
+        tokenProblem = Self.tokenProblem(token)
         self.options = options
         reader = ResponseReader(bytesMax: max(options.responseBodyBytesMax, 0))
         let configuration = URLSessionConfiguration.ephemeral
@@ -123,6 +130,13 @@ public final class HTTPTransport: SyncTransport {
     private func exchange(
         _ method: String, _ path: String, query: [URLQueryItem] = [], body: Data? = nil, authorized: Bool = true
     ) async throws(TransportError) -> (Data, HTTPURLResponse) {
+        // The server's 401 says only that the request is not authenticated
+        // (protocol section 3), and URLSession may drop or cut a header with
+        // a control character: the app would hear "a valid bearer token is
+        // required" about a token that is right but for a line feed.
+        if authorized, let tokenProblem {
+            throw TransportError(.status(401, .unauthorized), "\(method) \(path): \(tokenProblem); not sent")
+        }
         guard var components = URLComponents(url: baseURL.appendingPathComponent(path), resolvingAgainstBaseURL: false) else {
             throw TransportError(.network, "\(path): bad server URL \(baseURL)")
         }
@@ -176,6 +190,23 @@ public final class HTTPTransport: SyncTransport {
         }
         guard (200..<300).contains(http.statusCode) else { throw Self.failure(http, data, path) }
         return (data, http)
+    }
+
+    /// Why `token` cannot be a bearer token (protocol section 3: one or more
+    /// characters from `!` to `~`, after the spaces and tabs around a
+    /// header's value, which the server drops), or nil. It names the
+    /// character and its place, never the token, which is a secret.
+    static func tokenProblem(_ token: String) -> String? {
+        let blank: Set<Character> = [" ", "\t"]
+        let trimmed = token.drop { blank.contains($0) }.reversed().drop { blank.contains($0) }.reversed()
+        guard !trimmed.isEmpty else { return "the token is empty" }
+        let leading = token.prefix { blank.contains($0) }.unicodeScalars.count
+        for (index, scalar) in trimmed.flatMap(\.unicodeScalars).enumerated() where !(0x21...0x7E).contains(scalar.value) {
+            let code = String(scalar.value, radix: 16, uppercase: true)
+            return "the token holds U+\(String(repeating: "0", count: max(0, 4 - code.count)))\(code) at character \(leading + index + 1), "
+                + "which no bearer token has (one or more characters from ! to ~)"
+        }
+        return nil
     }
 
     /// `error` for people. FoundationNetworking names its timeout only by
