@@ -53,6 +53,10 @@ public actor SyncEngine {
     private var runBackoffUntil: UInt64 = 0
     /// The `Retry-After` of the running sync's last failed request.
     private var retryAfterSeconds: Int?
+    /// The earliest retry time (a monotonic reading) the running sync gave
+    /// an intent: a failed run backs off at least until then, so that the
+    /// retry run finds its intents due (`finish`).
+    private var retryScheduledAt: UInt64?
     private var running: Task<SyncReport, Never>?
     private let stateFeed = Broadcast(latest: SyncState.idle)
     private let changeFeed = Broadcast(latest: StateChange(state: .idle, nextRunAt: nil, cancelled: false, background: false))
@@ -309,6 +313,7 @@ public actor SyncEngine {
     private func run() async -> SyncReport {
         var report = SyncReport(outcome: .completed)
         retryAfterSeconds = nil
+        retryScheduledAt = nil
         if let stop = rateLimitedStop() { return finish(&report, stop) }
         // Cancelled before it starts (a background run's budget already
         // spent, a caller's task cancelled), the run asks nothing of the
@@ -377,7 +382,11 @@ public actor SyncEngine {
             // the run's end.
             failedRuns = min(failedRuns, .max - 1) + 1
             let delay = configuration.retry.delay(beforeRetry: failedRuns, retryAfterSeconds: retryAfterSeconds, random: &random)
-            runBackoffUntil = monotonicNow.addingSaturating(delay)
+            // Drawn apart, with its own jitter, the run's wait often ended
+            // before its intents' did: the retry run pushed nothing and
+            // completed, which ended the backoff, and the intents waited
+            // for the periodic timer rather than their own retry time.
+            runBackoffUntil = max(monotonicNow.addingSaturating(delay), retryScheduledAt ?? 0)
             set(.error(message), always: true, background: background)
         }
         return report
@@ -542,18 +551,25 @@ public actor SyncEngine {
     }
 
     /// Schedules the next attempt of each intent by its own attempt count.
+    /// The intents of one failure with the same count share one delay, one
+    /// jitter: jitter spreads clients, not the operations of one request,
+    /// and drawn for each, the retry run (at the earliest of them, `finish`)
+    /// found only the first due.
     private func scheduleRetry(_ items: [PendingIntent], _ message: String, retryAfterSeconds: Int?, _ report: inout SyncReport) async throws {
         let now = monotonicNow
         let policy = configuration.retry
         var byTime: [UInt64: [UInt64]] = [:]
+        var delays: [UInt32: UInt64] = [:]
         for item in items {
             // Saturating, as the store counts it: a count at its maximum
             // (damaged or forged; the store marks an intent failed long
             // before) must not trap.
             let retry = min(item.state.attempts, .max - 1) + 1
-            let delay = policy.delay(beforeRetry: retry, retryAfterSeconds: retryAfterSeconds, random: &random)
+            let delay = delays[retry] ?? policy.delay(beforeRetry: retry, retryAfterSeconds: retryAfterSeconds, random: &random)
+            delays[retry] = delay
             byTime[now.addingSaturating(delay), default: []].append(item.offset)
         }
+        if let earliest = byTime.keys.min() { retryScheduledAt = min(retryScheduledAt ?? earliest, earliest) }
         for (time, offsets) in byTime.sorted(by: { $0.key < $1.key }) {
             try await store.scheduleRetry(offsets: offsets, error: message, at: time, attemptsMax: policy.attemptsMax)
         }

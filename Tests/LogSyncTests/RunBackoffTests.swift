@@ -124,6 +124,29 @@ import Testing
         await server.stop()
     }
 
+    /// A run whose push failed (a 500) backs off until its intents are due
+    /// again, so the retry run the scheduler starts at `nextRunAt` pushes
+    /// them all. The intents' retry times and the run's backoff were drawn
+    /// apart, each with its own jitter: the retry run often came before
+    /// them, pushed nothing, completed, and so ended the backoff; the
+    /// intents then waited for the periodic timer (30 s), not their 1 s.
+    @Test func theRetryRunAfterAFailedPushFindsItsIntentsDue() async throws {
+        let server = try await TestServer("run-backoff-push-due")
+        let replica = try Replica("push-due", server: server)
+        var batch = WriteBatch()
+        for index in 0..<50 { _ = try batch.create(type: "task", fields: ["n": .int(Int64(index))]) }
+        try await replica.store.write(batch)
+        try await server.faults(FaultSettings(failNext: 1, status: 500))
+        guard case .failed = await replica.sync().outcome else { Issue.record("the push should fail"); return }
+        let nextRunAt = try #require(await replica.engine.nextRunAt)
+        let dueAt = try #require(try await replica.engine.health().nextAttemptAt)
+        #expect(nextRunAt >= dueAt, "the retry run at \(nextRunAt) comes before the intents are due at \(dueAt)")
+        replica.clock.advance(by: nextRunAt - replica.clock.nowMilliseconds)
+        let report = await replica.sync()
+        #expect(report.outcome == .completed && report.acknowledged == 50, "\(report)")
+        await server.stop()
+    }
+
     /// A pull's 429 is a failed run that waits at least its `Retry-After`;
     /// the third opens the breaker, and the next run waits for it.
     @Test func aRateLimitedPullWaitsForRetryAfterAndTheBreaker() async throws {
