@@ -70,6 +70,8 @@ public actor SyncEngine {
     private var onlineSince: (monotonic: UInt64, wall: UInt64)?
     public private(set) var lastSuccessAt: UInt64?
     public private(set) var lastError: String?
+    /// Why the server counts as unreachable (`SyncHealth.offlineReason`).
+    private var offlineReason: String?
     /// The protocol version the server answered in, when it was not this
     /// client's; cleared by a health check the server passes.
     public private(set) var serverProtocolVersion: String?
@@ -251,13 +253,16 @@ public actor SyncEngine {
             summary: summary, now: clock.nowMilliseconds,
             online: onlineSince.map { (duration: now - min(now, $0.monotonic), since: $0.wall) },
             stuckAfter: configuration.stuckAfterMilliseconds, lastSuccessAt: lastSuccessAt, lastError: lastError,
-            breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state, serverProtocolVersion: serverProtocolVersion)
+            offlineReason: offlineReason, breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state, serverProtocolVersion: serverProtocolVersion)
     }
 
     /// The device lost its network path (the scheduler's monitor said so):
     /// the server is unreachable from now on, without a health check to
     /// find out, so the wait from here is not counted toward `isStuck`.
-    func networkPathLost() { onlineSince = nil }
+    func networkPathLost() {
+        onlineSince = nil
+        offlineReason = "the device has no network path"
+    }
 
     /// Closes the circuit breaker, for an app whose user asked to retry now.
     /// A `.rateLimited` state that the last run left becomes `.idle`: a
@@ -323,6 +328,7 @@ public actor SyncEngine {
         do throws(TransportError) {
             _ = try await transport.health()
             if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
+            offlineReason = nil
             serverProtocolVersion = nil
         } catch {
             // The server answered: in another protocol version, which no
@@ -336,12 +342,16 @@ public actor SyncEngine {
             switch error.kind {
             case .protocolVersion, .status:
                 if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
+                offlineReason = nil
                 return finish(&report, noteFailure(error) ?? .failed("health: \(error.message)"))
             case .noAnswer, .network, .responseTooLarge:
                 break
             }
             if isCancelled { return finish(&report, .cancelled) }
             onlineSince = nil
+            // Kept for the app: a run counted as offline says no more, and
+            // a server URL no request can reach is offline for good.
+            offlineReason = error.message
             return finish(&report, .offline)
         }
         do {

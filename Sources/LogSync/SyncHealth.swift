@@ -23,6 +23,11 @@ public struct SyncHealth: Sendable, Equatable {
     public var lastError: String?
     /// Whether the last health check reached the server.
     public var isOnline: Bool
+    /// Why the server counts as unreachable, while it does: the last health
+    /// check's failure (no answer, a refused connection, a server URL no
+    /// request can go to), or the device's lost network path. Nil while
+    /// online, and before the first health check.
+    public var offlineReason: String?
     /// When the circuit breaker lets requests through again, if it is open.
     public var breakerOpenUntil: UInt64?
     /// After failed runs, when the scheduler starts the next one (the end of
@@ -57,7 +62,8 @@ extension SyncHealth {
     ///     the wall clock as it read then. Waiting before it is not counted.
     init(
         summary: OutboxSummary, now: UInt64, online: (duration: UInt64, since: UInt64)?, stuckAfter: UInt64, lastSuccessAt: UInt64?,
-        lastError: String?, breakerOpenUntil: UInt64?, nextRunAt: UInt64?, state: SyncState, serverProtocolVersion: String?
+        lastError: String?, offlineReason: String?, breakerOpenUntil: UInt64?, nextRunAt: UInt64?, state: SyncState,
+        serverProtocolVersion: String?
     ) {
         pendingCount = summary.pendingCount
         failedCount = summary.failedCount
@@ -66,6 +72,7 @@ extension SyncHealth {
         self.lastSuccessAt = lastSuccessAt
         self.lastError = lastError
         isOnline = online != nil
+        self.offlineReason = online == nil ? offlineReason : nil
         self.breakerOpenUntil = breakerOpenUntil
         self.nextRunAt = nextRunAt
         self.state = state
@@ -88,7 +95,7 @@ extension SyncHealth: CustomStringConvertible {
         }
         var parts = ["\(pendingCount) pending" + (oldestPendingAgeMilliseconds.map { " (oldest \($0 / 1_000) s)" } ?? "")]
         parts.append("\(failedCount) failed")
-        parts.append(isOnline ? "online" : "offline")
+        parts.append(isOnline ? "online" : "offline" + (offlineReason.map { " (\($0))" } ?? ""))
         if isStuck { parts.append("STUCK") }
         if let serverProtocolVersion { parts.append("server speaks protocol version \(serverProtocolVersion)") }
         if let breakerOpenUntil { parts.append("breaker open until \(date(breakerOpenUntil))") }

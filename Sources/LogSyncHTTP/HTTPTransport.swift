@@ -52,6 +52,8 @@ public final class HTTPTransport: SyncTransport {
     private let token: String
     /// Why `token` can authenticate no request (`tokenProblem(_:)`), or nil.
     private let tokenProblem: String?
+    /// Why no request can go to `baseURL` (`urlProblem(_:)`), or nil.
+    private let urlProblem: String?
     private let options: Options
     private let reader: ResponseReader
     private let session: URLSession
@@ -67,6 +69,7 @@ public final class HTTPTransport: SyncTransport {
         self.baseURL = baseURL
         self.token = token
         tokenProblem = Self.tokenProblem(token)
+        urlProblem = Self.urlProblem(baseURL)
         self.options = options
         reader = ResponseReader(bytesMax: max(options.responseBodyBytesMax, 0))
         let configuration = URLSessionConfiguration.ephemeral
@@ -134,6 +137,9 @@ public final class HTTPTransport: SyncTransport {
         // (protocol section 3), and URLSession may drop or cut a header with
         // a control character: the app would hear "a valid bearer token is
         // required" about a token that is right but for a line feed.
+        // URLSession's "unsupported URL" names neither the URL nor the fix,
+        // and the engine counts a health check that fails so as offline.
+        if let urlProblem { throw TransportError(.network, "\(method) \(path): \(urlProblem); not sent") }
         if authorized, let tokenProblem {
             throw TransportError(.status(401, .unauthorized), "\(method) \(path): \(tokenProblem); not sent")
         }
@@ -190,6 +196,16 @@ public final class HTTPTransport: SyncTransport {
         }
         guard (200..<300).contains(http.statusCode) else { throw Self.failure(http, data, path) }
         return (data, http)
+    }
+
+    /// Why no request can go to `url`, or nil: the protocol runs over http
+    /// or https, to a host. `URL(string: "localhost:8080")` parses, with
+    /// "localhost" as its scheme and no host.
+    static func urlProblem(_ url: URL) -> String? {
+        guard let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme), url.host?.isEmpty == false else {
+            return "the server URL \(url.absoluteString.prefix(256)) is not http:// or https:// and a host, such as http://127.0.0.1:8080"
+        }
+        return nil
     }
 
     /// Why `token` cannot be a bearer token (protocol section 3: one or more

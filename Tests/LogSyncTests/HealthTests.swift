@@ -129,6 +129,41 @@ import Testing
         #expect(try await a.engine.health().isStuck)
     }
 
+    /// A run counted as offline says why in `health().offlineReason` (and
+    /// the log line), until a health check reaches the server again. Before,
+    /// nothing told an app why: `lastError` is a failed run's, and an
+    /// offline run is no failure.
+    @Test func anOfflineRunSaysWhy() async throws {
+        let server = try await TestServer("health-offline-reason")
+        let a = try Self.replica("a", server)
+        #expect(try await a.engine.health().offlineReason == nil, "no health check yet")
+        await server.stop()
+        #expect(await a.sync().outcome == .offline)
+        let offline = try await a.engine.health()
+        let reason = try #require(offline.offlineReason)
+        #expect(reason.hasPrefix("GET /v1/health: "), "\(reason)")
+        #expect(offline.description.contains("offline (\(reason))"), "\(offline)")
+        try await server.restart()
+        try a.connect(to: server)
+        #expect(await a.sync().outcome == .completed)
+        #expect(try await a.engine.health().offlineReason == nil)
+        await server.stop()
+    }
+
+    /// A server URL no request can go to (`URL(string: "localhost:8080")`
+    /// parses, with "localhost" as its scheme and no host) is named in the
+    /// offline reason, with the form it needs. Before, URLSession's
+    /// "unsupported URL" was dropped, and the app was offline for good
+    /// with nothing to say why.
+    @Test func aServerURLWithoutAHostIsNamed() async throws {
+        let a = try Replica("no-host", url: try #require(URL(string: "localhost:8080")))
+        #expect(await a.sync().outcome == .offline)
+        let reason = try await a.engine.health().offlineReason
+        #expect(
+            reason == "GET /v1/health: the server URL localhost:8080 is not http:// or https:// and a host, "
+                + "such as http://127.0.0.1:8080; not sent", "\(String(describing: reason))")
+    }
+
     /// A server that speaks another protocol version answers the health
     /// check: it is reachable, and no run can sync with it until the app
     /// or the server is updated. The run ends in the error state, naming the
