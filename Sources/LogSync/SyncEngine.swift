@@ -54,8 +54,8 @@ public actor SyncEngine {
     /// The `Retry-After` of the running sync's last failed request.
     private var retryAfterSeconds: Int?
     /// The earliest retry time (a monotonic reading) the running sync gave
-    /// an intent: a failed run backs off at least until then, so that the
-    /// retry run finds its intents due (`finish`).
+    /// the intents of a failed push request: a failed run backs off at
+    /// least until then, so that the retry run finds them due (`finish`).
     private var retryScheduledAt: UInt64?
     private var running: Task<SyncReport, Never>?
     private let stateFeed = Broadcast(latest: SyncState.idle)
@@ -549,7 +549,11 @@ public actor SyncEngine {
             retryAfterSeconds = nil
             return .split
         case .retryAll:
-            try await scheduleRetry(batch, "push: \(error.message)", retryAfterSeconds: error.retryAfterSeconds, &report)
+            let earliest = try await scheduleRetry(batch, "push: \(error.message)", retryAfterSeconds: error.retryAfterSeconds, &report)
+            // The run that failed here waits at least for them (`finish`).
+            // Not for an intent retried for its own answer: a run that then
+            // fails (a pull's network error) would wait for its long retry.
+            retryScheduledAt = min(retryScheduledAt ?? earliest, earliest)
             return .stop(rateLimited ?? .failed("push: \(error.message)"))
         case .failAll:
             try await store.markFailed(offsets: batch.map(\.offset), error: "push: \(error.message)")
@@ -565,7 +569,11 @@ public actor SyncEngine {
     /// jitter: jitter spreads clients, not the operations of one request,
     /// and drawn for each, the retry run (at the earliest of them, `finish`)
     /// found only the first due.
-    private func scheduleRetry(_ items: [PendingIntent], _ message: String, retryAfterSeconds: Int?, _ report: inout SyncReport) async throws {
+    /// - Returns: the earliest retry time set (a monotonic reading).
+    @discardableResult
+    private func scheduleRetry(_ items: [PendingIntent], _ message: String, retryAfterSeconds: Int?, _ report: inout SyncReport)
+        async throws -> UInt64
+    {
         let now = monotonicNow
         let policy = configuration.retry
         var byTime: [UInt64: [UInt64]] = [:]
@@ -579,11 +587,12 @@ public actor SyncEngine {
             delays[retry] = delay
             byTime[now.addingSaturating(delay), default: []].append(item.offset)
         }
-        if let earliest = byTime.keys.min() { retryScheduledAt = min(retryScheduledAt ?? earliest, earliest) }
-        for (time, offsets) in byTime.sorted(by: { $0.key < $1.key }) {
+        let times = byTime.sorted(by: { $0.key < $1.key })
+        for (time, offsets) in times {
             try await store.scheduleRetry(offsets: offsets, error: message, at: time, attemptsMax: policy.attemptsMax)
         }
         report.retried += items.count
+        return times.first?.key ?? now
     }
 
     // MARK: - Pull

@@ -147,6 +147,41 @@ import Testing
         await server.stop()
     }
 
+    /// An intent retried for its own answer (a code this client does not
+    /// know) has a retry time of its own, which grows with its attempts. A
+    /// run that then fails in its pull (a 500) backs off by its failed runs,
+    /// about 1 s, not until that intent's retry, about 64 s here: the wait
+    /// for a failed push request's intents is not for those. Before
+    /// (`retryScheduledAt` set by every retry), the run waited for it.
+    @Test func aRunFailedInItsPullDoesNotWaitForAnIntentRetriedAlone() async throws {
+        let server = try await TestServer("retried-alone-pull-fails")
+        let failPulls = Atomic<Bool>(false)
+        let unknownCode = RewritingTransport(server, pushes: { response in
+            response.results[0].status = .rejected
+            response.results[0].serverVersion = nil
+            response.results[0].errorCode = WireErrorCode(rawValue: "TEAPOT")
+        })
+        let transport = PullsFailingOnDemand(inner: unknownCode) { failPulls.load(ordering: .relaxed) }
+        let a = try Replica("retried-alone", server: server, transport: transport)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        for _ in 0..<6 {
+            #expect(await a.sync().retried == 1)
+            a.clock.advance(by: 600_000)
+        }
+        #expect(try a.store.outbox().first?.state.attempts == 6)
+        failPulls.store(true, ordering: .relaxed)
+        let failed = await a.sync()
+        guard case .failed = failed.outcome else {
+            Issue.record("the pull should fail: \(failed)")
+            return
+        }
+        let nextRunAt = try #require(await a.engine.nextRunAt)
+        let dueAt = try #require(try await a.engine.health().nextAttemptAt)
+        #expect(dueAt - a.clock.nowMilliseconds > 20_000, "the intent's 7th attempt waits 64 s, give or take 20%")
+        #expect(nextRunAt - a.clock.nowMilliseconds <= 1_200, "the run after one failed run waits about 1 s, not \(nextRunAt - a.clock.nowMilliseconds) ms")
+        await server.stop()
+    }
+
     /// A pull's 429 is a failed run that waits at least its `Retry-After`;
     /// the third opens the breaker, and the next run waits for it.
     @Test func aRateLimitedPullWaitsForRetryAfterAndTheBreaker() async throws {
@@ -472,5 +507,18 @@ struct AnsweredAsCancelled: SyncTransport {
     private func answered() -> TransportError {
         cancel()
         return TransportError(.status(503, .serviceUnavailable), "HTTP 503", retryAfterSeconds: 600)
+    }
+}
+
+/// `inner`, but each pull fails as a 500 would while `failing()` says so.
+private struct PullsFailingOnDemand: SyncTransport {
+    let inner: any SyncTransport
+    let failing: @Sendable () -> Bool
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        if failing() { throw TransportError(.status(500, .internalError), "GET /v1/pull: HTTP 500 (the test's)") }
+        return try await inner.pull(cursor: cursor, limit: limit)
     }
 }
