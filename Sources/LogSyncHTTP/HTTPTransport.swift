@@ -133,13 +133,13 @@ public final class HTTPTransport: SyncTransport {
     private func exchange(
         _ method: String, _ path: String, query: [URLQueryItem] = [], body: Data? = nil, authorized: Bool = true
     ) async throws(TransportError) -> (Data, HTTPURLResponse) {
+        // URLSession's "unsupported URL" names neither the URL nor the fix,
+        // and the engine counts a health check that fails so as offline.
+        if let urlProblem { throw TransportError(.network, "\(method) \(path): \(urlProblem); not sent") }
         // The server's 401 says only that the request is not authenticated
         // (protocol section 3), and URLSession may drop or cut a header with
         // a control character: the app would hear "a valid bearer token is
         // required" about a token that is right but for a line feed.
-        // URLSession's "unsupported URL" names neither the URL nor the fix,
-        // and the engine counts a health check that fails so as offline.
-        if let urlProblem { throw TransportError(.network, "\(method) \(path): \(urlProblem); not sent") }
         if authorized, let tokenProblem {
             throw TransportError(.status(401, .unauthorized), "\(method) \(path): \(tokenProblem); not sent")
         }
