@@ -15,11 +15,11 @@ import Testing
     /// and never cancelled stops none.
     @Test func aCancellationFiredAfterItsRunDoesNotStopTheNext() async throws {
         let server = try await TestServer("cancel-after-run")
-        let pushes = HeldPushes(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback))
+        let pushes = HeldRequests(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback))
         let a = try Replica("a", server: server, transport: pushes)
         let (first, joiner) = (SyncCancellation(), SyncCancellation())
         try await a.store.create(type: "task", fields: ["n": 1])
-        let gate = pushes.hold()
+        let gate = pushes.holdPush()
         let started = Task { await a.engine.sync(cancellation: first) }
         try await gate.waitUntilHeld()
         let joined = Task { await a.engine.sync(cancellation: joiner) }
@@ -28,7 +28,7 @@ import Testing
         #expect([await started.value.outcome, await joined.value.outcome] == [.completed, .completed])
 
         try await a.store.create(type: "task", fields: ["n": 2])
-        let next = pushes.hold()
+        let next = pushes.holdPush()
         let run = Task { await a.engine.sync() }
         try await next.waitUntilHeld()
         first.cancel()
@@ -51,7 +51,7 @@ import Testing
     @Test func aPushAnsweredAsTheRunIsCancelledIsRecorded() async throws {
         let server = try await TestServer("cancel-after-answer")
         let stop = SyncCancellation()
-        let pushes = HeldPushes(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), answered: stop.cancel)
+        let pushes = HeldRequests(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), answered: stop.cancel)
         let a = try Replica("a", server: server, transport: pushes)
         try await a.store.create(type: "task", fields: ["title": "kept"])
         let report = await a.engine.sync(cancellation: stop)
@@ -82,33 +82,46 @@ import Testing
     }
 }
 
-/// Through `inner`; a push waits at the gate `hold()` returned, if any,
-/// and calls `answered` once its answer has come.
-final class HeldPushes: SyncTransport {
+/// Through `inner`; the next push (or pull) waits at the gate
+/// `holdPush()` (or `holdPull()`) returned, if any, and `answered` is
+/// called once each push's answer has come.
+final class HeldRequests: SyncTransport {
     private let inner: HTTPTransport
     private let answered: @Sendable () -> Void
-    private let gate = Mutex<PullGate?>(nil)
+    private let pushGate = Mutex<PullGate?>(nil)
+    private let pullGate = Mutex<PullGate?>(nil)
 
     init(_ inner: HTTPTransport, answered: @escaping @Sendable () -> Void = {}) {
         self.inner = inner
         self.answered = answered
     }
 
-    /// Holds the next push until the gate's `release()`.
-    func hold() -> PullGate {
+    /// Holds the next push, before it is sent, until the gate's `release()`.
+    func holdPush() -> PullGate { Self.hold(pushGate) }
+
+    /// Holds the next pull, before it is sent, until the gate's `release()`.
+    func holdPull() -> PullGate { Self.hold(pullGate) }
+
+    private static func hold(_ gate: borrowing Mutex<PullGate?>) -> PullGate {
         let next = PullGate(holdFirst: true)
         gate.withLock { $0 = next }
         return next
     }
 
+    /// Waits at the gate set, once: the next request passes freely.
+    private static func pass(_ gate: borrowing Mutex<PullGate?>) async {
+        if let held = gate.withLock({ gate in defer { gate = nil }; return gate }) { await held.pass() }
+    }
+
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
-        if let held = gate.withLock({ gate in defer { gate = nil }; return gate }) { await held.pass() }
+        await Self.pass(pushGate)
         let response = try await inner.push(request)
         answered()
         return response
     }
     func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        try await inner.pull(cursor: cursor, limit: limit)
+        await Self.pass(pullGate)
+        return try await inner.pull(cursor: cursor, limit: limit)
     }
 }

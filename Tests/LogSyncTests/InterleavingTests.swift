@@ -3,7 +3,6 @@ import LogStore
 @testable import LogSync
 import LogSyncHTTP
 import LogTesting
-import Synchronization
 import Testing
 
 /// Calls that interleave with a run at its suspension points: each run
@@ -16,7 +15,7 @@ import Testing
     /// would never come back. The run pulls again from the feed's start.
     @Test func aResyncWhileAPullWaitsIsNotUndoneByItsPage() async throws {
         let server = try await TestServer("resync-during-pull")
-        let pulls = HeldNextPull(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback))
+        let pulls = HeldRequests(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback))
         let a = try Replica("a", server: server, transport: pulls)
         let b = try Replica("b", server: server)
         try await b.store.create(type: "task", id: "t1", fields: ["n": 1])
@@ -27,7 +26,7 @@ import Testing
 
         try await b.store.create(type: "task", id: "t3", fields: ["n": 3])
         #expect(await b.sync().outcome == .completed)
-        let gate = pulls.hold()
+        let gate = pulls.holdPull()
         let run = Task { await a.engine.sync() }
         try await gate.waitUntilHeld()
         // Forgets t1 and t2 until a pull from the feed's start brings them back.
@@ -41,27 +40,5 @@ import Testing
         let afterNext = try a.entities("task").keys.sorted()
         #expect(afterNext == ["t1", "t2", "t3"], "\(afterNext)")
         await server.stop()
-    }
-}
-
-/// Through `inner`; a pull waits at the gate `hold()` returned, if any.
-final class HeldNextPull: SyncTransport {
-    private let inner: HTTPTransport
-    private let gate = Mutex<PullGate?>(nil)
-
-    init(_ inner: HTTPTransport) { self.inner = inner }
-
-    /// Holds the next pull, before it is sent, until the gate's `release()`.
-    func hold() -> PullGate {
-        let next = PullGate(holdFirst: true)
-        gate.withLock { $0 = next }
-        return next
-    }
-
-    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
-    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        if let held = gate.withLock({ gate in defer { gate = nil }; return gate }) { await held.pass() }
-        return try await inner.pull(cursor: cursor, limit: limit)
     }
 }
