@@ -91,6 +91,23 @@ extension Store {
         }
     }
 
+    /// The earliest time after `now` at which a pending intent's retry time
+    /// lets it go (`OutboxState.dueAt`, as `pushBatch` compares it), nil
+    /// when no pending intent waits for one: when a sync run must come for
+    /// the intents a run left waiting. Reads only the outbox.
+    public func nextRetry(after now: UInt64, retryWaitMax: UInt64 = .max) throws -> UInt64? {
+        try log.environment.read { txn in
+            var earliest: UInt64?
+            try txn.forEach(projector(txn).outbox) { key, value in
+                let state = try decodeOutboxState(value, key: key)
+                let dueAt = OutboxState.dueAt(state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax)
+                if state.status == .pending, dueAt > now { earliest = min(earliest ?? .max, dueAt) }
+                return true
+            }
+            return earliest
+        }
+    }
+
     /// Schedules another attempt for pending intents after a retryable
     /// failure, in one transaction. An intent that reaches `attemptsMax`
     /// failed attempts is marked failed, and a `.retriesExhausted` event

@@ -17,6 +17,10 @@
 ///   none of the above starts a run before that time; a retry timer starts
 ///   one then (`Format/sync-protocol.md` section 10, "Retry timing"), so a
 ///   failing server sees one request per backoff, whatever triggers come.
+/// - After a completed run that left intents waiting for their own retry
+///   time (`.syncEnded` with `intentRetryAt`: an answer retried one intent
+///   alone), the retry timer starts a run when the earliest is due; other
+///   triggers still sync before it.
 /// - While a run runs (from `.syncRunning` to `.syncEnded`), a trigger
 ///   starts none: joined, the run may be past its push, or its pull's
 ///   last page, and miss what the trigger was for (a write made after the
@@ -43,11 +47,13 @@ public struct SchedulerCore: Sendable, Equatable {
         /// A run is under way (whoever started it): it pushes or pulls.
         case syncRunning
         /// A run ended (whoever started it); `nextRunAt` is when the next
-        /// may start, nil when it need not wait; `cancelled` when it was
-        /// stopped (`SyncOutcome.cancelled`); `background` when a
-        /// background task ran it (`SyncScheduler.runBackground` started or
-        /// joined it), however it ended.
-        case syncEnded(nextRunAt: UInt64?, cancelled: Bool = false, background: Bool = false)
+        /// may start, nil when it need not wait; `intentRetryAt` when the
+        /// earliest intent it left waiting for its own retry time is due,
+        /// nil when none waits; `cancelled` when it was stopped
+        /// (`SyncOutcome.cancelled`); `background` when a background task
+        /// ran it (`SyncScheduler.runBackground` started or joined it),
+        /// however it ended.
+        case syncEnded(nextRunAt: UInt64?, intentRetryAt: UInt64? = nil, cancelled: Bool = false, background: Bool = false)
         /// The scheduler stopped listening; the next `.started` is its first report again.
         case stopped
     }
@@ -100,7 +106,7 @@ public struct SchedulerCore: Sendable, Equatable {
         case .syncRunning:
             syncRunning = true
             return []
-        case .syncEnded(let nextRunAt, let cancelled, let background):
+        case .syncEnded(let nextRunAt, let intentRetryAt, let cancelled, let background):
             syncRunning = false
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
             // Offline, a gain syncs; backing off, the retry timer does;
@@ -121,7 +127,18 @@ public struct SchedulerCore: Sendable, Equatable {
                 ? [.cancelTimer(.localWrite), .cancelTimer(.networkRegained)]
                     + (online ? [Self.set(.periodic, periodMilliseconds, after: now)] : [])
                 : []
-            guard let backoffUntil else { return [.cancelTimer(.retry)] + quiet + (held.map { sync($0, at: now) } ?? []) }
+            guard let backoffUntil else {
+                // The retry timer is for the intents the run left waiting,
+                // if any; after a cancelled or a background run, as the
+                // triggers held during it, they wait for the next trigger.
+                let retry: Action =
+                    if let intentRetryAt, intentRetryAt > now, online, !cancelled, !background {
+                        .setTimer(.retry, at: intentRetryAt)
+                    } else {
+                        .cancelTimer(.retry)
+                    }
+                return [retry] + quiet + (held.map { sync($0, at: now) } ?? [])
+            }
             return quiet + (online ? [.setTimer(.retry, at: backoffUntil)] : [])
         case .stopped:
             // The connectivity heard before the stop may be stale by the

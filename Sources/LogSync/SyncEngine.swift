@@ -113,6 +113,10 @@ public actor SyncEngine {
         /// `nextRunDeadline` as the state was published: when the next run
         /// may start (a monotonic reading), nil when it need not wait.
         var nextRunAt: UInt64?
+        /// With a completed run's end: when the earliest intent it left
+        /// waiting for its own retry time becomes due (a monotonic
+        /// reading), nil when none waits.
+        var intentRetryAt: UInt64?
         /// Whether the run that ended with this state was cancelled.
         var cancelled: Bool
         /// Whether a background task ran the run that ended with this
@@ -307,12 +311,17 @@ public actor SyncEngine {
     /// backoff even when the run before failed alike. `cancelled` and
     /// `background` tell how the run it ends ran. The scheduler's feed
     /// carries `nextRunDeadline` as it is now: a run's end sets it first.
-    private func set(_ newState: SyncState, always: Bool = false, cancelled: Bool = false, background: Bool = false) {
+    private func set(
+        _ newState: SyncState, always: Bool = false, intentRetryAt: UInt64? = nil, cancelled: Bool = false,
+        background: Bool = false
+    ) {
         guard always || newState != state else { return }
         state = newState
         stateFeed.publish(newState)
         changeFeed.publish(
-            StateChange(state: newState, nextRunAt: nextRunDeadline, cancelled: cancelled, background: background))
+            StateChange(
+                state: newState, nextRunAt: nextRunDeadline, intentRetryAt: intentRetryAt, cancelled: cancelled,
+                background: background))
     }
 
     private func run() async -> SyncReport {
@@ -377,7 +386,13 @@ public actor SyncEngine {
             failedRuns = 0
             runBackoffUntil = 0
             for wait in backoffWaits { wait.cancel() }
-            set(.idle, background: background)
+            // An intent retried for its own answer (or left from an earlier
+            // run) waits for its retry time, which no failed run's backoff
+            // carries: the scheduler sets its retry timer for it. Unread
+            // (the store failed), the periodic timer pushes it.
+            let intentRetryAt = try? store.nextRetry(
+                after: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds)
+            set(.idle, intentRetryAt: intentRetryAt, background: background)
         case .offline, .deferred:
             set(.idle, background: background)
         case .cancelled:

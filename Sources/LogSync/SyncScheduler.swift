@@ -95,7 +95,9 @@ public actor SyncScheduler {
                 case .pushing, .pulling: await self?.listened(.syncRunning, epoch)
                 case .idle, .rateLimited, .error:
                     await self?.listened(
-                        .syncEnded(nextRunAt: change.nextRunAt, cancelled: change.cancelled, background: change.background), epoch)
+                        .syncEnded(
+                            nextRunAt: change.nextRunAt, intentRetryAt: change.intentRetryAt, cancelled: change.cancelled,
+                            background: change.background), epoch)
                 }
                 heard.finish()
             }

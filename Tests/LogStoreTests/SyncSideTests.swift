@@ -142,6 +142,27 @@ import Testing
         try await expectReplayAgrees(store)
     }
 
+    /// `nextRetry(after:)` is the earliest retry time still ahead: an intent
+    /// already due, a failed one and one with no retry count for nothing,
+    /// and a time further off than `retryWaitMax` is due now, as
+    /// `pushBatch` takes it.
+    @Test func theNextRetryIsTheEarliestRetryTimeStillAhead() async throws {
+        let fixture = try StoreFixture("sync-next-retry")
+        let store = fixture.store
+        for n in 0..<4 { try await store.create(type: "te", fields: ["n": .int(Int64(n))]) }
+        let all = try store.outbox().map(\.offset)
+        #expect(try store.nextRetry(after: 1_000) == nil)
+        try await store.scheduleRetry(offsets: [all[0]], error: "HTTP 500", at: 900, attemptsMax: 10)
+        try await store.scheduleRetry(offsets: [all[1]], error: "HTTP 500", at: 5_000, attemptsMax: 10)
+        try await store.scheduleRetry(offsets: [all[2]], error: "HTTP 500", at: 3_000, attemptsMax: 10)
+        try await store.markFailed(offsets: [all[3]], error: "HTTP 400")
+        #expect(try store.nextRetry(after: 1_000) == 3_000)
+        #expect(try store.nextRetry(after: 3_000) == 5_000)
+        #expect(try store.nextRetry(after: 5_000) == nil)
+        #expect(try store.nextRetry(after: 1_000, retryWaitMax: 3_000) == 3_000, "5,000 is 4,000 ahead: due now")
+        #expect(try store.nextRetry(after: 1_000, retryWaitMax: 1_000) == nil)
+    }
+
     @Test func retriesCountPerRequestAndFailAtTheMaximum() async throws {
         let fixture = try StoreFixture("sync-retry-counts")
         let store = fixture.store

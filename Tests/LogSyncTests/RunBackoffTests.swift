@@ -182,6 +182,39 @@ import Testing
         await server.stop()
     }
 
+    /// An intent retried for its own answer (a code this client does not
+    /// know) in a run that completed is pushed again when its retry time
+    /// comes: the run's end sets the retry timer for it. Before, the run's
+    /// end cancelled that timer, and nothing but the periodic timer (here
+    /// turned off) or another trigger would push the intent again.
+    @Test func anIntentRetriedAloneIsPushedWhenItsRetryIsDue() async throws {
+        let server = try await TestServer("retried-alone-due")
+        let refusing = Atomic<Bool>(true)
+        let transport = RewritingTransport(server, pushes: { response in
+            guard refusing.load(ordering: .relaxed) else { return }
+            response.results[0].status = .rejected
+            response.results[0].serverVersion = nil
+            response.results[0].errorCode = WireErrorCode(rawValue: "TEAPOT")
+        })
+        let replica = try Replica("retried-alone-due", server: server, transport: transport)
+        try await replica.store.create(type: "task", fields: ["n": 1])
+        let scheduler = SyncScheduler.online(replica.engine, clock: replica.clock, periodMilliseconds: .max)
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered == [.started] }
+        await scheduler.settle()
+        #expect(try replica.store.outbox().first?.state.attempts == 1)
+        refusing.store(false, ordering: .relaxed)
+        let dueAt = try #require(try await replica.engine.health().nextAttemptAt)
+        try await replica.clock.waitForSleepers(2)  // the periodic timer (never due) and the retry timer
+        replica.clock.advance(by: dueAt - replica.clock.nowMilliseconds)
+        try await waitUntil { await scheduler.triggered == [.started, .retry] }
+        await scheduler.settle()
+        #expect(try replica.store.outboxCount() == 0)
+        try await waitUntil { replica.clock.sleeperCount == 1 }  // nothing waits for a retry now
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// A pull's 429 is a failed run that waits at least its `Retry-After`;
     /// the third opens the breaker, and the next run waits for it.
     @Test func aRateLimitedPullWaitsForRetryAfterAndTheBreaker() async throws {
@@ -395,6 +428,29 @@ import Testing
         #expect(core.handle(.syncEnded(nextRunAt: 103_000), at: 102_000) == [.setTimer(.retry, at: 103_000)])
         #expect(core.handle(.syncEnded(nextRunAt: nil), at: 102_500) == [.cancelTimer(.retry)])
         #expect(core.handle(.timerFired(.localWrite), at: 102_600) == [.sync(.localWrite)])
+    }
+
+    /// The core: a completed run that left intents waiting for their retry
+    /// time sets the retry timer for the earliest, which other triggers do
+    /// not wait for; a failed run's backoff takes its place, and a
+    /// cancelled or background run, or a time already past, sets none.
+    @Test func aCompletedRunSetsTheRetryTimerForItsWaitingIntents() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(core.handle(.syncEnded(nextRunAt: nil, intentRetryAt: 8_000), at: 1_000) == [.setTimer(.retry, at: 8_000)])
+        #expect(core.handle(.nudge, at: 2_000) == [.sync(.nudge)])
+        #expect(core.handle(.syncEnded(nextRunAt: 4_000, intentRetryAt: 8_000), at: 2_500) == [.setTimer(.retry, at: 4_000)])
+        #expect(core.handle(.timerFired(.retry), at: 4_000) == [.sync(.retry)])
+        #expect(core.handle(.syncEnded(nextRunAt: nil, intentRetryAt: 8_000), at: 4_500) == [.setTimer(.retry, at: 8_000)])
+        #expect(core.handle(.timerFired(.retry), at: 8_000) == [.sync(.retry)])
+        #expect(core.handle(.syncEnded(nextRunAt: nil, intentRetryAt: 7_000), at: 8_500) == [.cancelTimer(.retry)])
+        #expect(
+            core.handle(.syncEnded(nextRunAt: nil, intentRetryAt: 20_000, cancelled: true), at: 9_000) == [.cancelTimer(.retry)])
+        #expect(
+            core.handle(.syncEnded(nextRunAt: nil, intentRetryAt: 20_000, background: true), at: 9_500)
+                == [.cancelTimer(.retry), .cancelTimer(.localWrite), .cancelTimer(.networkRegained), .setTimer(.periodic, at: 39_500)])
+        #expect(core.handle(.connectivity(false), at: 10_000).contains(.cancelTimer(.retry)))
+        #expect(core.handle(.syncEnded(nextRunAt: nil, intentRetryAt: 20_000), at: 10_500) == [.cancelTimer(.retry)], "offline")
     }
 
     /// A replica whose scheduler has started, and whose first run failed in

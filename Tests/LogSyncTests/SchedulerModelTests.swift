@@ -10,7 +10,8 @@ import Testing
 /// comes while a run is under way held for one run as it ends, unless the
 /// run was cancelled or a background run) and
 /// `Format/sync-protocol.md` section 10 ("Retry timing": after a failed
-/// run the next run starts no sooner than its backoff).
+/// run the next run starts no sooner than its backoff; after a completed
+/// run that left an intent waiting for its own retry time, a run by then).
 ///
 /// `SEED=n swift test --filter SchedulerModelTests` replays seed n as run 0
 /// (run `r` uses `SEED + r`); a failure prints its seed and event trace.
@@ -31,17 +32,24 @@ import Testing
     }
 }
 
-/// A sync the rules owe: for a local write, or a nudge held back by the
-/// backoff. `due` is when it must have started at the latest (or at the
-/// backoff's end, if later); nil while offline, as only a gain can start it.
+/// A sync the rules owe: for a local write, a nudge held back by the
+/// backoff, or an intent's retry. `due` is when it must have started at the
+/// latest (or at the backoff's end, if later); nil while offline, as only a
+/// gain can start it.
 private struct Owed {
     var due: UInt64?
 }
 
 private enum Trigger: Hashable, CustomStringConvertible {
-    case localWrite, nudge
+    case localWrite, nudge, intentRetry
 
-    var description: String { self == .localWrite ? "local write" : "nudge" }
+    var description: String {
+        switch self {
+        case .localWrite: "local write"
+        case .nudge: "nudge"
+        case .intentRetry: "intent's retry"
+        }
+    }
 }
 
 /// One random run: the core, the timers it armed and what the rules say
@@ -57,6 +65,9 @@ private struct SchedulerModel {
     var online = false
     /// The last failed run's backoff: no sync before it.
     var backoffUntil: UInt64?
+    /// The retry time of the intents the last run left waiting, when its
+    /// end set the retry timer for them: until the timer fires or goes.
+    var intentRetryAt: UInt64?
     /// A run is under way (`.syncRunning` until `.syncEnded`), and a
     /// trigger came meanwhile, online and not backing off.
     var running = false
@@ -91,7 +102,7 @@ private struct SchedulerModel {
         }
         guard failure == nil else { return }
         // A quiet end, online, the run under way ended: everything owed is synced by then.
-        if running { step(.syncEnded(nextRunAt: nextRunAt(), cancelled: false, background: false)) }
+        if running { step(.syncEnded(nextRunAt: nextRunAt(), intentRetryAt: nil, cancelled: false, background: false)) }
         if !started {
             step(.started(online: true))
         } else if !online {
@@ -139,11 +150,22 @@ private struct SchedulerModel {
     }
 
     /// A run's end, one in five of them cancelled (a background budget
-    /// spent), one in five a background run's.
+    /// spent), one in five a background run's; one in two leaves an intent
+    /// waiting for its retry time.
     mutating func runEnded() -> SchedulerCore.Event {
         .syncEnded(
-            nextRunAt: nextRunAt(), cancelled: Int.random(in: 0..<5, using: &random) == 0,
+            nextRunAt: nextRunAt(), intentRetryAt: nextIntentRetryAt(), cancelled: Int.random(in: 0..<5, using: &random) == 0,
             background: Int.random(in: 0..<5, using: &random) == 0)
+    }
+
+    /// An intent's retry time a run's end reports: none, already past, soon or late.
+    mutating func nextIntentRetryAt() -> UInt64? {
+        switch Int.random(in: 0..<10, using: &random) {
+        case 0..<5: nil
+        case 5: now - min(now, UInt64.random(in: 0...5_000, using: &random))
+        case 6..<9: now + UInt64.random(in: 1...8_000, using: &random)
+        default: now + UInt64.random(in: 1...300_000, using: &random)
+        }
     }
 
     /// A run's `SyncEngine.nextRunAt`: none, already past, a short backoff or a long one.
@@ -242,19 +264,31 @@ extension SchedulerModel {
         case .connectivity(let isOnline):
             guard isOnline != online else { return }
             online = isOnline
+            // A loss cancels every timer; the gain's run pushes what is due.
+            if !isOnline { intentRetryAt = nil }
             for trigger in owed.keys { owed[trigger]?.due = isOnline ? now + core.networkDebounceMilliseconds : nil }
         case .stopped:
             started = false
             online = false
             running = false
             held = false
+            intentRetryAt = nil
             for trigger in owed.keys { owed[trigger]?.due = nil }
-        case .timerFired:
-            break
+        case .timerFired(let timer):
+            if timer == .retry { intentRetryAt = nil }
         case .syncRunning:
             running = true
-        case .syncEnded(let nextRunAt, _, let background):
+        case .syncEnded(let nextRunAt, let retryAt, let cancelled, let background):
             backoffUntil = nextRunAt.flatMap { $0 > now ? $0 : nil }
+            // The intents' retry is owed a run, online, not backing off (the
+            // retry timer is then the backoff's), unless the run was
+            // cancelled or a background run's: the next trigger's run pushes them.
+            intentRetryAt = nil
+            owed[.intentRetry] = nil
+            if let retryAt, retryAt > now, backoffUntil == nil, online, !cancelled, !background {
+                intentRetryAt = retryAt
+                owed[.intentRetry] = Owed(due: retryAt)
+            }
             // A run that ends with no wait took in the triggers due before
             // it was under way (the engine merges a sync asked for as one
             // starts); those held while it was sync as it ends (`checkActions`),
@@ -285,7 +319,7 @@ extension SchedulerModel {
         }
         if !syncs.isEmpty && !online { fail("a sync while offline") }
         if !syncs.isEmpty && running { fail("a sync while a run is under way") }
-        if case .syncEnded(_, let cancelled, let background) = event {
+        if case .syncEnded(_, _, let cancelled, let background) = event {
             // One run for every trigger held, online, not backing off, not
             // cancelled and not a background run's; none without one.
             let owedRun = wasHeld && online && backoffUntil == nil && !cancelled && !background
@@ -338,8 +372,13 @@ extension SchedulerModel {
         if let periodic = timers[.periodic], periodic > now + core.periodMilliseconds { fail("the periodic timer is more than a period away") }
         // A retry due now, beside another timer due now, fires next: the
         // engine merges the two syncs into one run.
-        if let retry = timers[.retry], retry != backoffUntil || retry < now {
-            fail("a retry timer at \(retry) with the backoff until \(backoffUntil.map(String.init) ?? "none")")
+        if let retry = timers[.retry], retry != (backoffUntil ?? intentRetryAt) || retry < now {
+            fail(
+                "a retry timer at \(retry) with the backoff until \(backoffUntil.map(String.init) ?? "none") "
+                    + "and intents due at \(intentRetryAt.map(String.init) ?? "none")")
+        }
+        if !backingOff, let intentRetryAt, timers[.retry] != intentRetryAt {
+            fail("intents wait until \(intentRetryAt) online, the retry timer is at \(timers[.retry].map(String.init) ?? "none")")
         }
         // Right after a gain the network timer arms the retry when it fires:
         // a retry sooner would skip the network debounce.
