@@ -158,24 +158,18 @@ private struct SchedulerModel {
             background: Int.random(in: 0..<5, using: &random) == 0)
     }
 
-    /// An intent's retry time a run's end reports: none, already past, soon or late.
-    mutating func nextIntentRetryAt() -> UInt64? {
-        switch Int.random(in: 0..<10, using: &random) {
-        case 0..<5: nil
-        case 5: now - min(now, UInt64.random(in: 0...5_000, using: &random))
-        case 6..<9: now + UInt64.random(in: 1...8_000, using: &random)
-        default: now + UInt64.random(in: 1...300_000, using: &random)
-        }
-    }
-
     /// A run's `SyncEngine.nextRunAt`: none, already past, a short backoff or a long one.
-    mutating func nextRunAt() -> UInt64? {
-        switch Int.random(in: 0..<10, using: &random) {
-        case 0..<4: nil
-        case 4: now - min(now, UInt64.random(in: 0...5_000, using: &random))
-        case 5..<9: now + UInt64.random(in: 1...8_000, using: &random)
-        default: now + UInt64.random(in: 1...300_000, using: &random)
-        }
+    mutating func nextRunAt() -> UInt64? { time(noneInTen: 4) }
+
+    /// The intents' retry time a run's end reports: none, already past, soon or late.
+    mutating func nextIntentRetryAt() -> UInt64? { time(noneInTen: 5) }
+
+    /// None (`none` times in ten), already past, within 8 s, or within 300 s.
+    mutating func time(noneInTen none: Int) -> UInt64? {
+        let roll = Int.random(in: 0..<10, using: &random)
+        if roll < none { return nil }
+        if roll == none { return now - min(now, UInt64.random(in: 0...5_000, using: &random)) }
+        return now + UInt64.random(in: 1...(roll < 9 ? 8_000 : 300_000), using: &random)
     }
 
     // MARK: - Time
