@@ -604,6 +604,10 @@ extension ToolRun {
         let after = try #require(copied?["bytes_after"] as? Int)
         #expect(after <= before)
         #expect(try Tool.run(["entities", copy, "te", "--json"]).objects().count == 21)
+        let textCopy = directory.appending("text-copy")
+        let copiedText = try Tool.run(["compact", directory.path, "--copy", textCopy])
+        #expect(copiedText.status == 0)
+        #expect(copiedText.output == "copied to \(textCopy): data.mdb \(before) bytes -> \(after) bytes\n")
         #expect(try Tool.run(["compact", directory.path, "--copy", copy]).status == 2)
         #expect(try Tool.run(["compact", directory.path]).status == 2)
     }
