@@ -35,27 +35,54 @@ extension Store {
     /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
     public func pushBatch(limit: Int, now: UInt64, retryWaitMax: UInt64 = .max) throws -> [PendingIntent] {
         try checkLimit(limit)
+        guard limit > 0 else { return [] }
         return try log.environment.read { txn in
             var batch: [PendingIntent] = []
-            var held: Set<ByteKey> = []
             let projector = try self.projector(txn)
-            try txn.forEach(projector.outbox) { key, value in
-                guard batch.count < limit else { return false }
-                let offset = try outboxOffset(key)
-                var item = try pendingIntent(at: offset, try decodeOutboxState(value, key: key), txn)
-                let intent = item.intent
-                let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
-                guard !held.contains(entity) else { return true }
-                let dueAt = OutboxState.dueAt(item.state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax)
-                guard item.state.status == .pending, dueAt <= now else {
-                    held.insert(entity)
-                    return true
-                }
-                item.intent.baseVersion = max(intent.baseVersion, try projector.ackedVersion(intent.entityType, intent.entityID, txn))
+            try forEachDue(txn, projector, now: now, retryWaitMax: retryWaitMax) { item in
+                var item = item
+                item.intent.baseVersion = max(
+                    item.intent.baseVersion, try projector.ackedVersion(item.intent.entityType, item.intent.entityID, txn))
                 batch.append(item)
-                return true
+                return batch.count < limit
             }
             return batch
+        }
+    }
+
+    /// How many intents pushes at `now` would send, their batches put
+    /// together: every pending intent due then, but those held behind an
+    /// intent on their entity that is not (`pushBatch`'s rules). A sync
+    /// run's push progress counts them. Reads each outbox intent.
+    public func dueCount(now: UInt64, retryWaitMax: UInt64 = .max) throws -> Int {
+        try log.environment.read { txn in
+            var count = 0
+            try forEachDue(txn, projector(txn), now: now, retryWaitMax: retryWaitMax) { _ in
+                count += 1
+                return true
+            }
+            return count
+        }
+    }
+
+    /// Calls `body` with each outbox intent due at `now`, in log order,
+    /// until it returns false. An intent that is not due, or has failed,
+    /// holds back every later intent on its entity.
+    private func forEachDue(
+        _ txn: borrowing Transaction, _ projector: Projector, now: UInt64, retryWaitMax: UInt64,
+        _ body: (PendingIntent) throws -> Bool
+    ) throws {
+        var held: Set<ByteKey> = []
+        try txn.forEach(projector.outbox) { key, value in
+            let item = try pendingIntent(at: try outboxOffset(key), try decodeOutboxState(value, key: key), txn)
+            let entity = EntityKey.byteKey(type: item.intent.entityType, id: item.intent.entityID)
+            guard !held.contains(entity) else { return true }
+            let dueAt = OutboxState.dueAt(item.state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax)
+            guard item.state.status == .pending, dueAt <= now else {
+                held.insert(entity)
+                return true
+            }
+            return try body(item)
         }
     }
 

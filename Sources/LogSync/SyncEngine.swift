@@ -446,7 +446,9 @@ public actor SyncEngine {
     /// Pushes due intents batch by batch until none is due.
     /// - Returns: an outcome that ends the run, or nil to go on to pull.
     private func push(_ report: inout SyncReport) async throws -> SyncOutcome? {
-        let total = try store.outboxSummary().pendingCount
+        // The intents due now, not every pending one: an intent waiting for
+        // its retry time is not pushed, nor are the later ones on its entity.
+        let total = try store.dueCount(now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds)
         var synced = 0
         set(.pushing(synced: 0, total: total))
         // Each batch settles its intents or defers them, so the due set

@@ -11,6 +11,9 @@ public enum SyncState: Sendable, Equatable, CustomStringConvertible {
     /// Not syncing; ready for the next run.
     case idle
     /// Pushing pending intents: `synced` of `total` answered so far.
+    /// `total` counts the intents due as the push began (not one waiting
+    /// for its retry time, nor those held behind it on its entity), and
+    /// grows if the run pushes more (a conflict's resolution).
     case pushing(synced: Int, total: Int)
     /// Pulling server changes, a page at a time.
     case pulling

@@ -163,6 +163,25 @@ import Testing
         #expect(try store.nextRetry(after: 1_000, retryWaitMax: 1_000) == nil)
     }
 
+    /// `dueCount` counts what `pushBatch` would return, batches put
+    /// together: not an intent waiting for its retry or failed, nor the
+    /// later intents on their entities.
+    @Test func theDueCountIsWhatPushBatchesWouldSend() async throws {
+        let fixture = try StoreFixture("sync-due-count")
+        let store = fixture.store
+        var ids: [String] = []
+        for n in 0..<3 { ids.append(try await store.create(type: "te", fields: ["n": .int(Int64(n))])) }
+        for id in ids { try await store.update(type: "te", id: id, changes: ["n": -1]) }
+        let creates = try store.outbox().prefix(3).map(\.offset)
+        try await store.scheduleRetry(offsets: [creates[0]], error: "HTTP 500", at: 5_000, attemptsMax: 10)
+        try await store.markFailed(offsets: [creates[1]], error: "HTTP 400")
+        #expect(try store.dueCount(now: 1_000) == 2)
+        #expect(try store.dueCount(now: 1_000) == store.pushBatch(limit: 100, now: 1_000).count)
+        #expect(try store.dueCount(now: 5_000) == 4)
+        #expect(try store.dueCount(now: 1_000, retryWaitMax: 3_000) == 4, "a retry further off than the longest wait is due")
+        #expect(try store.pushBatch(limit: 1, now: 5_000).map(\.offset) == [creates[0]])
+    }
+
     @Test func retriesCountPerRequestAndFailAtTheMaximum() async throws {
         let fixture = try StoreFixture("sync-retry-counts")
         let store = fixture.store

@@ -351,6 +351,37 @@ import Testing
         await server.stop()
     }
 
+    /// A run's push progress counts the intents it pushes: not one waiting
+    /// for its retry time (retried alone for its answer), nor a later one
+    /// on its entity, held behind it. Before, the total was every pending
+    /// intent, and the run ended at `pushing 2/4`.
+    @Test func pushProgressCountsTheIntentsTheRunPushes() async throws {
+        let server = try await TestServer("push-progress")
+        let refusing = Atomic<Bool>(true)
+        let transport = RewritingTransport(server, pushes: { response in
+            guard refusing.load(ordering: .relaxed) else { return }
+            response.results[0].status = .rejected
+            response.results[0].serverVersion = nil
+            response.results[0].errorCode = WireErrorCode(rawValue: "TEAPOT")
+        })
+        let a = try Replica("push-progress", server: server, transport: transport)
+        let retried = try await a.store.create(type: "task", fields: ["n": 1])
+        #expect(await a.sync().retried == 1)
+        refusing.store(false, ordering: .relaxed)
+        try await a.store.update(type: "task", id: retried, changes: ["n": 2])
+        for n in 3...4 { try await a.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        let states = a.engine.states()
+        #expect(await a.sync().acknowledged == 2)
+        var pushing: [String] = []
+        for await state in states {
+            if case .pushing = state { pushing.append(state.description) }
+            if state == .pulling { break }
+        }
+        #expect(pushing == ["pushing 0/2", "pushing 2/2"])
+        #expect(try a.store.outbox().count == 2)
+        await server.stop()
+    }
+
     /// A sync cancelled before it starts sends neither a push nor a pull
     /// (the health check aside), fails nothing, and leaves the intent for
     /// the next run.
