@@ -358,12 +358,7 @@ import Testing
     @Test func pushProgressCountsTheIntentsTheRunPushes() async throws {
         let server = try await TestServer("push-progress")
         let refusing = Atomic<Bool>(true)
-        let transport = RewritingTransport(server, pushes: { response in
-            guard refusing.load(ordering: .relaxed) else { return }
-            response.results[0].status = .rejected
-            response.results[0].serverVersion = nil
-            response.results[0].errorCode = WireErrorCode(rawValue: "TEAPOT")
-        })
+        let transport = RewritingTransport.retryingTheFirstIntent(server) { refusing.load(ordering: .relaxed) }
         let a = try Replica("push-progress", server: server, transport: transport)
         let retried = try await a.store.create(type: "task", fields: ["n": 1])
         #expect(await a.sync().retried == 1)
@@ -774,6 +769,20 @@ struct RewritingTransport: SyncTransport {
         inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
         self.pushes = pushes
         self.pulls = pulls
+    }
+
+    /// Through the real server, but while `refusing()` says so, each push's
+    /// first result is a code this client does not know, which retries that
+    /// intent alone (with a retry time of its own) and answers the others.
+    static func retryingTheFirstIntent(
+        _ server: TestServer, while refusing: @escaping @Sendable () -> Bool = { true }
+    ) -> RewritingTransport {
+        RewritingTransport(server, pushes: { response in
+            guard refusing() else { return }
+            response.results[0].status = .rejected
+            response.results[0].serverVersion = nil
+            response.results[0].errorCode = WireErrorCode(rawValue: "TEAPOT")
+        })
     }
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }

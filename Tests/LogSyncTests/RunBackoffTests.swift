@@ -156,11 +156,7 @@ import Testing
     @Test func aRunFailedInItsPullDoesNotWaitForAnIntentRetriedAlone() async throws {
         let server = try await TestServer("retried-alone-pull-fails")
         let failPulls = Atomic<Bool>(false)
-        let unknownCode = RewritingTransport(server, pushes: { response in
-            response.results[0].status = .rejected
-            response.results[0].serverVersion = nil
-            response.results[0].errorCode = WireErrorCode(rawValue: "TEAPOT")
-        })
+        let unknownCode = RewritingTransport.retryingTheFirstIntent(server)
         let transport = PullsFailingOnDemand(inner: unknownCode) { failPulls.load(ordering: .relaxed) }
         let a = try Replica("retried-alone", server: server, transport: transport)
         try await a.store.create(type: "task", fields: ["n": 1])
@@ -190,12 +186,7 @@ import Testing
     @Test func anIntentRetriedAloneIsPushedWhenItsRetryIsDue() async throws {
         let server = try await TestServer("retried-alone-due")
         let refusing = Atomic<Bool>(true)
-        let transport = RewritingTransport(server, pushes: { response in
-            guard refusing.load(ordering: .relaxed) else { return }
-            response.results[0].status = .rejected
-            response.results[0].serverVersion = nil
-            response.results[0].errorCode = WireErrorCode(rawValue: "TEAPOT")
-        })
+        let transport = RewritingTransport.retryingTheFirstIntent(server) { refusing.load(ordering: .relaxed) }
         let replica = try Replica("retried-alone-due", server: server, transport: transport)
         try await replica.store.create(type: "task", fields: ["n": 1])
         let scheduler = SyncScheduler.online(replica.engine, clock: replica.clock, periodMilliseconds: .max)
