@@ -35,6 +35,12 @@ public struct OutboxState: Sendable, Equatable {
         retryAt > now && retryAt - now > retryWaitMax ? now : retryAt
     }
 
+    /// Whether the intent goes in a push at `now`: pending, and its retry
+    /// time come (`dueAt`).
+    public func isDue(now: UInt64, retryWaitMax: UInt64) -> Bool {
+        status == .pending && Self.dueAt(nextAttemptAt, now: now, retryWaitMax: retryWaitMax) <= now
+    }
+
     func encoded() -> [UInt8] {
         var writer = ByteWriter(capacity: 24)
         writer.write(status.rawValue)
@@ -98,11 +104,7 @@ extension Store {
                 guard items.count < limit else { return false }
                 let state = try decodeOutboxState(value, key: key)
                 let offset = try outboxOffset(key)
-                if let now, state.status != .pending
-                    || OutboxState.dueAt(state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax) > now
-                {
-                    return true
-                }
+                if let now, !state.isDue(now: now, retryWaitMax: retryWaitMax) { return true }
                 items.append(try pendingIntent(at: offset, state, txn))
                 return true
             }

@@ -53,11 +53,21 @@ extension Store {
     /// How many intents pushes at `now` would send, their batches put
     /// together: every pending intent due then, but those held behind an
     /// intent on their entity that is not (`pushBatch`'s rules). A sync
-    /// run's push progress counts them. Reads each outbox intent.
+    /// run's push progress counts them. Reads the outbox, and its intents
+    /// only when one of them holds others back.
     public func dueCount(now: UInt64, retryWaitMax: UInt64 = .max) throws -> Int {
         try log.environment.read { txn in
+            let projector = try self.projector(txn)
             var count = 0
-            try forEachDue(txn, projector(txn), now: now, retryWaitMax: retryWaitMax) { _ in
+            var holds = false
+            try txn.forEach(projector.outbox) { key, value in
+                holds = !(try decodeOutboxState(value, key: key).isDue(now: now, retryWaitMax: retryWaitMax))
+                if !holds { count += 1 }
+                return !holds
+            }
+            guard holds else { return count }
+            count = 0
+            try forEachDue(txn, projector, now: now, retryWaitMax: retryWaitMax) { _ in
                 count += 1
                 return true
             }
@@ -77,8 +87,7 @@ extension Store {
             let item = try pendingIntent(at: try outboxOffset(key), try decodeOutboxState(value, key: key), txn)
             let entity = EntityKey.byteKey(type: item.intent.entityType, id: item.intent.entityID)
             guard !held.contains(entity) else { return true }
-            let dueAt = OutboxState.dueAt(item.state.nextAttemptAt, now: now, retryWaitMax: retryWaitMax)
-            guard item.state.status == .pending, dueAt <= now else {
+            guard item.state.isDue(now: now, retryWaitMax: retryWaitMax) else {
                 held.insert(entity)
                 return true
             }
