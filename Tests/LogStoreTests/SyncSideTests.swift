@@ -200,6 +200,22 @@ import Testing
         #expect(try store.pushBatch(limit: 10, now: 1000).count == 2)
         try await expectReplayAgrees(store)
     }
+
+    /// `Format/storage.md` section 15: when an intent's failed attempts
+    /// reach the maximum, its row is `failed` with the next attempt 0,
+    /// "instead of a time": a failed intent waits for the app, not for a
+    /// retry time, and the row holds the bytes the format gives it.
+    @Test func anIntentOutOfRetriesKeepsNoNextAttemptTime() async throws {
+        let fixture = try StoreFixture("sync-out-of-retries")
+        let store = fixture.store
+        _ = try await store.create(type: "te", fields: ["a": 1])
+        let offset = try #require(try store.outbox().first?.offset)
+        try await store.scheduleRetry(offsets: [offset], error: "HTTP 503", at: 5_000, attemptsMax: 1)
+        let state = try #require(try store.outbox().first?.state)
+        #expect(state.status == .failed && state.attempts == 1 && state.lastError == "HTTP 503")
+        #expect(state.nextAttemptAt == 0, "no retry time for a failed intent")
+        try await expectReplayAgrees(store)
+    }
 }
 
 extension SyncSideTests {
