@@ -216,6 +216,23 @@ import Testing
         #expect(state.nextAttemptAt == 0, "no retry time for a failed intent")
         try await expectReplayAgrees(store)
     }
+
+    /// A failed attempt counts only for a pending intent (`storage.md`
+    /// section 15: "each `pending` row of the request"): an intent already
+    /// failed, named by a later failure, keeps its count, its error and its
+    /// status until the app retries it, and gets no retry time.
+    @Test func aFailedIntentNamedByALaterFailureIsLeftAsItIs() async throws {
+        let fixture = try StoreFixture("sync-failed-again")
+        let store = fixture.store
+        _ = try await store.create(type: "te", fields: ["a": 1])
+        let offset = try #require(try store.outbox().first?.offset)
+        try await store.markFailed(offsets: [offset], error: "HTTP 400")
+        let failed = try #require(try store.outbox().first?.state)
+        #expect(failed.status == .failed && failed.attempts == 1)
+        try await store.scheduleRetry(offsets: [offset], error: "HTTP 503", at: 5_000, attemptsMax: 10)
+        try await store.markFailed(offsets: [offset], error: "HTTP 403")
+        #expect(try store.outbox().first?.state == failed)
+    }
 }
 
 extension SyncSideTests {
