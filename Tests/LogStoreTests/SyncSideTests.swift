@@ -233,6 +233,20 @@ import Testing
         try await store.markFailed(offsets: [offset], error: "HTTP 403")
         #expect(try store.outbox().first?.state == failed)
     }
+
+    /// `outboxSummary().nextAttemptAt` is the earliest retry time set on a
+    /// pending intent: one never retried (next attempt 0, due now) waits
+    /// for no retry, so a fresh outbox has none, and a retry among fresh
+    /// intents gives its own time, not 0 ("nil when none waits for a retry").
+    @Test func theSummarysNextAttemptIgnoresIntentsDueNow() async throws {
+        let fixture = try StoreFixture("sync-summary-next-attempt")
+        let store = fixture.store
+        for n in 0..<3 { _ = try await store.create(type: "te", fields: ["n": .int(Int64(n))]) }
+        #expect(try store.outboxSummary().nextAttemptAt == nil, "none waits for a retry")
+        let first = try #require(try store.outbox().first?.offset)
+        try await store.scheduleRetry(offsets: [first], error: "HTTP 503", at: 5_000, attemptsMax: 10)
+        #expect(try store.outboxSummary().nextAttemptAt == 5_000)
+    }
 }
 
 extension SyncSideTests {
