@@ -134,6 +134,25 @@ import Testing
         await server.stop()
     }
 
+    /// The longest wait is the longer of the policy's longest delay with
+    /// its jitter (300 s × 1.2) and `retryAfterMax`: with a `retryAfterMax`
+    /// under 360 s, a retry time 350 s off is one the policy may have set
+    /// (a 300 s delay jittered up), and it waits; only a time further off
+    /// than any wait is due now.
+    @Test func aRetryWithinTheLongestJitteredDelayWaits() async throws {
+        let server = try await TestServer("retry-time-within-jitter")
+        var configuration = SyncConfiguration()
+        configuration.retry.retryAfterMaxMilliseconds = 60_000
+        let a = try Replica("within-jitter", server: server, configuration: configuration)
+        try await a.store.create(type: "task", fields: ["n": 1])
+        let offset = try #require(try a.store.outbox().first?.offset)
+        let now = a.clock.nowMilliseconds
+        try await a.store.scheduleRetry(offsets: [offset], error: "refused", at: now + 350_000, attemptsMax: 10)
+        #expect(try await a.engine.health().nextAttemptAt == now + 350_000, "not due before its time")
+        #expect(await a.sync().acknowledged == 0)
+        await server.stop()
+    }
+
     /// A background run without a real budget (`.max`) is simply a sync.
     @Test func anUnboundedBackgroundRunCompletes() async throws {
         let server = try await TestServer("background-unbounded")
