@@ -171,6 +171,19 @@ import Testing
         #expect(delays.contains(.max))
     }
 
+    /// A delay whose product lands on 2^64 exactly (the maximum at
+    /// UInt64.max with no jitter: a factor of exactly 1) saturates as any
+    /// product past UInt64 does: 2^64 is the first value past it, and
+    /// converted, it would trap.
+    @Test func aDelayOfExactly2To64Saturates() {
+        var random = SeededRandom(seed: 7)
+        var policy = RetryPolicy()
+        policy.baseDelayMilliseconds = .max
+        policy.delayMaxMilliseconds = .max
+        policy.jitter = 0
+        #expect(policy.delay(beforeRetry: 1, random: &random) == .max)
+    }
+
     /// A whole push refused as unauthorized (401: a token the server does
     /// not know) is a permanent failure of the request, no judgement on
     /// each operation (`Format/sync-protocol.md` section 10): the batch is
