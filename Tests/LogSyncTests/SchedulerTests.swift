@@ -84,6 +84,21 @@ import Testing
         #expect(core.handle(.timerFired(.networkRegained), at: 5_500) == [.setTimer(.retry, at: 10_000), .setTimer(.periodic, at: 35_500)])
     }
 
+    /// Offline, a timer that fires starts nothing and sets nothing: a loss
+    /// cancels every timer, but a driver of the core other than
+    /// `SyncScheduler` (which drops a cancelled timer's fire) may deliver
+    /// one whose sleep ended as the loss came. The network's timer "fires
+    /// only if the connection is still up", and the others wait for a gain.
+    @Test func aTimerThatFiresOfflineStartsNothing() {
+        var core = SchedulerCore()
+        #expect(core.handle(.started(online: true), at: 0) == [.sync(.started), .setTimer(.periodic, at: 30_000)])
+        #expect(core.handle(.localWrite, at: 100) == [.setTimer(.localWrite, at: 1_100)])
+        #expect(core.handle(.connectivity(false), at: 200).contains(.cancelTimer(.localWrite)))
+        for timer in [SchedulerCore.Timer.periodic, .localWrite, .networkRegained, .retry] {
+            #expect(core.handle(.timerFired(timer), at: 1_100).isEmpty, "\(timer)")
+        }
+    }
+
     /// An app may set a timer longer than it will ever wait for (`.max`, to
     /// turn periodic syncs off): its deadline is never reached, rather than
     /// past UInt64, which trapped.
