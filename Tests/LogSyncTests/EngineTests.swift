@@ -568,6 +568,25 @@ import Testing
         await server.stop()
     }
 
+    /// Section 10: a 413 means the client built too large a request, and
+    /// it pushes the operations in smaller ones; an operation that alone is
+    /// refused as too large is marked `failed` for the app, and the run
+    /// fails: retried, it would be refused again on every run, for ever.
+    @Test func anOperationRefusedAsTooLargeAloneIsMarkedFailed() async throws {
+        let server = try await TestServer("too-large-alone")
+        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let a = try Replica("a", server: server, transport: PushesRefusedAsTooLarge(inner: inner))
+        try await a.store.create(type: "doc", fields: ["n": 1])
+        let report = await a.sync()
+        guard case .failed = report.outcome else {
+            Issue.record("the run should fail: \(report.outcome)")
+            return
+        }
+        #expect(try a.store.outbox().map(\.state.status) == [.failed])
+        #expect(try a.store.outboxSummary().failedCount == 1)
+        await server.stop()
+    }
+
     /// Section 10, step 3: a push request is at most `requestBodyBytesMax`
     /// bytes. The transport does not send a larger body; it fails it as the
     /// server's 413 would, so the engine splits it all the same. Nothing
@@ -835,4 +854,15 @@ struct AfterPull: SyncTransport {
         await afterPull()
         return page
     }
+}
+
+/// Through `inner`, but every push is refused as too large (413).
+private struct PushesRefusedAsTooLarge: SyncTransport {
+    let inner: HTTPTransport
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        throw TransportError(.status(413, .payloadTooLarge), "push: HTTP 413")
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
 }
