@@ -190,6 +190,31 @@ import Testing
         await server.stop()
     }
 
+    /// A push answer too long to read for one operation alone is retried,
+    /// not marked failed (section 10: only a 413 for one operation is
+    /// permanent): the server applied it, may send a shorter answer next
+    /// time (the `duplicate` answer carries no fields), and the run that
+    /// comes at its retry time acknowledges it.
+    @Test func aPushAnswerTooLongToReadForOneOperationIsRetried() async throws {
+        let server = try await TestServer("long-push-answer-alone")
+        let tooLong = Atomic<Bool>(true)
+        let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let a = try Replica("long-push-answer-alone", server: server, transport: AnswersTooLong(inner: inner) { tooLong.load(ordering: .relaxed) })
+        try await a.store.create(type: "task", fields: ["n": 1])
+        let failed = await a.sync()
+        guard case .failed = failed.outcome else {
+            Issue.record("the run should fail: \(failed)")
+            return
+        }
+        let state = try #require(try a.store.outbox().first?.state)
+        #expect(state.status == .pending && state.attempts == 1, "\(state)")
+        tooLong.store(false, ordering: .relaxed)
+        a.clock.advance(by: try #require(try await a.engine.health().nextAttemptAt) - a.clock.nowMilliseconds)
+        let retried = await a.sync()
+        #expect(retried.outcome == .completed && retried.acknowledged == 1, "\(retried)")
+        await server.stop()
+    }
+
     /// A server that takes the request and never answers: the request
     /// fails after `requestTimeout` as a network error, and the run ends in
     /// error with the intents kept for a retry, rather than waiting forever.
@@ -436,6 +461,23 @@ final class GzipBomb: @unchecked Sendable {
             bytes[bytes.count - 1] |= UInt8(bit) << used
             used += 1
         }
+    }
+}
+
+/// The real server's push, whose every answer the transport finds too
+/// long to read (after the server applied it) while `tooLong()` says so.
+struct AnswersTooLong: SyncTransport {
+    let inner: HTTPTransport
+    let tooLong: @Sendable () -> Bool
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        let response = try await inner.push(request)
+        if tooLong() { throw TransportError(.responseTooLarge, "push: too long to read") }
+        return response
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        try await inner.pull(cursor: cursor, limit: limit)
     }
 }
 
