@@ -71,7 +71,7 @@ let package = Package(
         .executableTarget(
             name: "syncserver",
             dependencies: [
-                "LogServer",
+                "LMDB", "LogServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],

@@ -170,11 +170,9 @@ public final class Environment: @unchecked Sendable {
     /// named for the store is the likely mistake).
     private static func notADirectoryDetail(_ path: String) -> String {
         let detail = "an environment is a directory holding data.mdb, not a file"
-        // By hand: Foundation on Linux traps on `deletingLastPathComponent` of a one-character path.
-        guard let slash = path.lastIndex(of: "/"), ["data.mdb", "lock.mdb"].contains(path[path.index(after: slash)...]) else {
+        guard path.hasSuffix("/data.mdb") || path.hasSuffix("/lock.mdb"), let directory = parentDirectory(of: path) else {
             return detail
         }
-        let directory = slash == path.startIndex ? "/" : String(path[..<slash])
         return detail + "; give the directory it is in, \(directory)"
     }
 

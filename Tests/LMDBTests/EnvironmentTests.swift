@@ -419,6 +419,18 @@ import Testing
         #expect(error?.detail?.hasSuffix("; give the directory it is in, \(directory.path)") == true, "\(String(describing: error))")
     }
 
+    /// `parentDirectory(of:)`, which the open's message and the tools'
+    /// checks of a new store's parent share: the root for a path just under
+    /// it, nil for a bare name, and no trap on a path of one character.
+    @Test func theParentDirectoryOfAPath() {
+        #expect(parentDirectory(of: "/srv/store/data.mdb") == "/srv/store")
+        #expect(parentDirectory(of: "store/data.mdb") == "store")
+        #expect(parentDirectory(of: "/store") == "/")
+        #expect(parentDirectory(of: "/") == "/")
+        #expect(parentDirectory(of: "s") == nil)
+        #expect(parentDirectory(of: "") == nil)
+    }
+
     @Test func aMissingDirectoryIsNotCreatedWhenAskedNotTo() throws {
         let directory = try TemporaryDirectory("lmdb-missing")
         var options = Environment.Options()

@@ -776,6 +776,10 @@ extension ToolRun {
         try "not json\n".write(toFile: directory.appending("bad.jsonl"), atomically: true, encoding: .utf8)
         let bad = try Tool.run(["import", directory.appending("bad.jsonl"), directory.appending("bad")])
         #expect(bad.status == 2 && bad.errors.contains("bad.jsonl:1"))
+        // Only the store's own directory is made: a missing parent is named.
+        let deep = try Tool.run(["import", file, directory.appending("missing/new")])
+        #expect(deep.status == 2)
+        #expect(deep.errors == "logtool: \(directory.appending("missing")) does not exist; import makes only the store's own directory\n")
     }
 }
 

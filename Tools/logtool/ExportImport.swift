@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import LMDB
 import LogFormat
 import LogStore
 
@@ -166,9 +167,8 @@ struct Import: AsyncParsableCommand {
         // Built beside its destination and moved there only when complete:
         // a failed import leaves nothing behind, never a store that fails verify.
         let destination = (path as NSString).standardizingPath  // "new/" names "new", not a place inside it
-        // Not `deletingLastPathComponent`: Foundation on Linux traps on a
-        // path of one character (`import e.jsonl d`).
-        let parent = destination.lastIndex(of: "/").map { destination[..<$0].isEmpty ? "/" : String(destination[..<$0]) } ?? ""
+        // By hand (`import e.jsonl d` names a path of one character).
+        let parent = parentDirectory(of: destination) ?? ""
         guard parent.isEmpty || FileManager.default.fileExists(atPath: parent) else {
             throw LogToolError("\(parent) does not exist; import makes only the store's own directory")
         }

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 
 #if canImport(Glibc)
     import Glibc
@@ -38,9 +39,7 @@ struct DataDirectoryBefore {
     func checkParentExists() throws {
         guard !existed else { return }
         let trimmed = path.hasSuffix("/") && path.count > 1 ? String(path.dropLast()) : path
-        // Not `deletingLastPathComponent`: Foundation on Linux traps on a path of one character.
-        guard let slash = trimmed.lastIndex(of: "/") else { return }
-        let parent = trimmed[..<slash].isEmpty ? "/" : String(trimmed[..<slash])
+        guard let parent = parentDirectory(of: trimmed) else { return }
         var status = stat()
         guard lstat(parent, &status) != 0, errno == ENOENT else { return }
         throw SyncServerCommand.StartError(
