@@ -211,10 +211,15 @@ final class SyncService: Sendable {
         let data = operation.data ?? [:]
         switch operation.intent {
         case .create:
-            guard !before.exists else { return conflict("it already exists") }
             // Applied, it would answer a version not above the base, which
             // a client retries without end.
             guard base <= before.version else { return conflict("base version \(base) is ahead of the server's \(before.version)") }
+            // Over a live entity, only a create made against its version
+            // applies: it replaces the whole entity, as a client settling a
+            // conflict over a state it never pulled pushes it.
+            guard !before.exists || base == before.version else {
+                return conflict("it already exists, at version \(before.version)")
+            }
             after.deleted = false
             after.createdVersion = after.version
             after.fields = data

@@ -220,8 +220,8 @@ extension Store {
     /// replaced the whole state since: what it sees now stands, and the
     /// resolution pushes nothing (a create after the app's delete would
     /// bring the entity back). Later updates only take their fields out of
-    /// an update (`laterIntentsApplied`); a create already has them
-    /// (`ConflictCase.local`).
+    /// an update; a create has them (`ConflictCase.local`, or
+    /// `pushed(_:over:_:)` adds them).
     /// - Parameter record: the entity's record, as `conflictCase` read it.
     func settlement(
         _ conflictCase: ConflictCase, _ decision: ConflictDecision, _ record: EntityRecord?, _ txn: borrowing Transaction
@@ -241,7 +241,7 @@ extension Store {
             resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)
         if outcome.resolution == .pending, server.deleted { conflict.resolvedFields = conflictCase.local ?? [:] }
         if Settlement.bodyBytes(.conflict(conflict)) > Limits.entryBodyBytesMax { conflict.resolvedFields = [:] }
-        let resolution = laterIntentsApplied(to: outcome.intent, later).map { operation, fields in
+        let resolution = pushed(outcome, over: conflictCase.base, later).map { operation, fields in
             Intent(
                 operation, idempotencyKey: WriteBatch.newKey(), entityType: intent.entityType, entityID: intent.entityID,
                 baseVersion: server.serverVersion, fields: fields)
@@ -256,13 +256,27 @@ extension Store {
         if let intent = settlement.intent { try append(.intent(intent), txn, &context) }
     }
 
-    /// The resolution's intent without the fields the app's later updates
-    /// (`later`, the entity's pending intents after the refused one) set:
-    /// an update naming one, pushed after them, would undo the app's later
-    /// change (pushed on the version that change's ack gives, the server
-    /// would apply it).
-    private func laterIntentsApplied(to intent: (Intent.Operation, Fields)?, _ later: [Intent]) -> (Intent.Operation, Fields)? {
-        guard let (operation, fields) = intent, operation == .update else { return intent }
+    /// The intent that pushes `outcome`, given the entity's confirmed state
+    /// (`base`) and the app's later updates (`later`, the entity's pending
+    /// intents after the refused one), which are pushed before it.
+    ///
+    /// An update applies over the confirmed state, and this store may have
+    /// none of an entity the server has: its create met another replica's
+    /// create of the same ID, not pulled yet. The update would show nothing
+    /// until a pull brought the server's state, so the app's own entity
+    /// would vanish. The resolution is then a create of the whole state it
+    /// settled on, with the later updates over it, made against the
+    /// server's version: the server applies it as a replace of that version
+    /// (`Format/sync-protocol.md`, section 7), and the app sees it at once.
+    ///
+    /// An update leaves out the fields the later updates set: naming one,
+    /// pushed after them, it would undo the app's later change (pushed on
+    /// the version that change's ack gives, the server would apply it).
+    private func pushed(_ outcome: ConflictOutcome, over base: Fields?, _ later: [Intent]) -> (Intent.Operation, Fields)? {
+        guard let (operation, fields) = outcome.intent, operation == .update else { return outcome.intent }
+        guard base != nil else {
+            return (.create, later.reduce(outcome.resolvedFields) { $0.merging($1.fields) })
+        }
         var remaining = fields
         for change in later {
             for (name, _) in change.fields { remaining[name] = nil }

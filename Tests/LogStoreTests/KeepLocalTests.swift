@@ -145,37 +145,51 @@ import Testing
         #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
     }
 
+    /// The decisions of `aKeptCreateOfAnEntityTheServerHasStaysVisible`,
+    /// each with what the app sees once it is recorded.
+    static let keptCreates: [(ConflictDecision, Fields)] = [
+        (.keepLocal, ["title": "mine", "notes": "theirs", "done": true]),
+        (.merged(["title": "mine", "notes": "theirs"]), ["title": "mine", "notes": "theirs", "done": true]),
+        // A field the merge leaves out is null, as an update would set it.
+        (.merged(["title": "both"]), ["title": "both", "notes": .null, "done": true]),
+    ]
+
     /// A create the server refused because the entity exists (another
-    /// replica made one with the same id), kept by the strategy: the
-    /// resolution is an update on top of the server's state, which this
-    /// store has not pulled. A `conflict` entry confirms nothing
-    /// (`storage.md`, section 15), so the update applies over no base and
-    /// the entity the app just created is gone from `get`, `all` and
-    /// `count` until a pull brings the server's state: for the rest of
-    /// the sync run, or until the next run whose pull succeeds. Showing it
-    /// takes a projection rule. The plain one, a decided conflict's server
-    /// state confirmed as a pulled change would be, was tried and taken
-    /// back: a decision made after a resync then brought back a state the
-    /// server had lost, and a second conflict of the entity in the same
-    /// answer lost its common ancestor (so a field merge gave up on it).
-    @Test(arguments: [ConflictDecision.keepLocal, .merged(["title": "mine", "notes": "theirs"])])
-    func aKeptCreateOfAnEntityTheServerHasStaysVisible(_ decision: ConflictDecision) async throws {
-        let fixture = try StoreFixture("conflicts-keep-local-create-exists")
+    /// replica made one with the same id), kept or merged by the strategy,
+    /// with the app's later update of the entity still pending. This store
+    /// has not pulled the server's state, so an update resolution would
+    /// apply over no base (a `conflict` entry confirms nothing,
+    /// `storage.md`, section 15), and the entity the app just created was
+    /// gone from `get`, `all` and `count` until a pull brought the
+    /// server's state. The resolution is a create of the whole settled
+    /// state with the later update over it, made against the server's
+    /// version, which the server applies as a replace
+    /// (`sync-protocol.md`, section 7): the app sees it at once, and
+    /// after the pull, the reopen and the replay.
+    @Test(arguments: keptCreates)
+    func aKeptCreateOfAnEntityTheServerHasStaysVisible(_ decision: ConflictDecision, _ seen: Fields) async throws {
+        var fixture = try StoreFixture("conflicts-keep-local-create-exists")
         let store = fixture.store
         try await store.create(type: "task", id: "settings", fields: ["title": "mine"])
+        try await store.update(type: "task", id: "settings", changes: ["done": true])
         let create = try #require(try store.outbox().first)
         let exists = ServerState(serverVersion: 1, deleted: false, data: ["title": "theirs", "notes": "theirs"])
         try await store.record([(create.offset, .conflict(exists, message: "exists"))]) { _ in decision }
-        #expect(try store.outbox().last?.intent.operation == .update)
-        let seen = try store.get(type: "task", id: "settings")?.fields
-        let count = try store.count(type: "task")
-        withKnownIssue("a conflict's server state is not confirmed: the resolution's update applies over no base") {
-            #expect(seen == ["title": "mine", "notes": "theirs"])
-            #expect(count == 1)
-        }
+        let resolution = try #require(try store.outbox().last?.intent)
+        #expect(resolution.operation == .create)
+        #expect(resolution.fields == seen)
+        #expect(resolution.baseVersion == 1)
+        #expect(try store.get(type: "task", id: "settings")?.fields == seen)
+        #expect(try store.count(type: "task") == 1)
         try await store.applyPulledPage(
             [PulledChange(.upsert, entityType: "task", entityID: "settings", serverVersion: 1, fields: exists.data)], cursor: "c1")
-        #expect(try store.get(type: "task", id: "settings")?.fields == ["title": "mine", "notes": "theirs"])
+        for pass in ["pulled", "reopened and rebuilt"] {
+            #expect(try fixture.store.get(type: "task", id: "settings")?.fields == seen, "\(pass)")
+            if pass == "pulled" {
+                try fixture.reopen()
+                try await fixture.store.rebuildProjections()
+            }
+        }
     }
 
     /// Task t1 is pulled at version 1 with three fields, and the app changes

@@ -58,6 +58,40 @@ import Testing
         await server.stop()
     }
 
+    /// Two replicas create an entity with the same ID offline (one settings
+    /// record per user), and `b`'s create meets `a`'s on the server. `b`
+    /// keeps its own values with `strategy`, over `a`'s fields it does not
+    /// have: it has never pulled the entity, so the resolution is a create
+    /// made against the server's version, which the server applies as a
+    /// replace (`sync-protocol.md`, section 7). Both replicas end with the
+    /// same state, and `b`'s later change, pushed before the resolution,
+    /// is in it.
+    @Test(arguments: [ConflictStrategy.keepLocal, .fieldMerge(prefer: .local)])
+    func aCreateThatMetAnotherReplicasCreateOfTheSameIDIsKept(_ strategy: ConflictStrategy) async throws {
+        let server = try await TestServer("conflict-same-id-create")
+        var configuration = SyncConfiguration()
+        configuration.conflictStrategies["settings"] = strategy
+        let a = try Replica("a", server: server)
+        let b = try Replica("b", server: server, configuration: configuration)
+        try await a.store.create(type: "settings", id: "me", fields: ["theme": "dark", "font": "serif"])
+        try await b.store.create(type: "settings", id: "me", fields: ["theme": "light"])
+        try await b.store.update(type: "settings", id: "me", changes: ["size": 12])
+        try #require(await a.sync().outcome == .completed)
+        // The create and the update both met `a`'s version; the
+        // resolution of the first carries the second's field, and the
+        // server applies it in the same run.
+        let report = await b.sync()
+        #expect(report.conflicts == 2)
+        #expect(try b.store.outbox().isEmpty)
+        try await b.syncUntilQuiet()
+        await a.sync()
+        let expected: Fields = ["theme": "light", "font": "serif", "size": 12]
+        #expect(try b.entities("settings") == ["me": expected])
+        #expect(try a.entities("settings") == ["me": expected])
+        #expect(try b.store.conflicts().isEmpty)
+        await server.stop()
+    }
+
     /// `fieldMerge(prefer: .remote)` gives a field both sides changed to the
     /// server. Here the push of the local change fails, and while it waits
     /// for its retry a pull brings the other replica's change of the same
