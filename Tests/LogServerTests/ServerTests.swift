@@ -214,6 +214,59 @@ import Testing
         #expect(result.errorCode == .conflict && result.serverState?.serverVersion == 2)
     }
 
+    /// A create that replaces an entity starts a new life of it (section
+    /// 7, "Versions"): its version is the created version, and the last
+    /// changed version of every field it sets. An update made against the
+    /// version before the replace conflicts on any field, one the replace
+    /// set again as much as one it removed: its author never saw the
+    /// replaced state, and applied it would be merged into a state it was
+    /// not made for.
+    @Test func anUpdateMadeBeforeAReplaceConflictsOnEveryField() async throws {
+        let server = try await TestServer("push-replace-versions")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["a": 1, "b": 1])])
+        _ = try await server.push([operation(.update, "t1", ["a": 2], base: 1)])
+        let replaced = try await server.push([operation(.create, "t1", ["a": 3], base: 2)]).decode(PushResponse.self).results
+        #expect(replaced.map(\.serverVersion) == [3])
+        // Each in its own push: an applied one would raise the other's base.
+        for field in ["a", "b"] {
+            let stale = try await server.push([operation(.update, "t1", [field: 4], base: 2)]).decode(PushResponse.self).results
+            #expect(stale.map(\.errorCode) == [.conflict], "\(field)")
+            #expect(stale.first?.serverState == ServerState(serverVersion: 3, deleted: false, data: ["a": 3]), "\(field)")
+        }
+    }
+
+    /// A create over a tombstone is applied from any base up to the
+    /// tombstone's version (section 7): whoever made it never saw the
+    /// entity, or saw a life the delete ended, and it replaces nothing
+    /// that lives. Only a create over a live entity must be made against
+    /// its version.
+    @Test func aCreateOverATombstoneIsAppliedFromAnOlderBase() async throws {
+        let server = try await TestServer("push-create-over-tombstone")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1]), operation(.delete, "t1", base: 1)])
+        let never = try await server.push([operation(.create, "t1", ["n": 2], base: 0)]).decode(PushResponse.self).results
+        #expect(never.map(\.serverVersion) == [3])
+        _ = try await server.push([operation(.delete, "t1", base: 3)])
+        let older = try await server.push([operation(.create, "t1", ["n": 3], base: 2)]).decode(PushResponse.self).results
+        #expect(older.map(\.serverVersion) == [5])
+        #expect(try await server.pullAll().last?.data == ["n": 3])
+    }
+
+    /// A delete made against a version the server does not have (the
+    /// server lost data, or the client mixed up servers) conflicts, as any
+    /// delete whose base is not the entity's version does (section 7): it
+    /// was not made against the state it would delete.
+    @Test func aDeleteMadeAgainstAVersionAheadOfTheServersConflicts() async throws {
+        let server = try await TestServer("push-delete-ahead")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        let ahead = try await server.push([operation(.delete, "t1", base: 5)]).decode(PushResponse.self).results
+        #expect(ahead.map(\.errorCode) == [.conflict])
+        #expect(ahead.first?.serverState == ServerState(serverVersion: 1, deleted: false, data: ["n": 1]))
+        #expect(try await server.pullAll().map(\.operation) == [.upsert])
+    }
+
     @Test func aReadOnlyUserIsDeniedEveryOperation() async throws {
         let server = try await TestServer("push-denied")
         defer { Task { await server.stop() } }
