@@ -62,4 +62,53 @@ import Testing
         #expect(Self.newer.decide(Self.conflict(local: .int(9), server: nil)) == .askApp)
         #expect(Self.newer.decide(Self.conflict(local: .int(9), server: nil, serverDeleted: true)) == .askApp)
     }
+
+    /// A conflict on `te/x` for `fieldMerge`: the intent (`operation` with
+    /// `changes`) was made over `base`; the server has `server` (nil:
+    /// deleted it).
+    static func mergeConflict(
+        _ changes: Fields, base: Fields, server: Fields?, commonAncestor: Bool = true, operation: Intent.Operation = .update
+    ) -> ConflictCase {
+        ConflictCase(
+            intentOffset: 7,
+            intent: Intent(operation, idempotencyKey: "k", entityType: "te", entityID: "x", baseVersion: 1, fields: changes),
+            writtenAt: HybridTimestamp(rawValue: 1), base: base, baseIsCommonAncestor: commonAncestor,
+            local: operation == .delete ? nil : base.merging(changes),
+            server: ServerState(serverVersion: 2, deleted: server == nil, data: server ?? [:]))
+    }
+
+    /// `fieldMerge` field by field: a field only the app changed (`a`)
+    /// takes the app's value, one only the server changed (`c`) keeps the
+    /// server's, and one both changed (`b`) goes to the preferred side.
+    @Test(arguments: [
+        (ConflictStrategy.Side.local, ["a": 2, "b": 2, "c": 3] as Fields),
+        (.remote, ["a": 2, "b": 3, "c": 3] as Fields),
+    ])
+    func fieldMergeKeepsWhatOneSideChangedAndGivesTheRestToThePreferredSide(_ prefer: ConflictStrategy.Side, _ merged: Fields) {
+        let conflict = Self.mergeConflict(["a": 2, "b": 2], base: ["a": 1, "b": 1, "c": 1], server: ["a": 1, "b": 3, "c": 3])
+        #expect(ConflictStrategy.fieldMerge(prefer: prefer).decide(conflict) == .merged(merged))
+    }
+
+    /// With the common base unknown (a pull moved the store's base on), a
+    /// field both sides set to the same value is no conflict: the merge
+    /// keeps it. Only one they set differently is the app's to decide.
+    @Test func fieldMergeWithoutTheCommonBaseKeepsAFieldBothSidesSetAlike() {
+        let strategy = ConflictStrategy.fieldMerge(prefer: .remote)
+        let alike = Self.mergeConflict(["a": 2], base: ["a": 2, "b": 1], server: ["a": 2, "b": 3], commonAncestor: false)
+        #expect(strategy.decide(alike) == .merged(["a": 2, "b": 3]))
+        let different = Self.mergeConflict(["a": 5], base: ["a": 2, "b": 1], server: ["a": 2, "b": 3], commonAncestor: false)
+        #expect(strategy.decide(different) == .askApp)
+    }
+
+    /// A delete against a change, or a change against a delete, cannot be
+    /// merged field by field: it goes to the preferred side whole.
+    @Test(arguments: [ConflictStrategy.Side.local, .remote])
+    func fieldMergeGivesADeleteAgainstAChangeToThePreferredSide(_ prefer: ConflictStrategy.Side) {
+        let strategy = ConflictStrategy.fieldMerge(prefer: prefer)
+        let expected: ConflictDecision = prefer == .local ? .keepLocal : .keepRemote
+        let localDelete = Self.mergeConflict([:], base: ["a": 1], server: ["a": 2], operation: .delete)
+        let serverDelete = Self.mergeConflict(["a": 2], base: ["a": 1], server: nil)
+        #expect(strategy.decide(localDelete) == expected)
+        #expect(strategy.decide(serverDelete) == expected)
+    }
 }
