@@ -26,6 +26,7 @@ import Testing
 
     static let deleted = ServerState(serverVersion: 2, deleted: true, data: [:])
     static let changed = ServerState(serverVersion: 2, deleted: false, data: ["title": "theirs", "notes": "n", "done": true])
+    static let nulled = ServerState(serverVersion: 2, deleted: false, data: ["title": "theirs", "notes": .null, "done": true])
 
     struct Case: Sendable, CustomTestStringConvertible {
         var server: ServerState
@@ -54,6 +55,9 @@ import Testing
             pushed: (.update, ["title": "both", "notes": .null]), seen: ["title": "both", "notes": .null, "done": true]),
         // The target is the server's state: nothing to push.
         Case(server: changed, decision: .custom(changed.data), pushed: nil, seen: changed.data),
+        // A field the target lacks that the server has as null is null
+        // already: the target is the server's state, nothing to push.
+        Case(server: nulled, decision: .merged(["title": "theirs", "done": true]), pushed: nil, seen: nulled.data),
     ]
 
     /// An intent's effect on a state, as the store's projections apply it.
@@ -97,6 +101,18 @@ import Testing
                 try await fixture.store.rebuildProjections()
             }
         }
+    }
+
+    /// A conflict waiting for the app has settled on nothing yet: its
+    /// `resolved_fields` are empty, except when the server had deleted the
+    /// entity, where they keep what the app saw for a `keepLocal` decided
+    /// later to bring back (`storage.md`, section 7).
+    @Test(arguments: [changed, deleted])
+    func aWaitingConflictKeepsWhatTheAppSawOnlyAgainstADelete(_ server: ServerState) async throws {
+        let fixture = try StoreFixture("conflict-resolution-waiting-fields")
+        _ = try await Self.refusedUpdate(fixture.store, server: server)
+        let expected: Fields = server.deleted ? Self.confirmed.merging(["title": "from a"]) : [:]
+        #expect(try fixture.store.conflicts().map(\.conflict.resolvedFields) == [expected])
     }
 
     /// Resolving an intent with no waiting conflict (never one, or one

@@ -152,6 +152,9 @@ import Testing
         (.merged(["title": "mine", "notes": "theirs"]), ["title": "mine", "notes": "theirs", "done": true]),
         // A field the merge leaves out is null, as an update would set it.
         (.merged(["title": "both"]), ["title": "both", "notes": .null, "done": true]),
+        // The app's later update goes over the settled state: it set `done`
+        // after the create, so its value wins over the merge's.
+        (.merged(["title": "mine", "done": false]), ["title": "mine", "notes": .null, "done": true]),
     ]
 
     /// A create the server refused because the entity exists (another
@@ -190,6 +193,151 @@ import Testing
                 try await fixture.store.rebuildProjections()
             }
         }
+    }
+
+    /// A create the server refused because another replica made one with
+    /// the same id, settled by the app's rule on the server's state: as
+    /// over a base, nothing is pushed, though this store has no base of the
+    /// entity. Pushed, it would be a create of the server's own fields,
+    /// which the server applies as a replace: a new version in every
+    /// replica's feed and a new life of the entity, which makes updates
+    /// made against the old one conflict (`sync-protocol.md`, section 7).
+    @Test(arguments: [ConflictDecision.merged(["title": "theirs", "notes": "theirs"]), .custom(["title": "theirs", "notes": "theirs"])])
+    func aRefusedCreateSettledOnTheServersStatePushesNothing(_ decision: ConflictDecision) async throws {
+        let fixture = try StoreFixture("conflicts-create-settled-on-server")
+        let store = fixture.store
+        try await store.create(type: "task", id: "settings", fields: ["title": "mine"])
+        let create = try #require(try store.outbox().first)
+        let exists = ServerState(serverVersion: 1, deleted: false, data: ["title": "theirs", "notes": "theirs"])
+        try await store.record([(create.offset, .conflict(exists, message: "exists"))]) { _ in decision }
+        #expect(try store.conflicts().isEmpty)
+        #expect(try store.outbox().isEmpty)
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "task", entityID: "settings", serverVersion: 1, fields: exists.data)], cursor: "c1")
+        #expect(try store.get(type: "task", id: "settings")?.fields == exists.data)
+    }
+
+    /// A waiting conflict of an entity the server deleted whose entry has
+    /// empty `resolved_fields` (written by an earlier store, or too large
+    /// to keep) is decided over the base the store has then, with the
+    /// refused intent applied again and the app's later updates over it
+    /// (`storage.md`, section 7): `keepLocal` brings the entity back as the
+    /// app saw it, not as the empty `resolved_fields` nor as the confirmed
+    /// fields without the refused update.
+    @Test func keepLocalOfAWaitingConflictWithoutTheAppsStateAppliesTheRefusedUpdateAgain() async throws {
+        var fixture = try StoreFixture("conflicts-keep-local-no-resolved-fields")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "task", entityID: "t1", serverVersion: 1, fields: ["title": "v1", "notes": "n", "done": false])],
+            cursor: "c1")
+        try await store.update(type: "task", id: "t1", changes: ["title": "from a"])
+        let update = try #require(try store.outbox().first).offset
+        // What an earlier store wrote: the reject, then a pending conflict
+        // that keeps only the server's state.
+        try await store.record([(update, .rejected(code: "CONFLICT", message: "deleted"))])
+        _ = try await store.log.append(
+            .conflict(
+                Conflict(
+                    intentOffset: update, entityType: "task", entityID: "t1", serverVersion: 2, serverDeleted: true,
+                    serverFields: [:], resolution: .pending)))
+        try await store.record([])
+        #expect(try store.conflicts().map(\.conflict.resolvedFields) == [[:]])
+        try await store.update(type: "task", id: "t1", changes: ["done": true])
+        try await store.resolveConflict(intentOffset: update, .keepLocal)
+        let seen: Fields = ["title": "from a", "notes": "n", "done": true]
+        let resolution = try #require(try store.outbox().last?.intent)
+        #expect(resolution.operation == .create)
+        #expect(resolution.fields == seen)
+        #expect(resolution.baseVersion == 2)
+        #expect(try store.get(type: "task", id: "t1")?.fields == seen)
+        try fixture.reopen()
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
+    }
+
+    /// The app deletes a task and creates it again; the server refuses the
+    /// delete, another replica having changed the task. The later create
+    /// replaced the whole state, so the decision pushes nothing after it
+    /// (`storage.md`, section 7): the delete that `keepLocal` would push
+    /// again, or the one `custom(nil)` asks for, would be applied after the
+    /// create and delete the entity the app has just made. The `conflict`
+    /// entry records what the app sees as the state settled on.
+    @Test(arguments: [ConflictDecision.keepLocal, .custom(nil)])
+    func aRefusedDeleteTheAppFollowedWithACreatePushesNoResolution(_ decision: ConflictDecision) async throws {
+        var fixture = try StoreFixture("conflicts-delete-then-create")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "task", entityID: "t1", serverVersion: 1, fields: ["title": "v1"])], cursor: "c1")
+        try await store.delete(type: "task", id: "t1")
+        try await store.create(type: "task", id: "t1", fields: ["title": "again"])
+        let (delete, create) = try { () throws -> (UInt64, UInt64) in
+            let pending = try store.outbox().map(\.offset)
+            return (pending[0], pending[1])
+        }()
+        let changed = ServerState(serverVersion: 2, deleted: false, data: ["title": "theirs"])
+        try await store.record([(delete, .conflict(changed, message: "changed"))]) { _ in decision }
+        // The last `conflict` entry of the log.
+        var conflict: Conflict?
+        var offset = try store.log.lastOffset()
+        while conflict == nil, offset > 0 {
+            if case .conflict(let found)? = try store.log.entry(at: offset)?.body { conflict = found }
+            offset -= 1
+        }
+        #expect(conflict?.resolution != .pending)
+        #expect(conflict?.resolvedFields == ["title": "again"])
+        for pass in ["settled", "reopened and rebuilt"] {
+            #expect(try fixture.store.outbox().map(\.offset) == [create], "\(pass)")
+            #expect(try fixture.store.get(type: "task", id: "t1")?.fields == ["title": "again"], "\(pass)")
+            if pass == "settled" {
+                try fixture.reopen()
+                try await fixture.store.rebuildProjections()
+            }
+        }
+    }
+
+    /// `keepLocal` of an update whose fields the app's later updates all
+    /// set again pushes nothing: the later updates carry the app's values,
+    /// and an empty update would still be applied by the server as a new
+    /// version and a change in every replica's feed (`sync-protocol.md`,
+    /// section 7).
+    @Test func keepLocalOfAnUpdateWhoseFieldsTheAppSetAgainPushesNothing() async throws {
+        let fixture = try StoreFixture("conflicts-keep-local-all-set-again")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "task", entityID: "t1", serverVersion: 1, fields: ["title": "v1", "done": false])],
+            cursor: "c1")
+        try await store.update(type: "task", id: "t1", changes: ["title": "from a"])
+        try await store.update(type: "task", id: "t1", changes: ["title": "from a, again"])
+        let (first, second) = try { () throws -> (UInt64, UInt64) in
+            let pending = try store.outbox().map(\.offset)
+            return (pending[0], pending[1])
+        }()
+        let changed = ServerState(serverVersion: 2, deleted: false, data: ["title": "theirs", "done": true])
+        try await store.record([(first, .conflict(changed, message: "title changed"))]) { _ in .keepLocal }
+        #expect(try store.conflicts().isEmpty)
+        #expect(try store.outbox().map(\.offset) == [second])
+        #expect(try store.get(type: "task", id: "t1")?.fields == ["title": "from a, again", "done": false])
+    }
+
+    /// `keepLocal` of a delete the server refused with its entity deleted
+    /// (the protocol allows a `CONFLICT` with a deleted state): both sides
+    /// agree it is gone, so nothing is pushed. A delete pushed again would
+    /// only be answered `ENTITY_NOT_FOUND`.
+    @Test func keepLocalOfADeleteTheServerAlsoDeletedPushesNothing() async throws {
+        let fixture = try StoreFixture("conflicts-keep-local-delete-deleted")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "task", entityID: "t1", serverVersion: 1, fields: ["title": "v1"])], cursor: "c1")
+        try await store.delete(type: "task", id: "t1")
+        let delete = try #require(try store.outbox().first).offset
+        let deleted = ServerState(serverVersion: 2, deleted: true, data: [:])
+        try await store.record([(delete, .conflict(deleted, message: "deleted"))]) { _ in .keepLocal }
+        #expect(try store.conflicts().isEmpty)
+        #expect(try store.outbox().isEmpty)
+        // A `conflict` entry confirms nothing (`storage.md`, section 15):
+        // the pull of the server's delete does.
+        try await store.applyPulledPage([PulledChange(.delete, entityType: "task", entityID: "t1", serverVersion: 2)], cursor: "c2")
+        #expect(try store.get(type: "task", id: "t1") == nil)
     }
 
     /// Task t1 is pulled at version 1 with three fields, and the app changes
