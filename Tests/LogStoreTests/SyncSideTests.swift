@@ -1,7 +1,9 @@
 import Foundation
 @testable import LogStore
 import LogFormat
+import LogSync
 import LogTesting
+import Synchronization
 import Testing
 
 /// The store's sync-side API as the sync engine uses it: batches, answers,
@@ -28,6 +30,38 @@ import Testing
         try await store.record([(batch[0].offset, .rejected(code: "VALIDATION_ERROR", message: "no"))])
         batch = try store.pushBatch(limit: 10, now: 0)
         #expect(batch.map(\.intent.baseVersion) == [1])
+        try await expectReplayAgrees(store)
+    }
+
+    /// An update made before the ack of its entity's create is pushed
+    /// against the acknowledged version (the batch above), and the base
+    /// that ack confirmed is the state it was pushed against: a conflict on
+    /// it tells the strategy so (`ConflictCase.baseIsCommonAncestor`).
+    /// Read as an intent made against no version, it was not, and
+    /// `fieldMerge(prefer: .remote)` left to the app a field that only this
+    /// replica had changed.
+    @Test func anUpdateMadeBeforeItsCreatesAckConflictsOverTheAcknowledgedBase() async throws {
+        let fixture = try StoreFixture("sync-acked-ancestor")
+        let store = fixture.store
+        try await store.create(type: "task", id: "t1", fields: ["title": "v1", "done": false])
+        try await store.update(type: "task", id: "t1", changes: ["done": true])
+        let batch = try store.pushBatch(limit: 10, now: 0)
+        try #require(batch.map(\.intent.baseVersion) == [0, 0])
+        try await store.record([(batch[0].offset, .acknowledged(.applied, serverVersion: 1))])
+        #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [1])
+        // Another replica renamed the task and set `done` to what it was.
+        let server = ServerState(serverVersion: 2, deleted: false, data: ["title": "theirs", "done": false])
+        let cases = Mutex<[ConflictCase]>([])
+        try await store.record([(batch[1].offset, .conflict(server, message: "done changed"))]) { conflict in
+            cases.withLock { $0.append(conflict) }
+            return ConflictStrategy.fieldMerge(prefer: .remote).decide(conflict)
+        }
+        #expect(cases.withLock { $0.map(\.baseIsCommonAncestor) }.allSatisfy { $0 })
+        #expect(cases.withLock { $0.map(\.base) }.allSatisfy { $0 == ["title": "v1", "done": false] })
+        #expect(try store.conflicts().isEmpty)
+        let resolution = try #require(try store.outbox().last?.intent)
+        #expect(resolution.operation == .update && resolution.fields == ["done": true])
+        #expect(resolution.baseVersion == 2)
         try await expectReplayAgrees(store)
     }
 
