@@ -38,7 +38,10 @@ public enum ConflictDecision: Sendable, Equatable {
     /// has and these leave out is set to null.
     case custom(Fields?)
     /// Leave it to the app: listed by `Store.conflicts()` until
-    /// `Store.resolveConflict` is called, across restarts.
+    /// `Store.resolveConflict` is called, across restarts, or until the app
+    /// creates or deletes the entity, which settles it `keepLocal` (the
+    /// write replaced the whole state). One the app has already replaced
+    /// so, when the answer comes, is settled `keepLocal` at once.
     case askApp
 }
 
@@ -226,10 +229,14 @@ extension Store {
     func settlement(
         _ conflictCase: ConflictCase, _ decision: ConflictDecision, _ record: EntityRecord?, _ txn: borrowing Transaction
     ) throws -> Settlement {
-        var outcome = ConflictOutcome(decision, conflictCase)
         let projector = try self.projector(txn)
         let later = try (record?.pending ?? []).filter { $0 > conflictCase.intentOffset }.map { try projector.readIntent(at: $0, txn) }
-        if outcome.intent != nil, later.contains(where: { $0.operation != .update }) {
+        let replaced = later.contains { $0.operation != .update }
+        // Every decision keeps what the app sees then: none is left to the
+        // app, as the write settles a conflict already waiting
+        // (`settleWaitingConflicts`).
+        var outcome = ConflictOutcome(decision == .askApp && replaced ? .keepLocal : decision, conflictCase)
+        if outcome.intent != nil, replaced {
             outcome.intent = nil
             outcome.resolvedFields = conflictCase.local ?? [:]
         }
@@ -247,6 +254,38 @@ extension Store {
                 baseVersion: server.serverVersion, fields: fields)
         }
         return Settlement(conflict: conflict, intent: resolution)
+    }
+
+    /// Settles the waiting conflicts of an entity the app has just created
+    /// or deleted (`Store.write`): the write replaced the whole state, so
+    /// what the app sees now stands, whatever it would decide, as it does
+    /// for a decision made while the write is pending (`settlement`). A
+    /// decision made after the write is answered could not tell: no pending
+    /// intent would show it, and a `keepLocal` would bring back the state
+    /// the conflict kept. Each is settled `keepLocal`, with what the app
+    /// sees and no resolution intent.
+    func settleWaitingConflicts(
+        of type: String, _ id: String, _ projector: Projector, _ txn: borrowing Transaction, _ context: inout WriteContext
+    ) throws {
+        var waiting: [Conflict] = []
+        try txn.forEach(projector.conflicts) { key, value in
+            // A damaged row is no reason to refuse the app's write: the
+            // list of conflicts, their resolution and compaction report it.
+            do {
+                let intent = try OffsetKey.decode(key, table: "conflicts", path: path)
+                let conflict = try conflictEntry([UInt8](value), ofIntent: intent, txn).conflict
+                if conflict.entityType == type, conflict.entityID == id { waiting.append(conflict) }
+            } catch is LogStoreError {}
+            return true
+        }
+        guard !waiting.isEmpty else { return }
+        let seen = try projector.load(type, id, txn)?.visible ?? [:]
+        for var conflict in waiting {
+            conflict.resolution = .keepLocal
+            conflict.resolvedFields = seen
+            if Settlement.bodyBytes(.conflict(conflict)) > Limits.entryBodyBytesMax { conflict.resolvedFields = [:] }
+            try append(.conflict(conflict), txn, &context)
+        }
     }
 
     /// Appends the entries of a settlement whose `problem` is nil.

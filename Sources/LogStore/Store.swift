@@ -218,7 +218,15 @@ extension Store {
         try await write { txn, context, store in
             // Looked up once: nothing in the batch switches the set in use.
             let projector = try store.projector(txn)
-            for (operation, key) in operations { try store.stage(operation, key: key, projector, txn, &context) }
+            // An app's write makes no conflict wait, so one look serves the
+            // batch; few stores have a conflict waiting.
+            let conflictsWait = try txn.count(projector.conflicts) > 0
+            for (operation, key) in operations {
+                try store.stage(operation, key: key, projector, txn, &context)
+                if conflictsWait, operation.replacesState {
+                    try store.settleWaitingConflicts(of: operation.type, operation.id, projector, txn, &context)
+                }
+            }
         }
     }
 
@@ -310,6 +318,12 @@ public struct WriteBatch: Sendable {
         var kind: Kind
         var type: String
         var id: String
+
+        /// A create or a delete: the whole state the app sees is replaced.
+        var replacesState: Bool {
+            if case .update = kind { return false }
+            return true
+        }
     }
 
     private(set) var operations: [Operation] = []

@@ -17,7 +17,8 @@ public enum StoreEvent: Sendable, Equatable {
     /// An intent met a newer server state (see `Conflict`): one for each
     /// `conflict` entry, the one that records it (decided by the strategy,
     /// or waiting for the app) and then the app's own decision on a waiting
-    /// one (`Store.resolveConflict`).
+    /// one (`Store.resolveConflict`), or the `keepLocal` that the app's
+    /// create or delete of the entity settles it with.
     case conflict(offset: UInt64, Conflict)
     /// An intent exhausted its retries, or was in a push the server refused
     /// as a whole (a 400, 401 or 403): it is `failed`, and neither it nor

@@ -80,8 +80,9 @@ import Testing
     }
 
     /// The app deletes the entity after the refused update; a `keepLocal`
-    /// decided then (or by the strategy, with the delete still pending)
-    /// keeps what the app sees: no entity. Before, the later delete left
+    /// of the strategy, with the delete still pending, keeps what the app
+    /// sees: no entity. A conflict left to the app is settled by the delete
+    /// itself (`theAppsDeleteSettlesTheConflictOfAnEarlierChange`). Before, the later delete left
     /// no state to recreate, and the resolution fell back to a create of
     /// the update's fields alone, pushed after the delete: the entity came
     /// back with one field.
@@ -96,7 +97,11 @@ import Testing
         } else {
             update = try await Self.updateOfATaskTheServerDeleted(fixture.store, .askApp)
             try await fixture.store.delete(type: "task", id: "t1")
-            try await fixture.store.resolveConflict(intentOffset: update, .keepLocal)
+            // The delete settled the conflict: no decision is left to make.
+            let error = await #expect(throws: LogStoreError.self) {
+                try await fixture.store.resolveConflict(intentOffset: update, .keepLocal)
+            }
+            #expect(error?.code == .notFound)
         }
         #expect(try fixture.store.conflicts().isEmpty)
         let delete = try #require(try fixture.store.outbox().last)
@@ -145,36 +150,44 @@ import Testing
         #expect(try fixture.store.get(type: "task", id: "t1")?.fields == seen)
     }
 
-    /// The app deletes the entity after the update the server refused, so
-    /// the waiting conflict keeps no state (the app saw no entity), and
-    /// the delete is answered (`ENTITY_NOT_FOUND`: the server had deleted
-    /// it) before the app decides. A `keepLocal` should leave the entity
-    /// deleted, the app's last word on it, as it does while the delete is
-    /// pending (`keepLocalAfterTheAppDeletedTheEntityLeavesItDeleted`).
-    /// It does not: with the delete answered, no later intent shows that
-    /// the app replaced the state, and the empty `resolved_fields` read as
-    /// an entry that did not keep the app's state (`storage.md`, section
-    /// 7), so the entity comes back with the refused update over the base
-    /// (found by a mutation pass). Telling the two apart needs the waiting
-    /// conflict to record that the app saw no entity, or a decision made
-    /// moot by a later create or delete to be settled when it is recorded.
-    @Test(arguments: [false, true])
-    func keepLocalAfterTheAppsDeleteWasAnsweredLeavesItDeleted(_ pulled: Bool) async throws {
-        let fixture = try StoreFixture("conflicts-keep-local-app-deleted-answered")
+    /// The app deletes the entity after the update the server refused,
+    /// before the answer comes (`beforeTheAnswer`) or while the conflict
+    /// waits for the app; the server answers the delete (`ENTITY_NOT_FOUND`:
+    /// it had deleted the entity) and its delete is pulled. The app's delete
+    /// replaced the whole state, so it settles the conflict `keepLocal` with
+    /// what the app sees, no entity: nothing is left to decide, and nothing
+    /// brings the entity back. Before, the conflict waited, and a
+    /// `keepLocal` decided once the delete was answered (no pending intent
+    /// showing it any more) pushed a create of the refused update over the
+    /// base (found by a mutation pass).
+    @Test(arguments: [true, false])
+    func theAppsDeleteSettlesTheConflictOfAnEarlierChange(_ beforeTheAnswer: Bool) async throws {
+        var fixture = try StoreFixture("conflicts-app-delete-settles")
         let store = fixture.store
-        let update = try await Self.updateOfATaskTheServerDeleted(store, .askApp) {
-            try await store.delete(type: "task", id: "t1")
+        let deleteTheTask = { try await store.delete(type: "task", id: "t1") }
+        let update = try await Self.updateOfATaskTheServerDeleted(store, .askApp, beforeTheAnswer: beforeTheAnswer ? deleteTheTask : {})
+        if !beforeTheAnswer {
+            #expect(try store.conflicts().map(\.conflict.intentOffset) == [update])
+            try await deleteTheTask()
         }
-        #expect(try store.conflicts().map(\.conflict.resolvedFields) == [[:]])
+        #expect(try store.conflicts().isEmpty)
         let delete = try #require(try store.outbox().first).offset
         try await store.record([(delete, .rejected(code: "ENTITY_NOT_FOUND", message: "no task/t1"))])
-        if pulled {
-            try await store.applyPulledPage([PulledChange(.delete, entityType: "task", entityID: "t1", serverVersion: 2)], cursor: "c2")
-        }
-        try await store.resolveConflict(intentOffset: update, .keepLocal)
-        let pushed = try store.outbox().map { "\($0.intent.operation) \($0.intent.fields)" }
-        withKnownIssue("a keepLocal decided after the app's delete was answered brings the entity back") {
-            #expect(pushed.isEmpty, "pushed: \(pushed)")
+        try await store.applyPulledPage([PulledChange(.delete, entityType: "task", entityID: "t1", serverVersion: 2)], cursor: "c2")
+        let error = await #expect(throws: LogStoreError.self) { try await store.resolveConflict(intentOffset: update, .keepLocal) }
+        #expect(error?.code == .notFound)
+        let conflict = try Self.lastConflict(store)
+        #expect(conflict?.intentOffset == update)
+        #expect(conflict?.resolution == .keepLocal)
+        #expect(conflict?.resolvedFields == [:])
+        for pass in ["settled", "reopened and rebuilt"] {
+            #expect(try fixture.store.outbox().isEmpty, "\(pass)")
+            #expect(try fixture.store.conflicts().isEmpty, "\(pass)")
+            #expect(try fixture.store.get(type: "task", id: "t1") == nil, "\(pass)")
+            if pass == "settled" {
+                try fixture.reopen()
+                try await fixture.store.rebuildProjections()
+            }
         }
     }
 
@@ -309,13 +322,7 @@ import Testing
         }()
         let changed = ServerState(serverVersion: 2, deleted: false, data: ["title": "theirs"])
         try await store.record([(delete, .conflict(changed, message: "changed"))]) { _ in decision }
-        // The last `conflict` entry of the log.
-        var conflict: Conflict?
-        var offset = try store.log.lastOffset()
-        while conflict == nil, offset > 0 {
-            if case .conflict(let found)? = try store.log.entry(at: offset)?.body { conflict = found }
-            offset -= 1
-        }
+        let conflict = try Self.lastConflict(store)
         #expect(conflict?.resolution != .pending)
         #expect(conflict?.resolvedFields == ["title": "again"])
         for pass in ["settled", "reopened and rebuilt"] {
@@ -371,6 +378,16 @@ import Testing
         // the pull of the server's delete does.
         try await store.applyPulledPage([PulledChange(.delete, entityType: "task", entityID: "t1", serverVersion: 2)], cursor: "c2")
         #expect(try store.get(type: "task", id: "t1") == nil)
+    }
+
+    /// The last `conflict` entry of the log, or nil when it has none.
+    static func lastConflict(_ store: Store) throws -> Conflict? {
+        var offset = try store.log.lastOffset()
+        while offset > 0 {
+            if case .conflict(let found)? = try store.log.entry(at: offset)?.body { return found }
+            offset -= 1
+        }
+        return nil
     }
 
     /// Task t1 is pulled at version 1 with three fields, and the app changes

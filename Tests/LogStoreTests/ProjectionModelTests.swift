@@ -26,6 +26,19 @@ struct ReferenceModel {
     var cursor: String?
     /// Offsets of the intents whose conflict waits for the app, ascending.
     var waiting: [UInt64] = []
+    /// The entity of each waiting conflict.
+    var waitingKeys: [UInt64: Key] = [:]
+
+    mutating func wait(_ offset: UInt64, _ key: Key) {
+        waiting.append(offset)
+        waiting.sort()
+        waitingKeys[offset] = key
+    }
+
+    /// The app's create or delete of `key` settles its waiting conflicts.
+    mutating func replaced(_ key: Key) {
+        waiting.removeAll { waitingKeys[$0] == key }
+    }
 
     static func apply(_ intent: Intent, to state: Fields?) -> Fields? {
         switch intent.operation {
@@ -113,8 +126,11 @@ struct ReferenceModel {
                 name = "create"
                 let fields = random.storeFields(countMax: 3)
                 let id = try await fixture.store.create(type: type, id: "\(type)-\(random.int(0...9))x\(step)", fields: fields)
-                let offset = try fixture.store.log.lastOffset()
+                // The newest pending intent: entries settling the entity's
+                // waiting conflicts may follow it.
+                let offset = try #require(try fixture.store.outbox().last?.offset)
                 model.pending.append((offset, .init(type: type, id: id), try #require(try intent(at: offset, in: fixture.store))))
+                model.replaced(.init(type: type, id: id))
             case 22..<40 where !existing.isEmpty:
                 name = "update"
                 let key = existing[random.int(0...existing.count - 1)]
@@ -125,8 +141,9 @@ struct ReferenceModel {
                 name = "delete"
                 let key = existing[random.int(0...existing.count - 1)]
                 try await fixture.store.delete(type: type, id: key.id)
-                let offset = try fixture.store.log.lastOffset()
+                let offset = try #require(try fixture.store.outbox().last?.offset)
                 model.pending.append((offset, key, try #require(try intent(at: offset, in: fixture.store))))
+                model.replaced(key)
             case 48..<62 where !model.pending.isEmpty:
                 name = "ack"
                 // Mostly the oldest, as a server answers a push in order.
@@ -145,8 +162,7 @@ struct ReferenceModel {
                         serverVersion: version + 1, serverFields: random.storeFields(countMax: 2), resolution: .pending)
                     _ = try await fixture.store.log.append(.conflict(conflict))
                     try await fixture.store.record([])
-                    model.waiting.append(item.offset)
-                    model.waiting.sort()
+                    model.wait(item.offset, item.key)
                 }
             case 62..<65 where !model.pending.isEmpty:
                 name = "reject"
@@ -161,9 +177,10 @@ struct ReferenceModel {
                 let server = ServerState(
                     serverVersion: serverVersions[item.key]!, deleted: deleted, data: deleted ? [:] : random.storeFields(countMax: 2))
                 try await fixture.store.record([(item.offset, .conflict(server, message: "newer"))]) { _ in .askApp }
+                // A later create or delete of the app leaves nothing to decide.
+                let replaced = model.pending.contains { $0.key == item.key && $0.offset > item.offset && $0.intent.operation != .update }
                 model.settle(item.offset, ackVersion: nil)
-                model.waiting.append(item.offset)
-                model.waiting.sort()
+                if !replaced { model.wait(item.offset, item.key) }
             case 68..<86:
                 name = "pull"
                 cursorNumber += 1
