@@ -247,7 +247,7 @@ extension Store {
             serverVersion: server.serverVersion, serverDeleted: server.deleted, serverFields: server.data,
             resolution: outcome.resolution, resolvedFields: outcome.resolvedFields)
         if outcome.resolution == .pending, server.deleted { conflict.resolvedFields = conflictCase.local ?? [:] }
-        if Settlement.bodyBytes(.conflict(conflict)) > Limits.entryBodyBytesMax { conflict.resolvedFields = [:] }
+        conflict.dropResolvedFieldsThatDoNotFit()
         let resolution = pushed(outcome, over: conflictCase.base, later).map { operation, fields in
             Intent(
                 operation, idempotencyKey: WriteBatch.newKey(), entityType: intent.entityType, entityID: intent.entityID,
@@ -283,7 +283,7 @@ extension Store {
         for var conflict in waiting {
             conflict.resolution = .keepLocal
             conflict.resolvedFields = seen
-            if Settlement.bodyBytes(.conflict(conflict)) > Limits.entryBodyBytesMax { conflict.resolvedFields = [:] }
+            conflict.dropResolvedFieldsThatDoNotFit()
             try append(.conflict(conflict), txn, &context)
         }
     }
@@ -362,6 +362,15 @@ struct Settlement {
 
     /// The size of an entry body, which `Limits.entryBodyBytesMax` bounds.
     static func bodyBytes(_ body: EntryBody) -> Int { EntryCodec.encodedSize(body) - EntryCodec.headerBytes }
+}
+
+extension Conflict {
+    /// Leaves `resolvedFields` empty when the entry with them would be over
+    /// the entry limit: they are a copy for people (`Format/storage.md`,
+    /// section 7), and the server's state, which always fits, is kept.
+    mutating func dropResolvedFieldsThatDoNotFit() {
+        if Settlement.bodyBytes(.conflict(self)) > Limits.entryBodyBytesMax { resolvedFields = [:] }
+    }
 }
 
 /// What a decision amounts to: the resolution recorded in the log, the
