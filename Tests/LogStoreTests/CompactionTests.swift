@@ -130,6 +130,27 @@ import Testing
         #expect(try store.compactedBelow() == 0)
         #expect(throws: LogStoreError.self) { try scanAll(store.log) }
     }
+
+    /// storage.md section 4, Compaction, step 2: the last resync below the
+    /// watermark stays only when a kept answer is an ack before it. A
+    /// pending intent before it is no reason: the resync goes, like every
+    /// other, and the snapshot takes the lowest freed offset.
+    @Test func aResyncAfterAPendingIntentIsRemoved() async throws {
+        let fixture = try StoreFixture("compact-resync-after-pending")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1, pending
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1)], cursor: "c1")  // 2
+        try await store.resync(reason: "test")  // 3
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "y", serverVersion: 1)], cursor: "c2")  // 4
+        try await store.create(type: "te", id: "b", fields: [:])  // 5
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 5)
+        #expect(report.entriesRemoved == 3 && report.entriesKept == 1 && report.snapshotsWritten == 1)
+        #expect(try scanAll(store.log).map(\.offset) == [1, 2, 5])
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables().entities == before.entities)
+        #expect(try store.pullCursor() == "c2")
+    }
 }
 
 @Suite struct CrashShapedTests {
