@@ -261,6 +261,26 @@ import Testing
         #expect(try await store.verifyProjections(scratchDirectory: scratch.path).isEmpty)
     }
 
+    /// storage.md section 4, Compaction, step 2: a removed intent's
+    /// idempotency row is deleted only if it still holds that intent's
+    /// offset. With a repeated key whose later intent is at or above the
+    /// watermark, the row names that later intent, and stays.
+    @Test func aRowNamingALaterIntentWithTheSameKeyStays() async throws {
+        let fixture = try StoreFixture("compact-repeated-key-above")
+        let store = fixture.store
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k", entityType: "a", entityID: "x", fields: [:])))  // 1
+        _ = try await store.log.append(.ack(Ack(intentOffset: 1, outcome: .applied, serverVersion: 1)))  // 2
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k", entityType: "b", entityID: "y", fields: [:])))  // 3, pending
+        try await store.create(type: "c", id: "z", fields: [:])  // 4: projects 1-3 first
+        #expect(try store.intentOffset(idempotencyKey: "k") == 3)
+        let report = try await store.compact(below: 3)
+        #expect(report.entriesRemoved == 2)
+        #expect(try store.intentOffset(idempotencyKey: "k") == 3)
+        let compacted = try store.derivedTables()
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == compacted)
+    }
+
     /// Two idempotency keys that are canonically equivalent Unicode but
     /// different bytes (U+00E9, and U+0065 U+0301) are two keys, as the
     /// idempotency table keys them by bytes. Compaction removed the
