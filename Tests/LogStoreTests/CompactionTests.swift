@@ -281,6 +281,34 @@ import Testing
         #expect(try store.derivedTables() == compacted)
     }
 
+    /// storage.md section 4, Compaction, step 1 (and section 15): only an
+    /// intent's first answer settles it. A second ack, or an ack after a
+    /// reject, changes nothing in the projections, so the fold must not
+    /// apply it either: its snapshot would give the entity a base no replay
+    /// of the log before compaction gives.
+    @Test func onlyTheFirstAnswerOfAnIntentFoldsIntoTheSnapshots() async throws {
+        let fixture = try StoreFixture("compact-second-answer")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "b", serverVersion: 1, fields: ["n": 1])], cursor: "c1")  // 1
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 2
+        try await store.update(type: "te", id: "b", changes: ["n": 2])  // 3
+        try await store.record([(2, .acknowledged(.applied, serverVersion: 1))])  // 4
+        try await store.record([(3, .rejected(code: "VALIDATION_ERROR", message: "no"))])  // 5
+        _ = try await store.log.append(.ack(Ack(intentOffset: 2, outcome: .applied, serverVersion: 5)))  // 6: a second answer
+        _ = try await store.log.append(.ack(Ack(intentOffset: 3, outcome: .applied, serverVersion: 6)))  // 7: an ack after the reject
+        try await store.create(type: "te", id: "z", fields: [:])  // 8: projects 6 and 7 first
+        let before = try store.derivedTables()
+        #expect(try store.get(type: "te", id: "a")?.serverVersion == 1)
+        #expect(try store.get(type: "te", id: "b")?.fields == ["n": 1])
+        let report = try await store.compact(below: 8)
+        #expect(report.entriesRemoved == 7 && report.snapshotsWritten == 2)
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables().entities == before.entities)
+        #expect(try store.get(type: "te", id: "a")?.serverVersion == 1)
+        let b = try store.get(type: "te", id: "b")
+        #expect(b?.serverVersion == 1 && b?.fields == ["n": 1])
+    }
+
     /// Two idempotency keys that are canonically equivalent Unicode but
     /// different bytes (U+00E9, and U+0065 U+0301) are two keys, as the
     /// idempotency table keys them by bytes. Compaction removed the
