@@ -54,6 +54,31 @@ import Testing
         try await compactKeepingTables(&fixture, below: try fixture.store.log.lastOffset())
     }
 
+    /// storage.md section 4, Compaction, step 2: a conflict entry whose
+    /// intent an earlier compaction removed stays. A pending one still
+    /// waits, and on replay its `conflicts` row comes from that entry alone.
+    @Test func aWaitingConflictWhoseIntentAnEarlierCompactionRemovedStays() async throws {
+        var fixture = try StoreFixture("conflict-intent-removed")
+        try await fixture.store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        try await fixture.store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 2
+        try await fixture.store.create(type: "te", id: "b", fields: [:])  // 3, pending
+        _ = try await fixture.store.compact(below: 3)
+        #expect(try fixture.store.log.entry(at: 1)?.kind == .snapshot)
+        // A conflict that waits on the removed intent: only a raw append
+        // writes one; an empty record projects it.
+        _ = try await fixture.store.log.append(
+            .conflict(
+                Conflict(
+                    intentOffset: 1, entityType: "te", entityID: "a", serverVersion: 2, serverFields: ["n": 2],
+                    resolution: .pending)))  // 4
+        try await fixture.store.record([])
+        try await fixture.store.create(type: "te", id: "c", fields: [:])  // 5
+        #expect(try fixture.store.derivedTables().conflicts.count == 2)
+        try await compactKeepingTables(&fixture, below: 5)
+        #expect(try fixture.store.log.entry(at: 4)?.kind == .conflict)
+        #expect(try fixture.store.derivedTables().conflicts.count == 2)
+    }
+
     /// A conflict left for the app (answered by a reject), compacted twice,
     /// resolved between, with pulls and a reopen: the tables stay, and the
     /// conflict is listed until it is resolved.
