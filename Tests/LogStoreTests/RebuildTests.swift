@@ -522,3 +522,24 @@ extension RebuildTests {
         #expect(try reader.get(type: "te", id: id)?.fields == ["a": 1], "\(shape)")
     }
 }
+
+extension RebuildTests {
+    /// storage.md section 15, Replay: the chunk that ends a rebuild copies
+    /// `rebuild-cursor` to `cursor`, or deletes `cursor` when the replay
+    /// set none. A cursor the log does not give (damage, which a rebuild
+    /// repairs) does not survive it.
+    @Test func aRebuildDeletesACursorTheLogDoesNotGive() async throws {
+        var fixture = try StoreFixture("rebuild-stray-cursor")
+        try await fixture.store.create(type: "te", id: "a", fields: [:])
+        let tables = try fixture.store.derivedTables()
+        #expect(tables.cursor == nil)
+        let log = fixture.store.log
+        _ = try await log.perform { txn, _ in try txn.put(log.metaDatabase, key: MetaKey.cursor, value: Array("stray".utf8)) }
+        #expect(try fixture.store.pullCursor() == "stray")
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.pullCursor() == nil)
+        #expect(try fixture.store.derivedTables() == tables)
+        try fixture.reopen()
+        #expect(try fixture.store.pullCursor() == nil)
+    }
+}
