@@ -131,6 +131,19 @@ import Testing
         #expect(throws: LogStoreError.self) { try scanAll(store.log) }
     }
 
+    /// storage.md section 4, Compaction ("Nothing else changes"), and
+    /// section 15, Replay: a compaction starts a rebuild again only when
+    /// one is under way. With none, it leaves none behind (the next open
+    /// would replay the whole log into the other set).
+    @Test func aCompactionStartsNoRebuildWhenNoneIsUnderWay() async throws {
+        let fixture = try await storeWithHistory("compact-no-rebuild")
+        let store = fixture.store
+        let inUse = try store.derivedDatabaseNamesInUse()
+        _ = try await store.compact(below: try store.log.lastOffset())
+        #expect(try store.rebuildWatermark() == nil)
+        #expect(try store.derivedDatabaseNamesInUse() == inUse)
+    }
+
     /// storage.md section 4, Compaction, step 2: the last resync below the
     /// watermark stays only when a kept answer is an ack before it. A
     /// pending intent before it is no reason: the resync goes, like every
