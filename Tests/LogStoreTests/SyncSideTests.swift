@@ -131,6 +131,22 @@ import Testing
         try await expectReplayAgrees(store)
     }
 
+    /// storage.md section 7, `remote`: `fields` is empty for a delete. A
+    /// server that sends fields with a delete does not get them into the
+    /// log, where a compaction or an export would carry them on.
+    @Test func aPulledDeleteIsLoggedWithoutFields() async throws {
+        let fixture = try StoreFixture("sync-pulled-delete-fields")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            [PulledChange(.delete, entityType: "te", entityID: "x", serverVersion: 1, fields: ["a": 1])], cursor: "c1")
+        guard case .remote(let remote) = try store.log.entry(at: 1)?.body else {
+            Issue.record("no remote entry at offset 1")
+            return
+        }
+        #expect(remote.operation == .delete && remote.fields.isEmpty)
+        #expect(try store.get(type: "te", id: "x") == nil)
+    }
+
     /// A page pulled from a cursor the store no longer has (a resync forgot
     /// it while the page came) is not applied, an empty one neither: the
     /// pull goes on from the store's cursor. One pulled from it is.
