@@ -543,3 +543,21 @@ extension RebuildTests {
         #expect(try fixture.store.pullCursor() == nil)
     }
 }
+
+extension RebuildTests {
+    /// storage.md section 15, Replay: a rebuild carries attempt state only
+    /// to the `outbox` rows with the same keys in the set it filled. An
+    /// intent whose answer was appended to the log directly (the tables in
+    /// use have not applied it) is settled in the replay, and its old row,
+    /// failed, does not come back.
+    @Test func aRebuildCarriesNoAttemptStateToAnIntentItFoundSettled() async throws {
+        let fixture = try StoreFixture("rebuild-carry-settled")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: [:])  // 1
+        try await store.markFailed(offsets: [1], error: "gave up")
+        _ = try await store.log.append(.ack(Ack(intentOffset: 1, outcome: .applied, serverVersion: 1)))  // 2
+        try await store.rebuildProjections()
+        #expect(try store.outbox().isEmpty)
+        #expect(try store.get(type: "te", id: "a")?.serverVersion == 1)
+    }
+}
