@@ -144,6 +144,28 @@ import Testing
         #expect(try store.derivedDatabaseNamesInUse() == inUse)
     }
 
+    /// storage.md section 4, Compaction, step 2: for an entity with a
+    /// pending intent, its answered intents stay for the acked version
+    /// only when answered after the last resync below the watermark (which
+    /// set the acked version to 0). One answered before it goes, with its
+    /// answer, and so does the resync.
+    @Test func answersBeforeTheLastResyncAreNotKeptForTheAckedVersion() async throws {
+        let fixture = try StoreFixture("compact-answer-before-resync")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        try await store.update(type: "te", id: "a", changes: ["n": 2])  // 2, stays pending
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 3
+        try await store.resync(reason: "test")  // 4
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1)], cursor: "c1")  // 5
+        try await store.create(type: "te", id: "b", fields: [:])  // 6
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 6)
+        #expect(report.entriesRemoved == 4 && report.entriesKept == 1 && report.snapshotsWritten == 1)
+        #expect(try scanAll(store.log).map(\.offset) == [1, 2, 6])
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables().entities == before.entities)
+    }
+
     /// storage.md section 4, Compaction, step 2: the last resync below the
     /// watermark stays only when a kept answer is an ack before it. A
     /// pending intent before it is no reason: the resync goes, like every
