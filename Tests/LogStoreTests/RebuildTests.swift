@@ -176,6 +176,29 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
         store.close()
     }
 
+    /// storage.md section 15, Replay: past the last offset there was when
+    /// the rebuild started, a chunk takes every entry left only when it
+    /// finds fewer than half a chunk's entries gone since the chunk before.
+    /// Exactly half (2 of a chunk of 4) is not fewer: the chunk stays
+    /// bounded.
+    @Test func aChunkThatFindsExactlyHalfAChunkGoneStaysBounded() async throws {
+        let fixture = try StoreFixture("rebuild-half-gone")
+        let store = fixture.store
+        for n in 0..<8 { try await store.create(type: "te", id: "s\(n)", fields: [:]) }  // 1-8
+        var pauses = 0
+        var watermarks: [UInt64] = []
+        try await store.rebuildProjections(entriesPerTransaction: 4) {
+            pauses += 1
+            watermarks.append(try #require(try store.rebuildWatermark()))
+            // 4 entries written after the first chunk, 2 after the second:
+            // the third chunk finds 8 - 6 = 2 entries gone since the second.
+            let writes = pauses == 1 ? 4 : pauses == 2 ? 2 : 0
+            for n in 0..<writes { try await store.create(type: "tw", id: "w\(pauses)-\(n)", fields: [:]) }
+        }
+        #expect(watermarks == [4, 8, 12])
+        #expect(try store.count(type: "tw") == 6)
+    }
+
     /// A store closed part way through a rebuild keeps the tables it had:
     /// a read-only open (a tool's) reads them all, and the next writable
     /// open finishes the rebuild, to the same tables.
