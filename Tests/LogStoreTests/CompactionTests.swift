@@ -60,6 +60,30 @@ import Testing
         #expect(try fixture.store.log.lastOffset() == last + 2)
     }
 
+    /// storage.md section 4, Compaction, step 3: `compacted-below` becomes
+    /// the greater of its value and the watermark. A later compaction below
+    /// a lower watermark leaves it where it was: lowered, it would make the
+    /// holes the first one left above the new value a gap, and the log
+    /// would no longer read back.
+    @Test func aCompactionBelowALowerWatermarkKeepsTheHigherBound() async throws {
+        var fixture = try await storeWithHistory("compact-lower-watermark")
+        let store = fixture.store
+        let last = try store.log.lastOffset()
+        _ = try await store.compact(below: last)
+        let offsets = try scanAll(store.log).map(\.offset)
+        let tables = try store.derivedTables()
+        // The snapshot at offset 1 is folded again, into one of watermark 2.
+        let report = try await store.compact(below: 2)
+        #expect(report.entriesRemoved == 1 && report.snapshotsWritten == 1)
+        #expect(try store.compactedBelow() == last)
+        #expect(try scanAll(store.log).map(\.offset) == offsets)
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables().entities == tables.entities)
+        try fixture.reopen()
+        #expect(try fixture.store.compactedBelow() == last)
+        #expect(try scanAll(fixture.store.log).map(\.offset) == offsets)
+    }
+
     @Test func anIntentSettledAboveTheWatermarkStays() async throws {
         let fixture = try StoreFixture("compact-settled-above")
         let store = fixture.store
@@ -94,6 +118,7 @@ import Testing
         let last = try store.log.lastOffset()
         let report = try await store.compact(below: last, dryRun: true)
         #expect(report.dryRun && report.entriesRemoved == 7)
+        print("BEFORE", entries.prefix(2)); print("AFTER", try scanAll(store.log).prefix(2))
         #expect(try scanAll(store.log) == entries)
         for watermark in [0, last + 1] {
             let error = await #expect(throws: LogStoreError.self) { try await store.compact(below: watermark) }
