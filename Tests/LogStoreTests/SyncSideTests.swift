@@ -33,6 +33,26 @@ import Testing
         try await expectReplayAgrees(store)
     }
 
+    /// An ack at a lower version than one already recorded for its entity
+    /// (answers recorded out of order) leaves the acked version at the
+    /// greater of the two (`Format/storage.md` section 15, `ack`: "R's acked
+    /// version becomes the greater of its acked version and v"), so the
+    /// intent still pending is pushed against the later version.
+    @Test func anAckAtALowerVersionKeepsTheGreaterAckedVersion() async throws {
+        let fixture = try StoreFixture("sync-acked-max")
+        let store = fixture.store
+        let id = try await store.create(type: "te", fields: ["a": 1])
+        try await store.update(type: "te", id: id, changes: ["a": 2])
+        try await store.update(type: "te", id: id, changes: ["a": 3])
+        let batch = try store.pushBatch(limit: 10, now: 0)
+        try #require(batch.count == 3)
+        try await store.record([(batch[1].offset, .acknowledged(.applied, serverVersion: 2))])
+        try await store.record([(batch[0].offset, .acknowledged(.applied, serverVersion: 1))])
+        #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [2])
+        #expect(try store.get(type: "te", id: id)?.fields == ["a": 3])
+        try await expectReplayAgrees(store)
+    }
+
     /// An update made before the ack of its entity's create is pushed
     /// against the acknowledged version (the batch above), and the base
     /// that ack confirmed is the state it was pushed against: a conflict on
