@@ -133,4 +133,25 @@ private func rejectedOffsets(_ events: [StoreEvent]) -> [Int] {
         #expect(store.intentFeed.subscriberCount == 0)
         store.close()
     }
+
+    /// A pulled page that changes no record (a stale change, and one that
+    /// repeats the base the store has) is no change to its type: the
+    /// `remote` rule of `Format/storage.md` section 15 leaves R unchanged,
+    /// so the app has nothing to read again.
+    @Test func aPulledPageThatChangesNoRecordIsNoChangeToItsType() async throws {
+        let fixture = try StoreFixture("events-stale-page")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 2, fields: ["a": 1])], cursor: "c1")
+        let changes = store.changes(type: "te")
+        try await store.applyPulledPage(
+            [
+                PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1, fields: ["a": 0]),
+                PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 2, fields: ["a": 1]),
+            ], cursor: "c2")
+        #expect(try store.pullCursor() == "c2")
+        #expect(try store.get(type: "te", id: "x")?.fields == ["a": 1])
+        store.close()
+        #expect(await drained(changes).isEmpty)
+    }
 }
