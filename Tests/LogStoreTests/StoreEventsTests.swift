@@ -154,4 +154,21 @@ private func rejectedOffsets(_ events: [StoreEvent]) -> [Int] {
         store.close()
         #expect(await drained(changes).isEmpty)
     }
+
+    /// A resync is a change to every type with a record: it forgets the
+    /// bases (`Format/storage.md` section 15, `resync`), so an entity that
+    /// existed through its base alone is gone for the app, which must read
+    /// the type again.
+    @Test func aResyncIsAChangeToTheTypesOfItsRecords() async throws {
+        let fixture = try StoreFixture("events-resync")
+        let store = fixture.store
+        let id = try await store.create(type: "te", fields: ["n": 1])
+        try await store.record([(try #require(try store.outbox().first?.offset), .acknowledged(.applied, serverVersion: 1))])
+        let changes = store.changes(type: "te")
+        try await store.resync(reason: "test")
+        let resyncAt = try store.log.lastOffset()
+        #expect(try store.get(type: "te", id: id) == nil)
+        store.close()
+        #expect(await drained(changes) == [StoreChange(entityType: "te", offset: resyncAt)])
+    }
 }
