@@ -340,4 +340,29 @@ extension StoreEdgeTests {
         #expect(try store.derivedTables() == tables)
         #expect(try store.count(type: "te") == 3)
     }
+
+    /// A pulled change at server version 0 (a writer never appends one, an
+    /// import refuses one, but a log written by other software may hold
+    /// one) is stale (`Format/storage.md` section 15, `remote`: "a reader
+    /// that meets one treats ... the version 0 as stale"), also for an
+    /// entity the server never confirmed: it gives no base, and the entity
+    /// stays absent, in the tables kept on open and in a replay. Its cursor
+    /// is still the store's.
+    @Test func aPulledChangeAtVersionZeroWrittenByOtherSoftwareIsStale() async throws {
+        var fixture = try StoreFixture("store-remote-version-zero")
+        fixture.store.close()
+        let entry = Entry(
+            offset: 1, timestamp: HybridTimestamp(rawValue: 1 << 16),
+            body: .remote(Remote(cursor: "c1", .upsert, entityType: "te", entityID: "a", serverVersion: 0, fields: ["x": 1])))
+        try putRaw(fixture.directory.path, database: "log", key: OffsetKey.encode(1), value: try EntryCodec.encode(entry))
+        fixture.store = try Store(path: fixture.directory.path, options: .init(durability: .process))
+        let store = fixture.store
+        #expect(try store.get(type: "te", id: "a") == nil)
+        #expect(try store.count(type: "te") == 0)
+        let tables = try store.derivedTables()
+        #expect(tables.entities.isEmpty && tables.watermark == 1)
+        #expect(try store.pullCursor() == "c1")
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == tables)
+    }
 }
