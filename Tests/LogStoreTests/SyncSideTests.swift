@@ -271,6 +271,27 @@ import Testing
         try await expectReplayAgrees(store)
     }
 
+    /// `retryFailed` returns the `failed` rows alone to their initial state
+    /// (`Format/storage.md` section 15, `outbox`: "every `failed` row
+    /// returns to the initial state"): a pending intent waiting for its
+    /// retry keeps its attempts, its error and its time.
+    @Test func retryingFailedIntentsLeavesAWaitingRetryAsItIs() async throws {
+        let fixture = try StoreFixture("sync-retry-failed-only")
+        let store = fixture.store
+        try await store.create(type: "te", fields: ["a": 1])
+        try await store.create(type: "te", fields: ["b": 1])
+        let all = try store.outbox().map(\.offset)
+        try await store.markFailed(offsets: [all[0]], error: "HTTP 400")
+        try await store.scheduleRetry(offsets: [all[1]], error: "HTTP 503", at: 5_000, attemptsMax: 10)
+        try await store.retryFailed()
+        var waiting = OutboxState()
+        waiting.attempts = 1
+        waiting.nextAttemptAt = 5_000
+        waiting.lastError = "HTTP 503"
+        #expect(try store.outbox().map(\.state) == [OutboxState(), waiting])
+        #expect(try store.pushBatch(limit: 10, now: 1_000).map(\.offset) == [all[0]])
+    }
+
     /// `Format/storage.md` section 15: when an intent's failed attempts
     /// reach the maximum, its row is `failed` with the next attempt 0,
     /// "instead of a time": a failed intent waits for the app, not for a
