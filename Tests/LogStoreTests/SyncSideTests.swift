@@ -33,6 +33,27 @@ import Testing
         try await expectReplayAgrees(store)
     }
 
+    /// A resync resets the acked version with the base (`Format/storage.md`
+    /// section 15, `resync`: "its acked version (it becomes 0: the server's
+    /// versions may have started over)"): the intent still pending is pushed
+    /// against version 0, not against the version the earlier ack gave, and
+    /// so is it after a replay.
+    @Test func aResyncResetsTheAckedVersionThePendingIntentsArePushedAgainst() async throws {
+        let fixture = try StoreFixture("sync-resync-acked")
+        let store = fixture.store
+        let id = try await store.create(type: "te", fields: ["a": 1])
+        try await store.update(type: "te", id: id, changes: ["a": 2])
+        let batch = try store.pushBatch(limit: 10, now: 0)
+        try #require(batch.count == 2)
+        try await store.record([(batch[0].offset, .acknowledged(.applied, serverVersion: 3))])
+        #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [3])
+        try await store.resync(reason: "test")
+        #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [0])
+        try await store.rebuildProjections()
+        #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [0])
+        try await expectReplayAgrees(store)
+    }
+
     /// An ack at a lower version than one already recorded for its entity
     /// (answers recorded out of order) leaves the acked version at the
     /// greater of the two (`Format/storage.md` section 15, `ack`: "R's acked
