@@ -565,9 +565,7 @@ extension RebuildTests {
         try fixture.reopen()
         #expect(try fixture.store.pullCursor() == nil)
     }
-}
 
-extension RebuildTests {
     /// storage.md section 15, Replay: a rebuild carries attempt state only
     /// to the `outbox` rows with the same keys in the set it filled. An
     /// intent whose answer was appended to the log directly (the tables in
