@@ -49,9 +49,8 @@ import Testing
         #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [3])
         try await store.resync(reason: "test")
         #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [0])
-        try await store.rebuildProjections()
-        #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [0])
         try await expectReplayAgrees(store)
+        #expect(try store.pushBatch(limit: 10, now: 0).map(\.intent.baseVersion) == [0])
     }
 
     /// An ack at a lower version than one already recorded for its entity
