@@ -138,6 +138,74 @@ import Testing
         }
         #expect(await a.engine.breakerOpenUntil == nil)
     }
+
+    /// Answers other than a 429 that are no error status reset the count
+    /// too: a refused cursor (410, which the pull resyncs after), a page
+    /// too long to read (asked again for half as many changes), a page
+    /// that breaks the protocol (the run fails). Two 429s, one of these and
+    /// more 429s: the breaker stays closed, and every run fails.
+    @Test(arguments: ["refused cursor", "page too long", "broken page"])
+    func everyAnswerOtherThan429ResetsTheRateLimitCount(_ shape: String) async throws {
+        let pulls = Atomic<Int>(0)
+        let answer: ScriptedServer.Reply =
+            switch shape {
+            case "refused cursor":
+                .answer(
+                    status: 410, headers: Self.protocolHeaders,
+                    body: Data(#"{"error": {"code": "CURSOR_INVALID", "message": "unknown cursor", "retryable": false}}"#.utf8))
+            case "page too long":
+                .answer(status: 200, headers: Self.protocolHeaders, body: Data(repeating: 0x20, count: 4_096))
+            default:
+                .answer(status: 200, headers: Self.protocolHeaders, body: Data(#"{"changes": [], "cursor": "c1", "has_more": true, "force_resync": false}"#.utf8))
+            }
+        let server = try ScriptedServer { request in
+            guard request.path == "/v1/pull" else { return .answer(status: 200, headers: Self.protocolHeaders, body: Self.health) }
+            let pull = pulls.add(1, ordering: .relaxed).newValue
+            return pull == 3 ? answer : .answer(status: 429, headers: Self.protocolHeaders, body: Self.rateLimited)
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.responseBodyBytesMax = 1_024
+        let a = try Replica(
+            "breaker-\(shape.replacingOccurrences(of: " ", with: "-"))", url: server.url,
+            transport: HTTPTransport(baseURL: server.url, token: "alice-token", options: options))
+        for run in 1...4 {
+            guard case .failed(let message) = await a.sync().outcome else {
+                Issue.record("\(shape): run \(run) opened the breaker")
+                return
+            }
+            #expect(message.contains("429") != (shape == "broken page" && run == 3), "\(shape): run \(run): \(message)")
+        }
+        #expect(await a.engine.breakerOpenUntil == nil)
+        #expect(pulls.load(ordering: .relaxed) == (shape == "broken page" ? 4 : 5), "\(shape)")
+    }
+
+    /// An answered push resets the count too: two pulls answered 429, then
+    /// a run whose push is answered and whose pull meets a 429 again, and
+    /// the breaker stays closed.
+    @Test func anAnsweredPushResetsTheRateLimitCount() async throws {
+        let server = try await TestServer("breaker-push-answered")
+        let a = try Replica("breaker-push", server: server, transport: RateLimitedPulls(server))
+        for _ in 0..<2 { #expect(await a.sync().outcome == .failed("pull: HTTP 429")) }
+        try await a.store.create(type: "task", fields: ["n": 1])
+        let report = await a.sync()
+        #expect(report.outcome == .failed("pull: HTTP 429") && report.acknowledged == 1, "\(report)")
+        #expect(await a.engine.breakerOpenUntil == nil)
+        await server.stop()
+    }
+}
+
+/// Through the real server, but every pull is answered 429.
+private struct RateLimitedPulls: SyncTransport {
+    let inner: HTTPTransport
+
+    init(_ server: TestServer) { inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback) }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        throw TransportError(.status(429, .rateLimited), "HTTP 429")
+    }
 }
 
 /// `Retry-After` in its HTTP-date form (RFC 9110 section 10.2.3), which a
