@@ -80,6 +80,30 @@ import Testing
         #expect(a.clock.sleeperCount == 0, "the hour's timer is cancelled")
         await server.stop()
     }
+
+    /// A request the cancellation abandons may end in a network error (its
+    /// connection torn down under it) rather than in no answer: either way
+    /// nothing was answered. The run ends cancelled, not offline or failed,
+    /// with no backoff set and no error kept, and an abandoned push's
+    /// intent stays pending with no attempt counted.
+    @Test(arguments: ["health", "push", "pull"])
+    func aRequestAbandonedWithANetworkErrorIsNoFailure(_ request: String) async throws {
+        let server = try await TestServer("cancel-torn-down-\(request)")
+        let transport = TornDownWhenCancelled(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), holding: request)
+        let a = try Replica("a", server: server, transport: transport)
+        try await a.store.create(type: "task", fields: ["title": "kept"])
+        let stop = SyncCancellation()
+        let run = Task { await a.engine.sync(cancellation: stop) }
+        try await waitUntil { transport.isHolding }
+        stop.cancel()
+        let report = await run.value
+        #expect(report.outcome == .cancelled, "\(report)")
+        #expect(await a.engine.nextRunAt == nil)
+        #expect(await a.engine.lastError == nil)
+        #expect(try await a.engine.health().offlineReason == nil)
+        #expect(try a.store.outbox().map(\.state.attempts) == (request == "pull" ? [] : [0]))
+        await server.stop()
+    }
 }
 
 /// Through `inner`; the next push (or pull) waits at the gate
@@ -122,6 +146,41 @@ final class HeldRequests: SyncTransport {
     }
     func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
         await Self.pass(pullGate)
+        return try await inner.pull(cursor: cursor, limit: limit)
+    }
+}
+
+/// `inner`, except that each `holding` request ("push" or "pull") waits
+/// for its task's cancellation, then fails as a connection torn down does.
+final class TornDownWhenCancelled: SyncTransport {
+    private let inner: HTTPTransport
+    private let holding: String
+    private let held = Atomic<Bool>(false)
+
+    init(_ inner: HTTPTransport, holding: String) {
+        self.inner = inner
+        self.holding = holding
+    }
+
+    /// Whether a held request waits (or waited) for its cancellation.
+    var isHolding: Bool { held.load(ordering: .relaxed) }
+
+    private func tornDown(_ path: String) async throws(TransportError) -> Never {
+        held.store(true, ordering: .relaxed)
+        try? await Task.sleep(for: .seconds(600))
+        throw TransportError(.network, "\(path): connection reset")
+    }
+
+    func health() async throws(TransportError) -> HealthResponse {
+        if holding == "health" { try await tornDown("GET /v1/health") }
+        return try await inner.health()
+    }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        if holding == "push" { try await tornDown("POST /v1/push") }
+        return try await inner.push(request)
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        if holding == "pull" { try await tornDown("GET /v1/pull") }
         return try await inner.pull(cursor: cursor, limit: limit)
     }
 }
