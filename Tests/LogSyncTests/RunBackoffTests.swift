@@ -100,6 +100,34 @@ import Testing
         await server.stop()
     }
 
+    /// A backoff that ends just as a background task's budget does leaves
+    /// the run no time: it is deferred, with no wait and no request, rather
+    /// than started at the budget's end only to be cancelled.
+    @Test func aBackoffEndingWithTheBudgetDefersTheBackgroundRun() async throws {
+        let server = try await TestServer("run-backoff-budget-edge")
+        let pulls = FailingPulls(server, retryAfterSeconds: 100)
+        let replica = try Replica("background-edge", server: server, transport: pulls)
+        guard case .failed = await replica.sync().outcome else { Issue.record("the first run should fail"); return }
+        let backoffEnd = try #require(await replica.engine.nextRunDeadline)
+        let nextRunAt = try #require(await replica.engine.nextRunAt)
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: false))
+        pulls.recover()
+        let budget = backoffEnd - replica.clock.monotonicMilliseconds
+        let ended = Atomic<Bool>(false)
+        let run = Task {
+            defer { ended.store(true, ordering: .relaxed) }
+            return await scheduler.runBackground(budgetMilliseconds: budget)
+        }
+        try await waitUntil { ended.load(ordering: .relaxed) || replica.clock.sleeperCount > 0 }
+        let waited = replica.clock.sleeperCount > 0
+        // Let a run that waits go on, to the end of its budget.
+        if waited { replica.clock.advance(by: budget) }
+        #expect(!waited, "it waited for a backoff that ends with its budget")
+        #expect(await run.value.outcome == .deferred(nextRunAt: nextRunAt))
+        #expect(pulls.count == 1)
+        await server.stop()
+    }
+
     /// Failed runs in a row wait about 1 s, 2 s, 4 s, ... 300 s (the retry
     /// policy's delays, with jitter); an explicit `sync()` runs all the
     /// same, and a completed run starts the count again.
