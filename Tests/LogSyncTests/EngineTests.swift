@@ -331,6 +331,7 @@ import Testing
         #expect(await a.sync().outcome == .failed("push: /v1/push: HTTP 429, RATE_LIMITED: injected fault: rate limited"))
         #expect(await a.sync().outcome != .completed)  // nothing due; the pull meets the second 429
         #expect(await a.sync().outcome == .rateLimited)  // the third opens the breaker
+        #expect(await a.engine.state == .rateLimited(retryAfter: 30, pending: 1))
         // While open, no request is sent at all.
         #expect(await a.sync().outcome == .rateLimited)
         a.clock.advance(by: 30_000)
@@ -565,6 +566,21 @@ import Testing
         #expect(try a.store.conflicts().isEmpty)
         #expect(try a.store.outboxCount() == 0)
         #expect(try await server.pullAll().last?.data?["body"] == .string(large + "y"))
+        await server.stop()
+    }
+
+    /// A 413 halves the operations per request for the rest of the run, so
+    /// a run splits at most log2 of the batch size times: eight intents,
+    /// against a server that takes at most two at a time, go as requests
+    /// of 8, 4 and then 2 operations.
+    @Test func aRefusedRequestIsPushedInHalves() async throws {
+        let server = try await TestServer("split-halves")
+        let pushes = PushesOverACountRefused(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), countMax: 2)
+        let a = try Replica("a", server: server, transport: pushes)
+        for n in 1...8 { try await a.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        let report = await a.sync()
+        #expect(report.outcome == .completed && report.acknowledged == 8, "\(report)")
+        #expect(pushes.operationCounts == [8, 4, 2, 2, 2, 2])
         await server.stop()
     }
 
@@ -863,6 +879,30 @@ private struct PushesRefusedAsTooLarge: SyncTransport {
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
         throw TransportError(.status(413, .payloadTooLarge), "push: HTTP 413")
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
+}
+
+/// Through `inner`, but a push of more than `countMax` operations is
+/// refused as too large (413); each push's operation count is kept.
+private final class PushesOverACountRefused: SyncTransport {
+    private let inner: HTTPTransport
+    private let countMax: Int
+    private let counts = Mutex<[Int]>([])
+
+    init(inner: HTTPTransport, countMax: Int) {
+        self.inner = inner
+        self.countMax = countMax
+    }
+
+    /// The operations of each push so far, in order.
+    var operationCounts: [Int] { counts.withLock { $0 } }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        counts.withLock { $0.append(request.operations.count) }
+        guard request.operations.count <= countMax else { throw TransportError(.status(413, .payloadTooLarge), "push: HTTP 413") }
+        return try await inner.push(request)
     }
     func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
 }
