@@ -4,6 +4,7 @@ import LogServer
 import LogStore
 @testable import LogSync
 import LogTesting
+import Synchronization
 import Testing
 
 /// `SyncEngine.health()`: what an app can show about its sync, and the
@@ -171,11 +172,18 @@ import Testing
     /// retried"), the server counts as reachable, and the next run backs
     /// off. Before, the run ended quietly as offline, as for a captive
     /// portal: the app showed "offline" for ever, with no error to tell its
-    /// user to update.
+    /// user to update. Once the server is upgraded, its health check
+    /// passes and the version is forgotten, though the run fails later.
     @Test func aServerOfAnotherProtocolVersionIsAnErrorNotOffline() async throws {
         let body = Data(#"{"status": "ok", "protocol_version": 2, "server_id": "01KAQ3H2M4Z8X0V6T5R7P9N1B3"}"#.utf8)
-        let server = try ScriptedServer { _ in
-            .answer(status: 200, headers: ["Sync-Protocol-Version": "2", "Content-Type": "application/json"], body: body)
+        let upgraded = Atomic<Bool>(false)
+        let server = try ScriptedServer { request in
+            guard upgraded.load(ordering: .relaxed) else {
+                return .answer(status: 200, headers: ["Sync-Protocol-Version": "2", "Content-Type": "application/json"], body: body)
+            }
+            let headers = RetryPolicyTests.protocolHeaders
+            guard request.path == "/v1/health" else { return .answer(status: 503, headers: headers, body: Data()) }
+            return .answer(status: 200, headers: headers, body: RetryPolicyTests.health)
         }
         defer { server.stop() }
         let a = try Replica("health-version", url: server.url)
@@ -192,6 +200,13 @@ import Testing
         #expect(health.serverProtocolVersion == "2")
         #expect(health.nextRunAt != nil, "the next run backs off")
         #expect(health.pendingCount == 1)
+
+        upgraded.store(true, ordering: .relaxed)
+        guard case .failed(let pushed) = await a.sync().outcome, pushed.hasPrefix("push:") else {
+            Issue.record("the push should fail on the 503")
+            return
+        }
+        #expect(try await a.engine.health().serverProtocolVersion == nil)
     }
 
     /// A server whose store is unavailable answers health `503` with
