@@ -612,3 +612,15 @@ extension SyncSideTests {
         }
     }
 }
+
+extension SyncSideTests {
+    /// `pushBatch` returns "at most `limit`" intents: a batch of limit 0 is
+    /// empty. Its first due intent was taken before the limit was checked.
+    @Test func aPushBatchOfLimitZeroIsEmpty() async throws {
+        let fixture = try StoreFixture("sync-push-limit-zero")
+        let store = fixture.store
+        try await store.create(type: "te", fields: ["a": 1])
+        #expect(try store.pushBatch(limit: 0, now: 0).isEmpty)
+        #expect(try store.pushBatch(limit: 1, now: 0).count == 1)
+    }
+}
