@@ -624,3 +624,27 @@ extension SyncSideTests {
         #expect(try store.pushBatch(limit: 1, now: 0).count == 1)
     }
 }
+
+extension SyncSideTests {
+    /// `outboxSummary().oldestPendingWrittenAt` is when the oldest pending
+    /// intent was written, the first `pending` row in log order, not the
+    /// last one; a failed intent before it counts for `oldestWrittenAt`
+    /// alone. (The timestamps are set by an import, so they differ.)
+    @Test func theSummarysOldestPendingIntentIsTheFirstPendingOne() async throws {
+        let fixture = try StoreFixture("sync-summary-oldest-pending")
+        let store = fixture.store
+        let entries = ["a", "b", "c"].enumerated().map { index, id in
+            Entry(
+                offset: UInt64(1 + index), timestamp: HybridTimestamp(rawValue: UInt64(1_000 * (1 + index)) << 16),
+                body: .intent(Intent(.create, idempotencyKey: "k-\(id)", entityType: "te", entityID: id, fields: [:])))
+        }
+        try await store.restore(entries, compactedBelow: 0)
+        var summary = try store.outboxSummary()
+        #expect(summary.oldestWrittenAt == 1_000 && summary.oldestPendingWrittenAt == 1_000)
+        try await store.markFailed(offsets: [1], error: "HTTP 400")
+        summary = try store.outboxSummary()
+        #expect(summary.pendingCount == 2 && summary.failedCount == 1)
+        #expect(summary.oldestWrittenAt == 1_000, "the failed intent is the oldest in the outbox")
+        #expect(summary.oldestPendingWrittenAt == 2_000, "the oldest pending one, not the newest")
+    }
+}
