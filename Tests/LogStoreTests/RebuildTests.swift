@@ -582,3 +582,25 @@ extension RebuildTests {
         #expect(try store.get(type: "te", id: "a")?.serverVersion == 1)
     }
 }
+
+extension RebuildTests {
+    /// storage.md section 15, Replay: a replay gives the same `outbox` keys
+    /// as the incremental path. A resync in a chunk writes out the intents
+    /// the chunk staged before it; the rest of the chunk must not stage
+    /// them again, nor leave the row of one acked after the resync.
+    @Test func aReplayedResyncAmongPendingIntentsGivesTheSameOutbox() async throws {
+        let fixture = try StoreFixture("rebuild-resync-outbox")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        try await store.create(type: "te", id: "b", fields: ["n": 2])  // 2
+        try await store.resync(reason: "test")  // 3
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 4
+        try await store.create(type: "te", id: "c", fields: [:])  // 5
+        let tables = try store.derivedTables()
+        #expect(try store.outbox().map(\.offset) == [2, 5])
+        // One chunk: the resync and the entries around it.
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == tables)
+        #expect(try store.outbox().map(\.offset) == [2, 5])
+    }
+}
