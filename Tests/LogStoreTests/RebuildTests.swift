@@ -604,3 +604,34 @@ extension RebuildTests {
         #expect(try store.outbox().map(\.offset) == [2, 5])
     }
 }
+
+extension RebuildTests {
+    /// storage.md section 15, Replay: the next open resumes a rebuild only
+    /// when `rebuild-watermark` is at most the last offset; one that is
+    /// absent or does not decode is no such offset, so the rebuild starts
+    /// over, its set emptied first. (Resumed, it replayed over the rows
+    /// already there, or failed the open.)
+    @Test(arguments: ["absent", "3 bytes"])
+    func aRebuildWhoseWatermarkDoesNotReadStartsOver(_ watermark: String) async throws {
+        var fixture = try StoreFixture("rebuild-watermark-\(watermark.replacingOccurrences(of: " ", with: "-"))")
+        for n in 0..<3 { try await fixture.store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
+        let tables = try fixture.store.derivedTables()
+        fixture.store.close()
+        do {
+            let environment = try Environment(path: fixture.directory.path)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            let entities = try #require(try environment.openDatabase("entities.1", create: true))
+            try environment.write { txn in
+                // A row no replay makes: it must not survive.
+                try txn.put(entities, key: Array("te".utf8) + [0] + Array("ghost".utf8), value: [0])
+                try txn.put(meta, key: Array("rebuild-version".utf8), value: Store.projectionVersion.bigEndianBytes)
+                if watermark == "3 bytes" { try txn.put(meta, key: Array("rebuild-watermark".utf8), value: [0, 0, 1]) }
+            }
+        }
+        try fixture.reopen()
+        #expect(try fixture.store.rebuildWatermark() == nil)
+        #expect(try fixture.store.get(type: "te", id: "ghost") == nil)
+        #expect(try fixture.store.derivedTables() == tables)
+    }
+}
