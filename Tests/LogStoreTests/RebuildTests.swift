@@ -635,3 +635,31 @@ extension RebuildTests {
         #expect(try fixture.store.derivedTables() == tables)
     }
 }
+
+extension RebuildTests {
+    /// storage.md section 15, Replay: a rebuild starts by deleting
+    /// `rebuild-cursor`. One started over on open (here, after a rebuild of
+    /// another version) must not end with the pull cursor the rebuild
+    /// before it had reached: the log gives none.
+    @Test func aRebuildStartedOverForgetsThePullCursorOfTheOneBefore() async throws {
+        var fixture = try StoreFixture("rebuild-start-over-cursor")
+        try await fixture.store.create(type: "te", id: "a", fields: [:])
+        let tables = try fixture.store.derivedTables()
+        #expect(tables.cursor == nil)
+        fixture.store.close()
+        do {
+            let environment = try Environment(path: fixture.directory.path)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            try environment.write { txn in
+                try txn.put(meta, key: Array("rebuild-version".utf8), value: UInt32(99).bigEndianBytes)
+                try txn.put(meta, key: Array("rebuild-watermark".utf8), value: UInt64(1).bigEndianBytes)
+                try txn.put(meta, key: Array("rebuild-cursor".utf8), value: Array("stale".utf8))
+            }
+        }
+        try fixture.reopen()
+        #expect(try fixture.store.rebuildWatermark() == nil)
+        #expect(try fixture.store.pullCursor() == nil)
+        #expect(try fixture.store.derivedTables() == tables)
+    }
+}
