@@ -724,3 +724,19 @@ extension StoreIntegrityTests {
         #expect(report.problems == [StoreProblem(table: "entities", message: "te/a differs from what the log makes")], "\(report.problems)")
     }
 }
+
+extension StoreIntegrityTests {
+    /// storage.md section 15, Replay: `verifyProjections` compares `cursor`
+    /// with the replay's. A cursor the log does not give is reported.
+    @Test func verifyReportsACursorTheLogDoesNotGive() async throws {
+        let fixture = try StoreFixture("integrity-verify-cursor")
+        let store = fixture.store
+        try await store.create(type: "te", id: "a", fields: [:])
+        let scratch = try TemporaryDirectory("integrity-verify-cursor-scratch")
+        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        let log = store.log
+        _ = try await log.perform { txn, _ in try txn.put(log.metaDatabase, key: MetaKey.cursor, value: Array("stray".utf8)) }
+        let problems = try await store.verifyProjections(scratchDirectory: scratch.path)
+        #expect(problems == [StoreProblem(table: "meta", message: "cursor is \"stray\", the log says none")], "\(problems)")
+    }
+}
