@@ -740,3 +740,26 @@ extension StoreIntegrityTests {
         #expect(problems == [StoreProblem(table: "meta", message: "cursor is \"stray\", the log says none")], "\(problems)")
     }
 }
+
+extension StoreIntegrityTests {
+    /// storage.md section 15, Replay: `verify` compares the `outbox` keys
+    /// alone (replay writes every value in its first state). A row nothing
+    /// in the log makes, between two the log makes, is one problem, that
+    /// row; compared as key and value pairs, the keys paired up wrongly,
+    /// and the rows beside it were reported instead.
+    @Test func verifyReportsOnlyTheOutboxRowNothingInTheLogMakes() async throws {
+        let directory = try TemporaryDirectory("integrity-verify-outbox-key")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            for id in ["a", "b", "c"] { try await store.create(type: "te", id: id, fields: [:]) }
+            try await store.record([(2, .acknowledged(.applied, serverVersion: 1))])
+            #expect(try store.outbox().map(\.offset) == [1, 3])
+            store.close()
+        }
+        try putRaw(directory.path, database: "outbox", key: key(2), value: Projector.newOutboxState)
+        let scratch = try TemporaryDirectory("integrity-verify-outbox-key-scratch")
+        let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
+        #expect(report.problems.map(\.table) == ["outbox"], "\(report.problems.map(\.message.debugDescription))")
+        #expect(report.problems.first?.message.hasSuffix(" is there, but nothing in the log makes it") == true)
+    }
+}
