@@ -180,13 +180,14 @@ extension Store {
         defer { copy.close() }
         try await copy.rebuildProjections()
         let replayed = try copy.derivedTables()
-        problems += Store.compare("entities", stored.entities, replayed.entities, pairs: true)
-        problems += Store.compare("counts", stored.counts, replayed.counts, pairs: true)
-        problems += Store.compare("idempotency", stored.idempotency, replayed.idempotency, pairs: true)
-        problems += Store.compare("outbox", stored.outboxKeys, replayed.outboxKeys, pairs: false)
-        problems += Store.compare("conflicts", stored.conflicts, replayed.conflicts, pairs: true)
+        problems += Store.compare("entities", stored.entities, replayed.entities, pairs: true, keys: .entity)
+        problems += Store.compare("counts", stored.counts, replayed.counts, pairs: true, keys: .text)
+        problems += Store.compare("idempotency", stored.idempotency, replayed.idempotency, pairs: true, keys: .text)
+        problems += Store.compare("outbox", stored.outboxKeys, replayed.outboxKeys, pairs: false, keys: .offset)
+        problems += Store.compare("conflicts", stored.conflicts, replayed.conflicts, pairs: true, keys: .offset)
         if stored.cursor != replayed.cursor {
-            problems.append(StoreProblem(table: "meta", message: "cursor is \(Store.text(stored.cursor)), the log says \(Store.text(replayed.cursor))"))
+            let (have, want) = (stored.cursor.map(Store.quoted) ?? "none", replayed.cursor.map(Store.quoted) ?? "none")
+            problems.append(StoreProblem(table: "meta", message: "cursor is \(have), the log says \(want)"))
         }
         if stored.watermark != replayed.watermark {
             problems.append(StoreProblem(table: "meta", message: "projection watermark is \(stored.watermark), the log ends at \(replayed.watermark)"))
@@ -212,8 +213,21 @@ extension Store {
         }
     }
 
+    /// What the keys of a derived database hold, which names a row.
+    private enum KeyKind {
+        /// Type, a zero byte, id (`entities`): named `type/id`.
+        case entity
+        /// A name (`counts` by type, `idempotency` by key): quoted.
+        case text
+        /// An intent's offset, 8 bytes big-endian (`outbox`, `conflicts`):
+        /// named `#offset`.
+        case offset
+    }
+
     /// Rows (key, value pairs flattened, or keys alone) that differ.
-    private static func compare(_ table: String, _ stored: [[UInt8]], _ replayed: [[UInt8]], pairs: Bool) -> [StoreProblem] {
+    private static func compare(
+        _ table: String, _ stored: [[UInt8]], _ replayed: [[UInt8]], pairs: Bool, keys: KeyKind
+    ) -> [StoreProblem] {
         func rows(_ flat: [[UInt8]]) -> [[UInt8]: [UInt8]] {
             var rows: [[UInt8]: [UInt8]] = [:]
             var index = 0
@@ -227,7 +241,7 @@ extension Store {
         let want = rows(replayed)
         var problems: [StoreProblem] = []
         for key in Set(have.keys).union(want.keys).sorted(by: { $0.lexicographicallyPrecedes($1) }) {
-            let name = key.contains(0) ? "\(EntityKey.split(key).type)/\(EntityKey.split(key).id)" : text(key)
+            let name = Store.name(key, keys)
             switch (have[key], want[key]) {
             case (nil, _): problems.append(StoreProblem(table: table, message: "\(name) is missing; the log has it"))
             case (_, nil): problems.append(StoreProblem(table: table, message: "\(name) is there, but nothing in the log makes it"))
@@ -238,11 +252,22 @@ extension Store {
         return problems
     }
 
-    private static func text(_ bytes: [UInt8]?) -> String {
-        guard let bytes else { return "none" }
-        if bytes.count == 8, let number = bytes.withUnsafeBytes({ UInt64(bigEndianBytes: $0) }) { return "#\(number)" }
-        return "\"" + String(decoding: bytes, as: UTF8.self) + "\""
+    /// How a message names the row under `key`. A key that does not hold
+    /// what its table's keys hold (damage) is quoted as it is.
+    private static func name(_ key: [UInt8], _ kind: KeyKind) -> String {
+        switch kind {
+        case .entity where key.contains(0):
+            let (type, id) = EntityKey.split(key)
+            return "\(type)/\(id)"
+        case .offset:
+            if let offset = UInt64(bigEndianBytes: key) { return "#\(offset)" }
+        case .entity, .text:
+            break
+        }
+        return quoted(key)
     }
+
+    private static func quoted(_ bytes: [UInt8]) -> String { "\"" + String(decoding: bytes, as: UTF8.self) + "\"" }
 }
 
 extension Store {
