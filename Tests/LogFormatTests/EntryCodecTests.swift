@@ -133,6 +133,25 @@ import Testing
         #expect(error?.code == .depthExceeded && error?.position == 28, "\(String(describing: error))")
     }
 
+    /// A conflict carries two field sets, and the encoder bounds the depth
+    /// of both (`storage.md` section 9, "Depth"): resolved fields nested past
+    /// the limit are refused like server fields, so nothing is written that
+    /// the decoder then refuses as "nesting too deep".
+    @Test func aConflictsResolvedFieldsNestedPastTheLimitAreRefusedOnEncode() throws {
+        var value = Value.null
+        for _ in 0...Limits.valueDepthMax { value = .array([value]) }
+        for (server, resolved) in [(["v": value], [:]), ([:], ["v": value])] as [(Fields, Fields)] {
+            let entry = Entry(
+                offset: 1, timestamp: .init(rawValue: 1),
+                body: .conflict(
+                    Conflict(
+                        intentOffset: 1, entityType: "te", entityID: "te_1", serverVersion: 2, serverDeleted: false,
+                        serverFields: server, resolution: .merged, resolvedFields: resolved)))
+            let error = #expect(throws: FormatError.self) { try EntryCodec.encode(entry) }
+            #expect(error?.code == .depthExceeded && error?.position == 28, "\(String(describing: error))")
+        }
+    }
+
     @Test func valueEqualityIsBitwise() {
         #expect(Value.double(.nan) == Value.double(.nan))
         #expect(Value.double(0.0) != Value.double(-0.0))
