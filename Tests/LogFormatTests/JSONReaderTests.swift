@@ -43,6 +43,17 @@ import Testing
         #expect(throws: JSONReadError.self) { try read(deep) }
     }
 
+    /// A literal may end the text: `true`, `false` and `null` are whole JSON
+    /// texts (RFC 8259), read up to the last byte and no further; cut short,
+    /// they are refused.
+    @Test func literalsThatEndTheTextAreRead() throws {
+        for (text, value) in [("true", JSONValue.bool(true)), ("false", .bool(false)), ("null", .null)] {
+            #expect(try read(text) == value, "\(text)")
+            #expect(try read("[" + text + "]") == .array([value]), "[\(text)]")
+            #expect(throws: JSONReadError.self, "\(text.dropLast())") { try read(String(text.dropLast())) }
+        }
+    }
+
     /// Small objects scan for a repeated name, larger ones use a set: both
     /// refuse it, wherever it stands.
     @Test func repeatedNamesAreRefusedInObjectsOfAnySize() throws {
