@@ -123,6 +123,17 @@ import Testing
         #expect("\(String(describing: error))".contains("changes[0].idempotency_key"), "\(String(describing: error))")
     }
 
+    /// A `force_resync` answer carries the empty cursor, which the client
+    /// ignores (`Format/sync-protocol.md` section 8, "force_resync"): it is
+    /// read, while an empty cursor in any other page is refused, naming it.
+    @Test func aForcedResyncsEmptyCursorIsReadAndAnyOtherPagesIsRefused() throws {
+        let resync = Array(#"{"changes": [], "cursor": "", "has_more": true, "force_resync": true}"#.utf8)
+        #expect(try PullResponse.decode(json: resync) == PullResponse(changes: [], cursor: "", hasMore: true, forceResync: true))
+        let page = Array(#"{"changes": [], "cursor": "", "has_more": true, "force_resync": false}"#.utf8)
+        let error = #expect(throws: WireDecodingError.self) { try PullResponse.decode(json: page) }
+        #expect(error?.path == "cursor", "\(String(describing: error))")
+    }
+
     /// A pulled change the store would refuse to apply is a body the
     /// protocol does not define (section 8), refused by the reader with the
     /// member's path: version 0, a delete carrying fields, a type, id or
