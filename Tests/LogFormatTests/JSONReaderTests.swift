@@ -134,6 +134,21 @@ import Testing
         #expect(error?.path == "cursor", "\(String(describing: error))")
     }
 
+    /// A CONFLICT for a create ahead of an entity that never existed carries
+    /// `server_state` with `server_version` 0 (`Format/sync-protocol.md`
+    /// section 7, "Response"): it is read; a negative one is refused, naming it.
+    @Test func aConflictsServerStateAtVersion0IsReadAndANegativeOneIsRefused() throws {
+        func answer(_ version: String) -> [UInt8] {
+            Array(
+                (#"{"results": [{"idempotency_key": "k", "status": "rejected", "error_code": "CONFLICT", "error_message": "m", "#
+                    + #""server_state": {"server_version": \#(version), "deleted": true, "data": {}}}]}"#).utf8)
+        }
+        let state = try PushResponse.decode(json: answer("0")).results.first?.serverState
+        #expect(state == ServerState(serverVersion: 0, deleted: true, data: [:]))
+        let error = #expect(throws: WireDecodingError.self) { try PushResponse.decode(json: answer("-1")) }
+        #expect(error?.path == "results[0].server_state.server_version", "\(String(describing: error))")
+    }
+
     /// A pulled change the store would refuse to apply is a body the
     /// protocol does not define (section 8), refused by the reader with the
     /// member's path: version 0, a delete carrying fields, a type, id or
