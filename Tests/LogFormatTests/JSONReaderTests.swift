@@ -34,6 +34,19 @@ import Testing
         #expect(throws: JSONReadError.self) { try JSONReader.parse([0x22, 0xFF, 0x22]) }
     }
 
+    /// RFC 8259 section 7: U+0000 to U+001F must be escaped inside a string.
+    /// Each one raw is refused wherever it stands, before or after an
+    /// escape (the reader takes another path once it has met one).
+    @Test func everyRawControlCharacterInAStringIsRefusedBeforeAndAfterAnEscape() throws {
+        for byte in UInt8(0)..<0x20 {
+            for (before, after) in [("a", "b"), (#"\n"#, "b"), ("a", #"\t"#)] {
+                let text = [0x22] + Array(before.utf8) + [byte] + Array(after.utf8) + [0x22]
+                #expect(throws: JSONReadError.self, "byte \(byte) after \(before)") { try JSONReader.parse(text) }
+            }
+        }
+        #expect(try read(#""\n\u001f""#) == .string("\n\u{1F}"))
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
