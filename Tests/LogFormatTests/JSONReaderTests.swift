@@ -47,6 +47,19 @@ import Testing
         #expect(try read(#""\n\u001f""#) == .string("\n\u{1F}"))
     }
 
+    /// A body is JSON in UTF-8 (`Format/sync-protocol.md` section 2,
+    /// "Bodies"): a string whose bytes are not well-formed UTF-8 is refused,
+    /// not read with replacement characters, before an escape or after one.
+    @Test func aStringThatIsNotUTF8IsRefusedBeforeAndAfterAnEscape() throws {
+        for bad: [UInt8] in [[0xFF], [0x80], [0xC3], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80]] {
+            for (before, after) in [("a", "b"), (#"\n"#, "b"), ("a", #"\t"#)] {
+                let text = [0x22] + Array(before.utf8) + bad + Array(after.utf8) + [0x22]
+                #expect(throws: JSONReadError.self, "\(bad) after \(before)") { try JSONReader.parse(text) }
+            }
+        }
+        #expect(try JSONReader.parse([0x22, 0x5C, 0x6E, 0xC3, 0xA9, 0x22]) == .string("\né"))
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
