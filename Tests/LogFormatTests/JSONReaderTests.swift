@@ -60,6 +60,17 @@ import Testing
         #expect(try JSONReader.parse([0x22, 0x5C, 0x6E, 0xC3, 0xA9, 0x22]) == .string("\né"))
     }
 
+    /// A text cut anywhere inside a surrogate pair's escapes is refused as
+    /// an error, without reading past its last byte (the reader looks ahead
+    /// for the low half's `\u`).
+    @Test func aTextCutInsideASurrogatePairIsRefused() throws {
+        let pair = Array(#""\ud83d\ude00""#.utf8)
+        #expect(try JSONReader.parse(pair) == .string("😀"))
+        for count in 1..<pair.count {
+            #expect(throws: JSONReadError.self, "\(count) bytes") { try JSONReader.parse(pair[..<count]) }
+        }
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
