@@ -71,6 +71,16 @@ import Testing
         }
     }
 
+    /// Every escape RFC 8259 section 7 defines reads as its character, and
+    /// the four hex digits of `\u` are case-insensitive, each of `a` to `f`
+    /// and `A` to `F`.
+    @Test func everyEscapeReadsAsItsCharacterAndHexDigitsInEitherCase() throws {
+        #expect(try read(#""\b\f\r\n\t\"\\\/""#) == .string("\u{8}\u{C}\r\n\t\"\\/"))
+        #expect(try read(#""\u00AB\u00CD\u00EF\u00ab\u00cd\u00ef""#) == .string("\u{AB}\u{CD}\u{EF}\u{AB}\u{CD}\u{EF}"))
+        #expect(try read(#""\uD83D\uDE00\uDBFF\uDFFF""#) == .string("\u{1F600}\u{10FFFF}"))
+        #expect(try read(#""\u0009\u001F\u0041""#) == .string("\t\u{1F}A"))
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
