@@ -81,6 +81,20 @@ import Testing
         #expect(try read(#""\u0009\u001F\u0041""#) == .string("\t\u{1F}A"))
     }
 
+    /// RFC 8259 section 2: space, tab, line feed and carriage return are
+    /// whitespace around any value and structural character (a body written
+    /// with CRLF line ends reads); other bytes, such as form feed, are not.
+    @Test func theFourWhitespaceBytesAreSkippedEverywhereAndNoOthers() throws {
+        for space in [" ", "\t", "\n", "\r", "\r\n"] {
+            let text = [space, "{", "\"a\"", ":", "[", "1", ",", "null", "]", "}", space].joined(separator: space)
+            #expect(try read(text) == .object([("a", .array([.int(1), .null]))]), "\(Array(space.utf8))")
+        }
+        for other in ["\u{C}", "\u{B}", "\u{A0}"] {
+            #expect(throws: JSONReadError.self, "\(Array(other.utf8))") { try read(other + "1") }
+            #expect(throws: JSONReadError.self, "\(Array(other.utf8))") { try read("[1" + other + "]") }
+        }
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
