@@ -195,6 +195,22 @@ import Testing
         #expect(error?.path == "cursor", "\(String(describing: error))")
     }
 
+    /// Objects count toward the depth as arrays do (`Format/sync-protocol.md`
+    /// section 4, "Reading"): 32 nested objects are read, a 33rd, at depth
+    /// 32, is refused, naming its path.
+    @Test func objectsNestedPastValueDepthMaxAreRefusedAtTheFirstTooDeep() throws {
+        func nested(_ depth: Int) -> String {
+            (0..<depth).reduce("null") { inner, _ in #"{"k": \#(inner)}"# }
+        }
+        let deepest = try Fields(json: read(#"{"n": \#(nested(Limits.valueDepthMax))}"#))
+        var value = Value.null
+        for _ in 0..<Limits.valueDepthMax { value = .object(["k": value]) }
+        #expect(deepest == ["n": value])
+        #expect { try Fields(json: read(#"{"n": \#(nested(Limits.valueDepthMax + 1))}"#)) } throws: {
+            ($0 as? WireDecodingError)?.path == "n" + String(repeating: ".k", count: Limits.valueDepthMax)
+        }
+    }
+
     /// A CONFLICT for a create ahead of an entity that never existed carries
     /// `server_state` with `server_version` 0 (`Format/sync-protocol.md`
     /// section 7, "Response"): it is read; a negative one is refused, naming it.
