@@ -152,6 +152,19 @@ import Testing
         }
     }
 
+    /// `count(ofEntryAt:)` is the header's 28 bytes plus its body length
+    /// (`storage.md` section 5) when the bytes hold that many, exactly or
+    /// with more after them; nil when they hold fewer.
+    @Test func anEntrysCountIsItsHeaderPlusBodyLengthWhenTheBytesHoldIt() throws {
+        let bytes = try EntryCodec.encode(Entry(offset: 3, timestamp: .init(rawValue: 1), body: .resync(reason: "why")))
+        func count(_ bytes: [UInt8]) -> Int? { bytes.withUnsafeBytes { EntryCodec.count(ofEntryAt: $0) } }
+        #expect(count(bytes) == bytes.count)
+        #expect(count(bytes + [9, 9, 9]) == bytes.count)
+        #expect(count(Array(bytes.dropLast())) == nil)
+        #expect(count(Array(bytes.prefix(EntryCodec.headerBytes - 1))) == nil)
+        #expect(count([]) == nil)
+    }
+
     @Test func valueEqualityIsBitwise() {
         #expect(Value.double(.nan) == Value.double(.nan))
         #expect(Value.double(0.0) != Value.double(-0.0))
