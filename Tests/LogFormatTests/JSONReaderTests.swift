@@ -195,6 +195,18 @@ import Testing
         #expect(error?.path == "cursor", "\(String(describing: error))")
     }
 
+    /// An operation is an object (`Format/sync-protocol.md` section 7,
+    /// "Request"); any other JSON value is refused as not an object, naming
+    /// the operation itself, not a member it lacks.
+    @Test func anOperationThatIsNotAnObjectIsRefusedNamingTheOperation() throws {
+        for text in ["null", "1", #""create""#, "[]", #"[{"intent": "create"}]"#, "true"] {
+            let error = #expect(throws: WireDecodingError.self, "\(text)") {
+                try PushOperation(json: read(text), path: "operations[2]")
+            }
+            #expect(error == WireDecodingError("operations[2]", "is not an object"), "\(text): \(String(describing: error))")
+        }
+    }
+
     /// Objects count toward the depth as arrays do (`Format/sync-protocol.md`
     /// section 4, "Reading"): 32 nested objects are read, a 33rd, at depth
     /// 32, is refused, naming its path.
