@@ -195,6 +195,28 @@ import Testing
         #expect(error?.path == "cursor", "\(String(describing: error))")
     }
 
+    /// `server_version` is present for applied and duplicate results,
+    /// `error_code` for rejected ones (`Format/sync-protocol.md` section 7,
+    /// "Response"): a result without the member its status needs is
+    /// refused, naming that member.
+    @Test func aPushResultWithoutTheMemberItsStatusNeedsIsRefused() throws {
+        func answer(_ status: String, _ members: String) -> [UInt8] {
+            Array(#"{"results": [{"idempotency_key": "k", "status": "\#(status)"\#(members)}]}"#.utf8)
+        }
+        for status in ["applied", "duplicate"] {
+            #expect(try PushResponse.decode(json: answer(status, #", "server_version": 4"#)).results.first?.serverVersion == 4)
+            for members in ["", #", "server_version": null"#, #", "server_version": -1"#, #", "server_version": "4""#] {
+                let error = #expect(throws: WireDecodingError.self, "\(status)\(members)") {
+                    try PushResponse.decode(json: answer(status, members))
+                }
+                #expect(error?.path == "results[0].server_version", "\(status)\(members): \(String(describing: error))")
+            }
+        }
+        #expect(try PushResponse.decode(json: answer("rejected", #", "error_code": "CONFLICT""#)).results.first?.errorCode == .conflict)
+        let error = #expect(throws: WireDecodingError.self) { try PushResponse.decode(json: answer("rejected", "")) }
+        #expect(error?.path == "results[0].error_code", "\(String(describing: error))")
+    }
+
     /// An operation is an object (`Format/sync-protocol.md` section 7,
     /// "Request"); any other JSON value is refused as not an object, naming
     /// the operation itself, not a member it lacks.
