@@ -245,6 +245,25 @@ import Testing
         }
     }
 
+    /// A page's cursor is 1 to `cursorBytesMax` (1024) bytes, each from `!`
+    /// to `~` (`Format/sync-protocol.md` section 8, "Cursors"): one at the
+    /// bound and every allowed byte are read; one byte more, a space or DEL
+    /// are refused, naming the cursor.
+    @Test func aPagesCursorIs1To1024PrintableASCIIBytes() throws {
+        func page(_ cursor: String) -> [UInt8] {
+            Array(#"{"changes": [], "cursor": "\#(cursor)", "has_more": false, "force_resync": false}"#.utf8)
+        }
+        let printable = String(decoding: (UInt8(0x21)...0x7E).filter { $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }, as: UTF8.self)
+        for cursor in [String(repeating: "c", count: Wire.cursorBytesMax), printable, "!", "~"] {
+            #expect(try PullResponse.decode(json: page(cursor)).cursor == cursor, "\(cursor.utf8.count) bytes")
+        }
+        #expect(try PullResponse.decode(json: page(#"\"\\"#)).cursor == #""\"#)
+        for cursor in [String(repeating: "c", count: Wire.cursorBytesMax + 1), "a b", "a\u{7F}", "é", ""] {
+            let error = #expect(throws: WireDecodingError.self, "\(cursor.utf8.count) bytes") { try PullResponse.decode(json: page(cursor)) }
+            #expect(error?.path == "cursor", "\(String(describing: error))")
+        }
+    }
+
     /// A CONFLICT for a create ahead of an entity that never existed carries
     /// `server_state` with `server_version` 0 (`Format/sync-protocol.md`
     /// section 7, "Response"): it is read; a negative one is refused, naming it.
