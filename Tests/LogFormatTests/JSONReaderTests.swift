@@ -95,6 +95,22 @@ import Testing
         }
     }
 
+    /// Arrays and objects nest at most `depthMax` (64) deep, counted alike:
+    /// 64 of either kind, or mixed, are read; one more of either is refused.
+    @Test func objectsAndArraysNestUpToDepthMaxAndNoDeeper() throws {
+        let kinds: [(open: String, close: String)] = [(#"{"k": "#, "}"), ("[", "]")]
+        for first in 0..<2 {
+            for mixed in [false, true] {
+                func text(_ depth: Int) -> String {
+                    let levels = (0..<depth).map { kinds[mixed ? ($0 + first) % 2 : first] }
+                    return levels.map(\.open).joined() + "null" + levels.reversed().map(\.close).joined()
+                }
+                #expect(throws: Never.self, "\(first) \(mixed)") { try read(text(JSONReader.depthMax)) }
+                #expect(throws: JSONReadError.self, "\(first) \(mixed)") { try read(text(JSONReader.depthMax + 1)) }
+            }
+        }
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
