@@ -111,6 +111,25 @@ import Testing
         }
     }
 
+    /// A value nested past `depthMax` that is kept as unreadable (so a push
+    /// can reject only its operation) still has its syntax checked: a member
+    /// without a name, a missing colon or comma, or a wrong closer is refused
+    /// as the whole text, as it is at any other depth.
+    @Test func aTooDeepValueKeptAsUnreadableHasItsSyntaxChecked() throws {
+        func text(_ inner: String) -> [UInt8] {
+            Array((String(repeating: "[", count: JSONReader.depthMax) + inner + String(repeating: "]", count: JSONReader.depthMax)).utf8)
+        }
+        var kept = try JSONReader.parse(text(#"{"a": 1, "b": [2, {}], "c": {"d": []}}"#), keepingUnreadableValues: true)
+        for _ in 0..<JSONReader.depthMax {
+            guard case .array(let elements) = kept, elements.count == 1 else { break }
+            kept = elements[0]
+        }
+        #expect(kept == .unreadable("nested deeper than \(JSONReader.depthMax)"))
+        for bad in [#"{"a": 1, 2}"#, #"{"a" 1}"#, #"{"a": 1 "b": 2}"#, "[1 2]", "[1, 2}", #"{"a": [}"#, "{1: 2}", "[1,]"] {
+            #expect(throws: JSONReadError.self, "\(bad)") { try JSONReader.parse(text(bad), keepingUnreadableValues: true) }
+        }
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
