@@ -130,6 +130,15 @@ import Testing
         }
     }
 
+    /// A number outside binary64 (`1e400`, section 4 point 2) is refused at
+    /// the byte where the number starts, so the error points at it.
+    @Test func aNumberOutsideBinary64IsRefusedAtItsFirstByte() throws {
+        for (text, position) in [("1e400", 0), ("-1e400", 0), (#"{"n": 1e400}"#, 6), ("[1, -2e999]", 4)] {
+            let error = #expect(throws: JSONReadError.self, "\(text)") { try read(text) }
+            #expect(error?.position == position, "\(text): \(String(describing: error))")
+        }
+    }
+
     @Test func structureIsStrict() throws {
         #expect(try read(#" { "a" : [1, {"b": null}] , "c": true } "#) == .object([("a", .array([.int(1), .object([("b", .null)])])), ("c", .bool(true))]))
         for bad in ["", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1,\"a\":2}", "[1] [2]", "tru", "nul"] {
