@@ -205,4 +205,23 @@ import Testing
             #expect(try Fields(json: JSONReader.parse(writer.bytes)) == fields)
         }
     }
+
+    /// `Format/limits.md`: entity types are 1 to 64 bytes, entity ids and
+    /// idempotency keys 1 to 256, in UTF-8: each at its limit is allowed,
+    /// one byte more or empty is refused.
+    @Test func namesAreAllowedUpToTheirLimitInBytesAndNotPastIt() {
+        let type = "t" + String(repeating: "a", count: Limits.entityTypeBytesMax - 1)
+        #expect(NameRules.entityTypeProblem(type) == nil)
+        #expect(NameRules.entityTypeProblem(type + "a") != nil)
+        #expect(NameRules.entityTypeProblem("") != nil)
+        // "é" is two bytes: the limits count bytes, not characters.
+        let id = String(repeating: "\u{E9}", count: Limits.entityIDBytesMax / 2)
+        #expect(NameRules.entityIDProblem(id) == nil)
+        #expect(NameRules.entityIDProblem(id + "x") != nil)
+        #expect(NameRules.entityIDProblem("") != nil)
+        let key = String(repeating: "k", count: Limits.idempotencyKeyBytesMax)
+        #expect(NameRules.idempotencyKeyProblem(key) == nil)
+        #expect(NameRules.idempotencyKeyProblem(key + "k") != nil)
+        #expect(NameRules.idempotencyKeyProblem("") != nil)
+    }
 }
