@@ -308,6 +308,18 @@ import Testing
         }
     }
 
+    /// A pull's `limit` (`Format/sync-protocol.md` section 8, "Request") and
+    /// a `Retry-After` in seconds are ASCII digits only: not empty, no sign,
+    /// space or fraction.
+    @Test func digitsOnlyMeansOneOrMoreASCIIDigitsAndNothingElse() {
+        for text in ["0", "7", "100", "0123456789", "99999999999999999999999"] {
+            #expect(Wire.isDigits(text), "\(text)")
+        }
+        for text in ["", "-1", "+5", "2.0", " 5", "5 ", "ten", "1e3", "\u{0663}"] {
+            #expect(!Wire.isDigits(text), "\(text)")
+        }
+    }
+
     /// A CONFLICT for a create ahead of an entity that never existed carries
     /// `server_state` with `server_version` 0 (`Format/sync-protocol.md`
     /// section 7, "Response"): it is read; a negative one is refused, naming it.
