@@ -168,20 +168,19 @@ extension PushResult {
     init(json: JSONValue, path: String) throws {
         let statusText = try json.string("status", path)
         guard let status = Status(rawValue: statusText) else { throw WireDecodingError("\(path).status", "is \(statusText)") }
-        var version: UInt64?
-        if case .int(let value)? = json["server_version"], value >= 0 { version = UInt64(value) }
+        let version = json.version("server_version")
         var code: WireErrorCode?
         if case .string(let text)? = json["error_code"] { code = WireErrorCode(rawValue: text) }
         var message: String?
         if case .string(let text)? = json["error_message"] { message = text }
         var state: ServerState?
         if let value = json["server_state"], value != .null {
-            guard case .int(let stateVersion)? = value["server_version"], stateVersion >= 0 else {
+            guard let stateVersion = value.version("server_version") else {
                 throw WireDecodingError("\(path).server_state.server_version", "is missing or not a version")
             }
             guard let data = value["data"] else { throw WireDecodingError("\(path).server_state.data", "is missing") }
             state = ServerState(
-                serverVersion: UInt64(stateVersion), deleted: try value.bool("deleted", "\(path).server_state"),
+                serverVersion: stateVersion, deleted: try value.bool("deleted", "\(path).server_state"),
                 data: try Fields(json: data, path: "\(path).server_state.data"))
         }
         switch status {
@@ -216,7 +215,7 @@ extension PullChange {
             throw WireDecodingError("\(path).data", "holds \(fields.count) field(s) in a delete, whose data is null")
         }
         // Versions start at 1 (section 7, "Versions").
-        guard case .int(let version)? = json["server_version"], version >= 1 else {
+        guard let version = json.version("server_version"), version >= 1 else {
             throw WireDecodingError("\(path).server_version", "is missing or not a version (1 or more)")
         }
         // Absent (or null) when the server does not say; another value is
@@ -224,7 +223,7 @@ extension PullChange {
         var idempotencyKey: String?
         if let value = json["idempotency_key"], value != .null { idempotencyKey = try json.string("idempotency_key", path) }
         self.init(
-            entityType: entityType, entityID: entityID, operation: kind, data: data, serverVersion: UInt64(version),
+            entityType: entityType, entityID: entityID, operation: kind, data: data, serverVersion: version,
             updatedAt: try json.string("updated_at", path),
             idempotencyKey: idempotencyKey)
     }
@@ -243,17 +242,13 @@ extension PushOperation {
         }
         var data: Fields?
         if let value = json["data"], value != .null { data = try Fields(json: value, path: path.isEmpty ? "data" : "\(path).data") }
-        // By value, as every number (section 4): `-0` and `-0.0` are 0 too.
-        let base: Int64
-        switch json["base_version"] {
-        case .int(let value)? where value >= 0: base = value
-        case .negativeZero?: base = 0
-        default: throw WireDecodingError(path.isEmpty ? "base_version" : "\(path).base_version", "is missing or not a version")
+        guard let base = json.version("base_version") else {
+            throw WireDecodingError(path.isEmpty ? "base_version" : "\(path).base_version", "is missing or not a version")
         }
         self.init(
             idempotencyKey: try json.string("idempotency_key", path), entityType: try json.string("entity_type", path),
             entityID: try json.string("entity_id", path), intent: intent, data: data,
-            clientTimestamp: try json.string("client_timestamp", path), baseVersion: UInt64(base))
+            clientTimestamp: try json.string("client_timestamp", path), baseVersion: base)
     }
 }
 
@@ -266,6 +261,17 @@ extension JSONValue {
     func bool(_ name: String, _ path: String = "") throws(WireDecodingError) -> Bool {
         guard case .bool(let flag)? = self[name] else { throw WireDecodingError(join(path, name), "is missing or not a boolean") }
         return flag
+    }
+
+    /// The member `name` as a version, read by value as every number is
+    /// (section 4): a whole number from 0 to 2^63 - 1, `-0` and `-0.0`
+    /// included; nil when it is absent or anything else.
+    func version(_ name: String) -> UInt64? {
+        switch self[name] {
+        case .int(let value)? where value >= 0: UInt64(value)
+        case .negativeZero?: 0
+        default: nil
+        }
     }
 
     private func join(_ path: String, _ name: String) -> String { path.isEmpty ? name : "\(path).\(name)" }

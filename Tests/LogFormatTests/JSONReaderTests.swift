@@ -335,6 +335,35 @@ import Testing
         #expect(error?.path == "results[0].server_state.server_version", "\(String(describing: error))")
     }
 
+    /// Versions are read by value, as every number (`Format/sync-protocol.md`
+    /// section 4): `-0`, `-0.0` and `4.0` are the versions 0, 0 and 4 in a
+    /// result and its server state, as in an operation's `base_version`. A
+    /// pulled change's version starts at 1, so `-0` is refused there.
+    @Test func versionsAreReadByValueWhereverTheyStand() throws {
+        func result(_ version: String, state: String) -> [UInt8] {
+            Array(
+                (#"{"results": [{"idempotency_key": "k", "status": "duplicate", "server_version": \#(version), "#
+                    + #""server_state": {"server_version": \#(state), "deleted": true, "data": {}}}]}"#).utf8)
+        }
+        for (written, value) in [("-0", UInt64(0)), ("-0.0", 0), ("4.0", 4), ("4", 4)] {
+            let read = try #require(try PushResponse.decode(json: result(written, state: written)).results.first, "\(written)")
+            #expect(read.serverVersion == value && read.serverState?.serverVersion == value, "\(written): \(read)")
+            let operation = try PushOperation(
+                json: self.read(
+                    #"{"idempotency_key": "k", "entity_type": "t", "entity_id": "i", "intent": "delete", "#
+                        + #""client_timestamp": "2026-11-25T12:00:00.000000Z", "base_version": \#(written)}"#))
+            #expect(operation.baseVersion == value, "\(written)")
+        }
+        func change(_ version: String) -> [UInt8] {
+            Array(
+                (#"{"changes": [{"entity_type": "t", "entity_id": "i", "operation": "delete", "server_version": \#(version), "#
+                    + #""updated_at": "2026-11-25T12:00:00.000000Z"}], "cursor": "c", "has_more": false, "force_resync": false}"#).utf8)
+        }
+        #expect(try PullResponse.decode(json: change("1.0")).changes.first?.serverVersion == 1)
+        let error = #expect(throws: WireDecodingError.self) { try PullResponse.decode(json: change("-0")) }
+        #expect(error?.path == "changes[0].server_version", "\(String(describing: error))")
+    }
+
     /// A pulled change the store would refuse to apply is a body the
     /// protocol does not define (section 8), refused by the reader with the
     /// member's path: version 0, a delete carrying fields, a type, id or
