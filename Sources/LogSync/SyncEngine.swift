@@ -570,7 +570,8 @@ public actor SyncEngine {
             // The run that failed here waits at least for them (`finish`).
             // Not for an intent retried for its own answer: a run that then
             // fails (a pull's network error) would wait for its long retry.
-            retryScheduledAt = min(retryScheduledAt ?? earliest, earliest)
+            // Set once: this failure ends the run.
+            retryScheduledAt = earliest
             return .stop(rateLimited ?? .failed("push: \(error.message)"))
         case .failAll:
             try await store.markFailed(offsets: batch.map(\.offset), error: "push: \(error.message)")
