@@ -603,9 +603,7 @@ extension RebuildTests {
         #expect(try store.derivedTables() == tables)
         #expect(try store.outbox().map(\.offset) == [2, 5])
     }
-}
 
-extension RebuildTests {
     /// storage.md section 15, Replay: the next open resumes a rebuild only
     /// when `rebuild-watermark` is at most the last offset; one that is
     /// absent or does not decode is no such offset, so the rebuild starts
@@ -634,9 +632,7 @@ extension RebuildTests {
         #expect(try fixture.store.get(type: "te", id: "ghost") == nil)
         #expect(try fixture.store.derivedTables() == tables)
     }
-}
 
-extension RebuildTests {
     /// storage.md section 15, Replay: a rebuild starts by deleting
     /// `rebuild-cursor`. One started over on open (here, after a rebuild of
     /// another version) must not end with the pull cursor the rebuild

@@ -723,9 +723,7 @@ extension StoreIntegrityTests {
         let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
         #expect(report.problems == [StoreProblem(table: "entities", message: "te/a differs from what the log makes")], "\(report.problems)")
     }
-}
 
-extension StoreIntegrityTests {
     /// storage.md section 15, Replay: `verifyProjections` compares `cursor`
     /// with the replay's. A cursor the log does not give is reported, as
     /// text, whatever its length (one of 8 bytes was named as an offset).
@@ -740,9 +738,7 @@ extension StoreIntegrityTests {
         let problems = try await store.verifyProjections(scratchDirectory: scratch.path)
         #expect(problems == [StoreProblem(table: "meta", message: "cursor is \"stray-01\", the log says none")], "\(problems)")
     }
-}
 
-extension StoreIntegrityTests {
     /// storage.md section 15, Replay: `verify` compares the `outbox` keys
     /// alone (replay writes every value in its first state). A row nothing
     /// in the log makes, between two the log makes, is one problem, that

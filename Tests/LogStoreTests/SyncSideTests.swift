@@ -623,9 +623,7 @@ extension SyncSideTests {
         #expect(try store.pushBatch(limit: 0, now: 0).isEmpty)
         #expect(try store.pushBatch(limit: 1, now: 0).count == 1)
     }
-}
 
-extension SyncSideTests {
     /// `outboxSummary().oldestPendingWrittenAt` is when the oldest pending
     /// intent was written, the first `pending` row in log order, not the
     /// last one; a failed intent before it counts for `oldestWrittenAt`
