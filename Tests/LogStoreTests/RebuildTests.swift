@@ -324,6 +324,15 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
 
 /// The rows of every derived database of both sets, and the rebuild's
 /// `meta` keys, of the closed store at `path`, read with LMDB alone.
+/// Writes into the `meta` database of the closed store at `path` as a
+/// crash, damage or other software would have left it.
+private func writeMeta(_ path: String, _ write: (borrowing Transaction, Database) throws -> Void) throws {
+    let environment = try Environment(path: path)
+    defer { environment.close() }
+    let meta = try #require(try environment.openDatabase("meta", create: false))
+    try environment.write { txn in try write(txn, meta) }
+}
+
 private func rawDerivedState(_ path: String) throws -> (rows: [String: Int], meta: [String: [UInt8]]) {
     let environment = try Environment(path: path)
     defer { environment.close() }
@@ -525,14 +534,9 @@ extension RebuildTests {
         var fixture = try StoreFixture("projection-version-\(shape.replacingOccurrences(of: " ", with: "-"))")
         let id = try await fixture.store.create(type: "te", fields: ["a": 1])
         fixture.store.close()
-        do {
-            let environment = try Environment(path: fixture.directory.path)
-            defer { environment.close() }
-            let meta = try #require(try environment.openDatabase("meta", create: false))
-            try environment.write { txn in
-                let key = Array("projection-version".utf8)
-                if let version { try txn.put(meta, key: key, value: version) } else { _ = try txn.delete(meta, key: key) }
-            }
+        try writeMeta(fixture.directory.path) { txn, meta in
+            let key = Array("projection-version".utf8)
+            if let version { try txn.put(meta, key: key, value: version) } else { _ = try txn.delete(meta, key: key) }
         }
         let refused = #expect(throws: LogStoreError.self, "\(shape)") { try Store(path: fixture.directory.path, options: .inspecting) }
         #expect(refused?.code == .projectionsStale, "\(shape): \(String(describing: refused))")
@@ -615,17 +619,11 @@ extension RebuildTests {
         for n in 0..<3 { try await fixture.store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
         let tables = try fixture.store.derivedTables()
         fixture.store.close()
-        do {
-            let environment = try Environment(path: fixture.directory.path)
-            defer { environment.close() }
-            let meta = try #require(try environment.openDatabase("meta", create: false))
-            let entities = try #require(try environment.openDatabase("entities.1", create: true))
-            try environment.write { txn in
-                // A row no replay makes: it must not survive.
-                try txn.put(entities, key: Array("te".utf8) + [0] + Array("ghost".utf8), value: [0])
-                try txn.put(meta, key: Array("rebuild-version".utf8), value: Store.projectionVersion.bigEndianBytes)
-                if watermark == "3 bytes" { try txn.put(meta, key: Array("rebuild-watermark".utf8), value: [0, 0, 1]) }
-            }
+        // A row no replay makes: it must not survive.
+        try putRaw(fixture.directory.path, database: "entities.1", key: Array("te".utf8) + [0] + Array("ghost".utf8), value: [0], create: true)
+        try writeMeta(fixture.directory.path) { txn, meta in
+            try txn.put(meta, key: Array("rebuild-version".utf8), value: Store.projectionVersion.bigEndianBytes)
+            if watermark == "3 bytes" { try txn.put(meta, key: Array("rebuild-watermark".utf8), value: [0, 0, 1]) }
         }
         try fixture.reopen()
         #expect(try fixture.store.rebuildWatermark() == nil)
@@ -643,15 +641,10 @@ extension RebuildTests {
         let tables = try fixture.store.derivedTables()
         #expect(tables.cursor == nil)
         fixture.store.close()
-        do {
-            let environment = try Environment(path: fixture.directory.path)
-            defer { environment.close() }
-            let meta = try #require(try environment.openDatabase("meta", create: false))
-            try environment.write { txn in
-                try txn.put(meta, key: Array("rebuild-version".utf8), value: UInt32(99).bigEndianBytes)
-                try txn.put(meta, key: Array("rebuild-watermark".utf8), value: UInt64(1).bigEndianBytes)
-                try txn.put(meta, key: Array("rebuild-cursor".utf8), value: Array("stale".utf8))
-            }
+        try writeMeta(fixture.directory.path) { txn, meta in
+            try txn.put(meta, key: Array("rebuild-version".utf8), value: UInt32(99).bigEndianBytes)
+            try txn.put(meta, key: Array("rebuild-watermark".utf8), value: UInt64(1).bigEndianBytes)
+            try txn.put(meta, key: Array("rebuild-cursor".utf8), value: Array("stale".utf8))
         }
         try fixture.reopen()
         #expect(try fixture.store.rebuildWatermark() == nil)
