@@ -304,24 +304,54 @@ import Testing
     /// An idempotency key far over its 256 bytes comes back whole in the
     /// result's `idempotency_key`; the message quotes its first 64 bytes
     /// (whole scalars) and "…", where it used to repeat all of it, doubling
-    /// the answer.
+    /// the answer. A key of 64 bytes is quoted whole, with no "…".
     @Test func aMessageQuotesTheStartOfAnOverlongKey() async throws {
         let server = try await TestServer("push-overlong-key")
         defer { Task { await server.stop() } }
         let long = String(repeating: "k", count: 100_000)
         let accented = String(repeating: "\u{E9}", count: 50_000)  // 2 bytes each
+        let whole = String(repeating: "w", count: 64)
         let first = String(decoding: try JSONEncoder().encode(operation(.create, "t1", ["n": 1], key: long)), as: UTF8.self)
-        let body = #"{"operations": [\#(first), {"idempotency_key": "\#(accented)", "intent": "explode"}]}"#
+        let body = #"""
+            {"operations": [\#(first), {"idempotency_key": "\#(accented)", "intent": "explode"}, {"idempotency_key": "\#(whole)", "intent": "explode"}]}
+            """#
         let reply = try await server.send("POST", "/v1/push", body: Data(body.utf8))
         let results = try reply.decode(PushResponse.self).results
-        #expect(results.map(\.idempotencyKey) == [long, accented])
-        #expect(results.map(\.errorCode) == [.validationError, .validationError])
-        for (result, quoted) in zip(results, [String(repeating: "k", count: 64), String(repeating: "\u{E9}", count: 32)]) {
+        #expect(results.map(\.idempotencyKey) == [long, accented, whole])
+        #expect(results.map(\.errorCode) == [.validationError, .validationError, .validationError])
+        for (result, quoted) in zip(results, [String(repeating: "k", count: 64) + "…", String(repeating: "\u{E9}", count: 32) + "…", whole + ":"]) {
             let message = try #require(result.errorMessage)
-            #expect(message.contains(quoted + "…"), "\(message.prefix(200))")
+            #expect(message.contains(quoted), "\(message.prefix(200))")
             #expect(message.utf8.count < 400, "\(message.utf8.count) bytes: \(message.prefix(200))")
         }
         #expect(reply.body.count < long.utf8.count + accented.utf8.count + 2_000)
+    }
+
+    /// Section 7: a delete carries no fields. Its `data` may be absent or
+    /// an empty object, which is applied as a delete; `data` holding fields
+    /// is refused, and `null` is refused for every intent.
+    @Test func aDeletesDataIsAbsentOrEmptyAndNullIsRefused() async throws {
+        let server = try await TestServer("push-delete-empty-data")
+        defer { Task { await server.stop() } }
+        let created = try await server.push([operation(.create, "t1", ["n": 1])]).decode(PushResponse.self)
+        #expect(created.results.map(\.status) == [.applied])
+        var empty = operation(.delete, "t1", base: 1)
+        empty.data = [:]
+        var full = operation(.delete, "t1", base: 1)
+        full.data = ["n": 1]
+        let deleted = try await server.push([full, empty]).decode(PushResponse.self)
+        #expect(deleted.results.map(\.status) == [.rejected, .applied], "\(deleted.results)")
+        #expect(deleted.results.first?.errorCode == .validationError)
+        #expect(try await server.pullAll().last?.operation == .delete)
+
+        func nullData(_ key: String, _ intent: String, base: Int) -> String {
+            #"{"idempotency_key": "\#(key)", "entity_type": "te", "entity_id": "t1", "intent": "\#(intent)", "data": null, "#
+                + #""client_timestamp": "2026-11-22T08:00:00.000000Z", "base_version": \#(base)}"#
+        }
+        let nulls = #"{"operations": [\#(nullData("n1", "create", base: 2)), \#(nullData("n2", "delete", base: 2))]}"#
+        let refused = try await server.send("POST", "/v1/push", body: Data(nulls.utf8)).decode(PushResponse.self)
+        #expect(refused.results.map(\.errorCode) == [.validationError, .validationError], "\(refused.results)")
+        #expect(refused.results.allSatisfy { $0.errorMessage?.contains("data is null") == true }, "\(refused.results)")
     }
 
     @Test func valuesRoundTripExactly() async throws {
