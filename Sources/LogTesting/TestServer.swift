@@ -164,7 +164,7 @@ public final class TestServer: Sendable {
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await session.data(for: request)
+        let (data, response) = try await session.dataIgnoringCancellation(for: request)
         guard let http = response as? HTTPURLResponse else { throw CocoaError(.fileReadUnknown) }
         var fields: [String: String] = [:]
         for (name, value) in http.allHeaderFields {
@@ -242,4 +242,26 @@ public struct TestServerError: Error, CustomStringConvertible {
     public let description: String
 
     init(_ description: String) { self.description = description }
+}
+
+extension URLSession {
+    /// `data(for:)`, but a cancellation of the caller's task does not
+    /// cancel the request: the caller waits for its answer. On Linux,
+    /// `data(for:)` cancelled as its answer comes can deadlock
+    /// (swift-corelibs-foundation issue 5412: the cancellation holds the
+    /// task's lock while it waits for the session's queue, which resumes
+    /// the task), and a test that failed with a request in flight, its
+    /// other requests cancelled, then hung instead of failing. A loopback
+    /// request ends soon.
+    public func dataIgnoringCancellation(for request: URLRequest) async throws -> (Data, URLResponse) {
+        try await withCheckedThrowingContinuation { continuation in
+            dataTask(with: request) { data, response, error in
+                if let data, let response {
+                    continuation.resume(returning: (data, response))
+                } else {
+                    continuation.resume(throwing: error ?? URLError(.badServerResponse))
+                }
+            }.resume()
+        }
+    }
 }

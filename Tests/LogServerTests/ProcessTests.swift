@@ -42,7 +42,7 @@ import Testing
         request.httpMethod = "POST"
         request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
         request.httpBody = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t1", ["n": 1], key: "k")]))
-        let (_, response) = try await URLSession.shared.data(for: request)
+        let (_, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
         #expect((response as? HTTPURLResponse)?.statusCode == 200)
 
         server.kill(signal)
@@ -101,7 +101,7 @@ import Testing
         for token in ["t1", "t2"] {
             var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/pull")!)
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
-            let (_, response) = try await URLSession.shared.data(for: request)
+            let (_, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
             #expect((response as? HTTPURLResponse)?.statusCode == 200, "\(token)")
         }
         server.kill()
@@ -314,7 +314,7 @@ extension SyncServerProcessTests {
                 request.httpMethod = "POST"
                 request.httpBody = body
             }
-            let (data, response) = try await URLSession.shared.data(for: request)
+            let (data, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
             return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
         }
         let push = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t1", ["n": 1], key: "k")]))
@@ -371,7 +371,7 @@ extension SyncServerProcessTests {
         request.httpMethod = "POST"
         request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
         request.httpBody = try JSONEncoder().encode(PushRequest(operations: operations))
-        let (data, response) = try await session.data(for: request)
+        let (data, response) = try await session.dataIgnoringCancellation(for: request)
         try #require((response as? HTTPURLResponse)?.statusCode == 200, "\(String(decoding: data, as: UTF8.self))")
         return try JSONDecoder().decode(PushResponse.self, from: data).results
     }
@@ -436,7 +436,7 @@ extension SyncServerProcessTests {
         for _ in 0..<10_000 {
             var request = URLRequest(url: URL(string: "http://127.0.0.1:\(again)/v1/pull?limit=1000\(cursor.map { "&cursor=\($0)" } ?? "")")!)
             request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
-            let page = try JSONDecoder().decode(PullResponse.self, from: try await session.data(for: request).0)
+            let page = try JSONDecoder().decode(PullResponse.self, from: try await session.dataIgnoringCancellation(for: request).0)
             for change in page.changes {
                 #expect(change.serverVersion == (versions[change.entityID] ?? 0) + 1, "\(change.entityID) \(change.serverVersion)")
                 versions[change.entityID] = change.serverVersion
@@ -513,7 +513,7 @@ extension SyncServerProcessTests {
             request.httpMethod = "POST"
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
             request.httpBody = try? JSONEncoder().encode(PushRequest(operations: [operation(.create, id, ["n": 1])]))
-            guard let (body, response) = try? await session.data(for: request) else { return nil }
+            guard let (body, response) = try? await session.dataIgnoringCancellation(for: request) else { return nil }
             return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: body, as: UTF8.self))
         }
         // Alice takes the last number, 2^32 - 1.
