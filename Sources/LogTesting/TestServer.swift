@@ -256,10 +256,12 @@ extension URLSession {
     public func dataIgnoringCancellation(for request: URLRequest) async throws -> (Data, URLResponse) {
         try await withCheckedThrowingContinuation { continuation in
             dataTask(with: request) { data, response, error in
-                if let data, let response {
-                    continuation.resume(returning: (data, response))
+                if let error {
+                    continuation.resume(throwing: error)
+                } else if let response {
+                    continuation.resume(returning: (data ?? Data(), response))
                 } else {
-                    continuation.resume(throwing: error ?? URLError(.badServerResponse))
+                    continuation.resume(throwing: URLError(.badServerResponse))
                 }
             }.resume()
         }
