@@ -591,7 +591,7 @@ import Testing
     @Test func anOperationRefusedAsTooLargeAloneIsMarkedFailed() async throws {
         let server = try await TestServer("too-large-alone")
         let inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
-        let a = try Replica("a", server: server, transport: PushesRefusedAsTooLarge(inner: inner))
+        let a = try Replica("a", server: server, transport: PushesOverACountRefused(inner: inner, countMax: 0))
         try await a.store.create(type: "doc", fields: ["n": 1])
         let report = await a.sync()
         guard case .failed = report.outcome else {
@@ -870,17 +870,6 @@ struct AfterPull: SyncTransport {
         await afterPull()
         return page
     }
-}
-
-/// Through `inner`, but every push is refused as too large (413).
-private struct PushesRefusedAsTooLarge: SyncTransport {
-    let inner: HTTPTransport
-
-    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
-    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
-        throw TransportError(.status(413, .payloadTooLarge), "push: HTTP 413")
-    }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
 }
 
 /// Through `inner`, but a push of more than `countMax` operations is

@@ -185,26 +185,13 @@ import Testing
     /// the breaker stays closed.
     @Test func anAnsweredPushResetsTheRateLimitCount() async throws {
         let server = try await TestServer("breaker-push-answered")
-        let a = try Replica("breaker-push", server: server, transport: RateLimitedPulls(server))
+        let a = try Replica("breaker-push", server: server, transport: FailingPulls(server, failure: TransportError(.status(429, .rateLimited), "HTTP 429")))
         for _ in 0..<2 { #expect(await a.sync().outcome == .failed("pull: HTTP 429")) }
         try await a.store.create(type: "task", fields: ["n": 1])
         let report = await a.sync()
         #expect(report.outcome == .failed("pull: HTTP 429") && report.acknowledged == 1, "\(report)")
         #expect(await a.engine.breakerOpenUntil == nil)
         await server.stop()
-    }
-}
-
-/// Through the real server, but every pull is answered 429.
-private struct RateLimitedPulls: SyncTransport {
-    let inner: HTTPTransport
-
-    init(_ server: TestServer) { inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback) }
-
-    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
-    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        throw TransportError(.status(429, .rateLimited), "HTTP 429")
     }
 }
 

@@ -490,17 +490,25 @@ import Testing
     }
 }
 
-/// Health and pushes through the real server; every pull fails with a 503
-/// and `retryAfterSeconds` (or, without one, a network error) until
-/// `recover()` (and again from `fail()`). Counts the pulls.
+/// Health and pushes through the real server; every pull fails with
+/// `failure` until `recover()` (and again from `fail()`). Counts the pulls.
 final class FailingPulls: SyncTransport {
     private let inner: HTTPTransport
-    private let retryAfterSeconds: Int?
+    private let failure: TransportError
     private let state = Mutex((failing: true, count: 0))
 
-    init(_ server: TestServer, retryAfterSeconds: Int?) {
+    init(_ server: TestServer, failure: TransportError) {
         inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
-        self.retryAfterSeconds = retryAfterSeconds
+        self.failure = failure
+    }
+
+    /// Pulls that fail with a 503 and `retryAfterSeconds`, or, without
+    /// one, with a network error.
+    convenience init(_ server: TestServer, retryAfterSeconds: Int?) {
+        let failure =
+            retryAfterSeconds.map { TransportError(.status(503, .serviceUnavailable), "pull: HTTP 503", retryAfterSeconds: $0) }
+            ?? TransportError(.network, "pull: connection reset")
+        self.init(server, failure: failure)
     }
 
     var count: Int { state.withLock { $0.count } }
@@ -517,8 +525,7 @@ final class FailingPulls: SyncTransport {
             return state.failing
         }
         guard failing else { return try await inner.pull(cursor: cursor, limit: limit) }
-        guard let retryAfterSeconds else { throw TransportError(.network, "pull: connection reset") }
-        throw TransportError(.status(503, .serviceUnavailable), "pull: HTTP 503", retryAfterSeconds: retryAfterSeconds)
+        throw failure
     }
 }
 
