@@ -130,6 +130,18 @@ func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil
         #expect(access(path, F_OK) != 0)
     }
 
+    /// An `initialMapSize` of 0 is LMDB's default, not a mistake: the
+    /// store opens and takes appends.
+    @Test func aZeroInitialMapSizeOpensWithLMDBsDefault() async throws {
+        let directory = try TemporaryDirectory("log-map-size-zero")
+        var options = EventLog.Options()
+        options.initialMapSize = 0
+        let log = try EventLog(path: directory.path, options: options)
+        defer { log.close() }
+        #expect(try await log.append(intent(1)) == 1)
+        #expect(log.mapUsage().mapSize > 0)
+    }
+
     @Test func reopeningKeepsEveryEntry() async throws {
         let directory = try TemporaryDirectory("log-reopen")
         var random = RandomEntries(seed: 31)
@@ -208,6 +220,43 @@ func scanAll(_ log: EventLog, from start: UInt64 = 1, through end: UInt64? = nil
         #expect(throws: FormatError.self) { try badResult.get() }
         #expect(goodRange == 1...2)
         #expect(try scanAll(log).map(\.body) == [intent(3), intent(4)])
+    }
+
+    /// `statistics` counts what this process committed: each commit, the
+    /// writes it carried and the entries they appended (the demo's "writes
+    /// per commit"). A write the log refuses is not one of them, though its
+    /// group still commits; restored entries count as entries.
+    @Test func statisticsCountWhatWasCommitted() async throws {
+        let directory = try TemporaryDirectory("log-statistics")
+        let log = try EventLog(path: directory.path)
+        #expect(log.statistics == EventLog.Statistics())
+        _ = try await log.append(intent(1))
+        _ = try await log.append(contentsOf: (2...4).map { intent($0) })
+        #expect(log.statistics == EventLog.Statistics(commits: 2, writes: 2, entries: 4))
+
+        let oversized = EntryBody.intent(
+            Intent(.create, idempotencyKey: "big", entityType: "te", entityID: "te_big",
+                   fields: ["blob": .bytes([UInt8](repeating: 1, count: Limits.entryBodyBytesMax))]))
+        await #expect(throws: FormatError.self) { try await log.append(oversized) }
+        #expect(log.statistics.writes == 2)
+        #expect(log.statistics.entries == 4)
+    }
+
+    /// A log opened read-only refuses every append as not permitted, naming
+    /// why, and the log stays as it was.
+    @Test func aReadOnlyLogRefusesAppends() async throws {
+        let directory = try TemporaryDirectory("log-read-only")
+        let writer = try EventLog(path: directory.path)
+        _ = try await writer.append(intent(1))
+        writer.close()
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        let error = await #expect(throws: LMDBError.self) { try await log.append(intent(2)) }
+        #expect(error?.code == .permissionDenied)
+        #expect(error?.description.contains("store opened read-only") == true, "\(String(describing: error))")
+        let blocking = #expect(throws: LMDBError.self) { try log.appendBlocking(contentsOf: [intent(2)]) }
+        #expect(blocking?.code == .permissionDenied)
+        #expect(try log.lastOffset() == 1)
     }
 
     @Test func appendsAfterCloseAreRefused() async throws {
