@@ -318,6 +318,30 @@ extension StoreEdgeTests {
         #expect(try fixture.store.log.lastOffset() == 1)
     }
 
+    /// An import keeps the log's rule that each timestamp is greater than
+    /// the last (`storage.md` section 10): an entry with the same timestamp
+    /// as the one before it is refused, naming it, and nothing is written.
+    /// The entries an import writes count in the log's statistics.
+    @Test func anImportRefusesARepeatedTimestamp() async throws {
+        let fixture = try StoreFixture("store-import-same-timestamp")
+        let store = fixture.store
+        let entries = (1...3).map { offset in
+            Entry(
+                offset: UInt64(offset), timestamp: HybridTimestamp(rawValue: offset == 3 ? 2 << 16 : UInt64(offset) << 16),
+                body: .resync(reason: "imported"))
+        }
+        let error = await #expect(throws: LogStoreError.self) { try await store.restore(entries, compactedBelow: 0) }
+        #expect(error?.code == .invalidArgument)
+        #expect(error?.offset == 3)
+        #expect(error?.detail.contains("entry 3 of the import, at offset 3") == true, "\(String(describing: error))")
+        #expect(try store.log.lastOffset() == 0)
+        #expect(store.log.statistics.entries == 0)
+
+        try await store.restore(Array(entries.prefix(2)), compactedBelow: 0)
+        #expect(try store.log.lastOffset() == 2)
+        #expect(store.log.statistics.entries == 2)
+    }
+
     /// Holes below the compaction watermark may be of any width (an import
     /// can make them). Replay flagged every offset between two pending
     /// intents: across 2^63 offsets it trapped, and across 2^33 it would
