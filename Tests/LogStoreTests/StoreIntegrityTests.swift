@@ -73,9 +73,14 @@ import Testing
         let directory = try await damagedStore("integrity-last", count: 3) { txn, table in
             try txn.put(table, key: key(3), value: [1, 2, 3])
         }
-        let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
-        #expect(error?.code == .corruptEntry)
-        #expect(error?.offset == 3)
+        // A refused open leaves nothing open behind it (the environment,
+        // the writer lock), so the next is refused for the same reason, not
+        // as a second open or another writer.
+        for _ in 0..<2 {
+            let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path) }
+            #expect(error?.code == .corruptEntry)
+            #expect(error?.offset == 3)
+        }
     }
 
     /// Only a writer needs the last entry at open (it appends after it). A
@@ -193,15 +198,25 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["data.mdb"])
     }
 
-    @Test func aDirectoryWithoutAStoreIsRefusedWhenNotCreating() throws {
+    /// A store opened without creating one (read-only, or with
+    /// `createIfMissing` off) refuses a directory with no `data.mdb` and a
+    /// path with nothing there as "not a sync store", saying which, and
+    /// creates nothing in either.
+    @Test(arguments: [(true, true), (true, false), (false, false)])
+    func aPathWithoutAStoreIsRefusedWhenNotCreating(readOnly: Bool, createIfMissing: Bool) throws {
         let directory = try TemporaryDirectory("integrity-empty")
         _ = FileManager.default.createFile(atPath: directory.appending("notes.txt"), contents: Data("hi".utf8))
-        var options = EventLog.Options(readOnly: true)
-        options.createIfMissing = false
+        var options = EventLog.Options(readOnly: readOnly)
+        options.createIfMissing = createIfMissing
         let error = #expect(throws: LogStoreError.self) { try EventLog(path: directory.path, options: options) }
         #expect(error?.code == .notAStore)
+        #expect(error?.detail == "no data.mdb in the directory")
+        let missing = directory.appending("missing")
+        let missingError = #expect(throws: LogStoreError.self) { try EventLog(path: missing, options: options) }
+        #expect(missingError?.code == .notAStore)
+        #expect(missingError?.detail == "no such directory")
         // Nothing was created in a directory that is not ours.
-        #expect(!FileManager.default.fileExists(atPath: directory.appending("data.mdb")))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["notes.txt"])
     }
 
     /// storage.md section 3: a new store's marker is the magic (`SYNCLOG`
