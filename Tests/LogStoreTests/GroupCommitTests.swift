@@ -29,14 +29,18 @@ private struct CommitterFixture {
     let environment: Environment
     let committer: GroupCommitter
 
-    init(_ name: String) throws {
+    /// `onCommit` hears each commit's position, job count and effects.
+    init(
+        _ name: String,
+        onCommit: @escaping @Sendable (WriteContext.Position, Int, CommitEffects) -> Void = { _, _, _ in }
+    ) throws {
         directory = try TemporaryDirectory(name)
         var options = Environment.Options()
         options.durability = .process
         environment = try Environment(path: directory.path, options: options)
         let log = try #require(try environment.openDatabase("log"))
         let start = WriteContext.Position(lastOffset: 0, lastTimestamp: HybridTimestamp(rawValue: 0))
-        committer = GroupCommitter(environment: environment, log: log, position: start) { _, _, _ in }
+        committer = GroupCommitter(environment: environment, log: log, position: start, onCommit: onCommit)
     }
 }
 
@@ -251,6 +255,50 @@ private let waitSecondsMax = 60.0
             }
         }
         fixture.committer.close()
+        fixture.environment.close()
+    }
+
+    /// A transaction carries at most `groupCountMax` jobs; the ones queued
+    /// past that wait for the next. Without the bound, the group's
+    /// transaction (and the memory its dirty pages take) would grow with the
+    /// queue.
+    @Test func aGroupCarriesAtMostTheMostJobs() throws {
+        let groups = Mutex<[Int]>([])
+        let fixture = try CommitterFixture("commit-group-bound") { _, jobs, _ in groups.withLock { $0.append(jobs) } }
+        let committer = fixture.committer
+        let started = DispatchSemaphore(value: 0)
+        let gate = DispatchSemaphore(value: 0)
+        #expect(committer.submit(ProbeJob(onRun: { started.signal(); gate.wait(); gate.signal() })))
+        try #require(started.wait(timeout: .now() + waitSecondsMax) == .success)
+        let told = DispatchGroup()
+        for _ in 0...GroupCommitter.groupCountMax {
+            told.enter()
+            #expect(committer.submit(ProbeJob(onOutcome: { told.leave() })))
+        }
+        gate.signal()
+        try #require(told.wait(timeout: .now() + waitSecondsMax) == .success, "a job was never told")
+        #expect(groups.withLock { $0 } == [1, GroupCommitter.groupCountMax, 1])
+        committer.close()
+        fixture.environment.close()
+    }
+
+    /// When `close()` returns, every caller has been told its outcome, not
+    /// just had its job committed: a caller told later could act on a store
+    /// its owner has already torn down. Each outcome here takes a moment to
+    /// deliver, so a close that does not wait for them returns first.
+    @Test func closeReturnsOnceEveryCallerIsTold() throws {
+        let fixture = try CommitterFixture("commit-close-told")
+        let committer = fixture.committer
+        let told = Atomic<Int>(0)
+        let jobCount = 8
+        for _ in 0..<jobCount {
+            #expect(committer.submit(ProbeJob(onOutcome: {
+                usleep(20_000)
+                told.add(1, ordering: .relaxed)
+            })))
+        }
+        committer.close()
+        #expect(told.load(ordering: .relaxed) == jobCount)
         fixture.environment.close()
     }
 }
