@@ -94,7 +94,7 @@ public struct EntryScanner {
         var more = false
         try log.environment.read { txn in
             chunk.compactedBelow = try log.compactedBelow(txn)
-            try txn.forEach(log.logDatabase, from: OffsetKey.encode(first)) { key, value in
+            try txn.forEach(log.logDatabase, from: OffsetKey.seekKey(after: first - 1)) { key, value in
                 guard let offset = OffsetKey.decode(key) else {
                     let error = OffsetKey.damaged(key, table: "log", path: log.path)
                     if chunk.offsets.isEmpty { throw error }

@@ -396,7 +396,7 @@ extension Store {
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
         var applied = 0
-        try txn.forEach(log.logDatabase, from: OffsetKey.encode(expected)) { key, value in
+        try txn.forEach(log.logDatabase, from: OffsetKey.seekKey(after: watermark)) { key, value in
             guard applied < countMax else {
                 more = true
                 return false

@@ -38,6 +38,15 @@ enum StoreFormat {
 enum OffsetKey {
     static func encode(_ offset: UInt64) -> [UInt8] { offset.bigEndianBytes }
 
+    /// Where a read of the log that follows `offset` begins: just past its
+    /// key (the key and a zero byte, the least key after it), or at the
+    /// first key for 0. A read from the next offset's key instead would step
+    /// over a key between the two that is not an offset, damage a read in
+    /// one piece reports.
+    static func seekKey(after offset: UInt64) -> [UInt8]? {
+        offset == 0 ? nil : encode(offset) + [0]
+    }
+
     /// Nil unless the key is exactly 8 bytes.
     static func decode(_ key: UnsafeRawBufferPointer) -> UInt64? { UInt64(bigEndianBytes: key) }
 

@@ -69,6 +69,54 @@ import Testing
         #expect(problems.map(\.message).contains("a key of 9 bytes (000000000000000500), not an offset of 8"), "\(problems)")
     }
 
+    /// A scan reads the log a chunk per read transaction. The next chunk
+    /// starts just past the last key read, not at the next offset's key, so
+    /// a key between the two that is not an offset is reported wherever the
+    /// chunks end. Started at the next offset's key, the scan stepped over
+    /// it and read the whole log as sound.
+    @Test func aLogKeyBetweenTwoChunksIsReported() async throws {
+        let last = UInt64(EventLog.scanChunkCountMax)
+        let directory = try await damagedStore("integrity-bad-key-between-chunks", count: Int(last) + 5) { txn, table in
+            try txn.put(table, key: key(last) + [0], value: [1, 2, 3])
+        }
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        var scanner = log.entries()
+        for n in 1...last { #expect(try scanner.next()?.offset == n) }
+        let error = #expect(throws: LogStoreError.self) { try scanner.next() }
+        #expect(error?.code == .corruptEntry)
+        #expect(error?.description.contains("log: a key of 9 bytes (000000000000040000), not an offset of 8") == true, "\(String(describing: error))")
+        #expect(scanner.nextOffset == last + 1)
+    }
+
+    /// Replay reads the log a chunk per transaction too: a key that is not
+    /// an offset fails the rebuild (whose tables in use stay), wherever the
+    /// chunks end; one ending just before the key stepped over it.
+    @Test(arguments: [Store.replayChunkCountMax, 3])
+    func aLogKeyThatIsNotAnOffsetFailsARebuild(entriesPerTransaction: Int) async throws {
+        let directory = try TemporaryDirectory("integrity-bad-key-rebuild")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            for n in 1...5 { try await store.create(type: "te", id: "t\(n)", fields: ["n": .int(Int64(n))]) }
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let table = try #require(try environment.openDatabase("log", create: false))
+            try environment.write { txn in try txn.put(table, key: key(3) + [0], value: [1, 2, 3]) }
+        }
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        let error = await #expect(throws: LogStoreError.self) {
+            try await store.rebuildProjections(entriesPerTransaction: entriesPerTransaction)
+        }
+        #expect(error?.code == .corruptEntry)
+        #expect(error?.description.contains("log: a key of 9 bytes (000000000000000300), not an offset of 8") == true, "\(String(describing: error))")
+        #expect(try store.count(type: "te") == 5)
+        #expect(try store.rebuildWatermark() == nil)
+    }
+
     @Test func aDamagedLastEntryIsReportedAtOpen() async throws {
         let directory = try await damagedStore("integrity-last", count: 3) { txn, table in
             try txn.put(table, key: key(3), value: [1, 2, 3])
