@@ -640,3 +640,33 @@ extension EnvironmentTests {
         #expect(try environment.read { txn in txn.snapshotID } == second)
     }
 }
+
+extension EnvironmentTests {
+    /// The map grows up to `mapSizeMax` and no further. A write that does
+    /// not fit there fails with `.mapFull` once the map has reached it,
+    /// without running again at that size, and writes that fit go on.
+    @Test func theMapGrowsNoFurtherThanItsMaximum() throws {
+        let directory = try TemporaryDirectory("lmdb-growth-max")
+        var options = Environment.Options()
+        options.mapSize = 64 * 1024
+        // Not a doubling of the map size: the last step stops at it.
+        options.mapSizeMax = 192 * 1024
+        options.durability = .process
+        let environment = try Environment(path: directory.path, options: options)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        var runs = 0
+        let error = #expect(throws: LMDBError.self) {
+            try environment.write { txn in
+                runs += 1
+                try txn.put(table, key: [1], value: [UInt8](repeating: 7, count: 1 << 20))
+            }
+        }
+        #expect(error?.code == .mapFull, "\(String(describing: error))")
+        #expect(environment.info().mapSize == options.mapSizeMax)
+        // At 64 KiB, 128 KiB and 192 KiB; none more at the maximum.
+        #expect(runs == 3)
+        try environment.write { txn in try txn.put(table, key: [2], value: [2]) }
+        #expect(try environment.read { txn in try txn.get(table, key: [2]) } == [2])
+    }
+}
