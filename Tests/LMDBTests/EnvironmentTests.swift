@@ -669,4 +669,36 @@ extension EnvironmentTests {
         try environment.write { txn in try txn.put(table, key: [2], value: [2]) }
         #expect(try environment.read { txn in try txn.get(table, key: [2]) } == [2])
     }
+
+    /// A data file holding only its first meta page, which no commit wrote
+    /// (a disk that filled while LMDB made the environment, or a process
+    /// killed then), holds nothing: an open that may create makes the
+    /// environment there, where LMDB alone refused it for good. The first
+    /// page of a file that has had commits is not that: it is refused, and
+    /// the file is left as it was.
+    @Test func aDataFileCutToItsFirstPageIsMadeAgainOnlyWhenNothingWasCommitted() throws {
+        let directory = try TemporaryDirectory("lmdb-unfinished-creation")
+        let file = directory.appending("data.mdb")
+        func cutToFirstPage() throws -> Int {
+            let environment = try Environment(path: directory.path)
+            let pageSize = environment.info().pageSize
+            environment.close()
+            let handle = try #require(FileHandle(forUpdatingAtPath: file))
+            try handle.truncate(atOffset: UInt64(pageSize))
+            try handle.close()
+            return pageSize
+        }
+        _ = try cutToFirstPage()
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let table = try #require(try environment.openDatabase("t"))
+            try environment.write { txn in try txn.put(table, key: [1], value: [1]) }
+        }
+        // Two commits since: the first meta page is the second one's.
+        let pageSize = try cutToFirstPage()
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
+        #expect(error?.code == .invalid, "\(String(describing: error))")
+        #expect(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int == pageSize)
+    }
 }
