@@ -608,6 +608,8 @@ import Testing
         let error = #expect(throws: LMDBError.self) { try Environment(path: path) }
         #expect([LMDBError.Code.permissionDenied, .readOnlyFileSystem].contains(error?.code))
         #expect(error?.description.contains(path) == true)
+        // LMDB's error names no file: the detail says which one, and why.
+        #expect(error?.detail == "lock.mdb: it cannot be made in the directory", "\(String(describing: error))")
     }
 }
 
