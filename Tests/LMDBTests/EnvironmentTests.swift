@@ -703,4 +703,23 @@ extension EnvironmentTests {
         #expect(error?.code == .invalid, "\(String(describing: error))")
         #expect(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int == pageSize)
     }
+
+    /// A read-only environment opens the databases it has whatever
+    /// `create` says (it can make none): a missing one is nil.
+    @Test func aReadOnlyEnvironmentOpensDatabasesWithoutWriting() throws {
+        let directory = try TemporaryDirectory("lmdb-read-only-databases")
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let table = try #require(try environment.openDatabase("t"))
+            try environment.write { txn in try txn.put(table, key: [1], value: [1]) }
+        }
+        var options = Environment.Options()
+        options.readOnly = true
+        let environment = try Environment(path: directory.path, options: options)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        #expect(try environment.read { txn in try txn.get(table, key: [1]) } == [1])
+        #expect(try environment.openDatabase("missing") == nil)
+    }
 }
