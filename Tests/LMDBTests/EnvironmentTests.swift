@@ -722,4 +722,15 @@ extension EnvironmentTests {
         #expect(try environment.read { txn in try txn.get(table, key: [1]) } == [1])
         #expect(try environment.openDatabase("missing") == nil)
     }
+
+    /// `delete` says whether the key was there.
+    @Test func deleteSaysWhetherTheKeyWasThere() throws {
+        let directory = try TemporaryDirectory("lmdb-delete")
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in try txn.put(table, key: [1], value: [1]) }
+        let deleted = try environment.write { txn in [try txn.delete(table, key: [1]), try txn.delete(table, key: [1])] }
+        #expect(deleted == [true, false])
+    }
 }
