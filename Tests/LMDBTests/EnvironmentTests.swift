@@ -733,4 +733,17 @@ extension EnvironmentTests {
         let deleted = try environment.write { txn in [try txn.delete(table, key: [1]), try txn.delete(table, key: [1])] }
         #expect(deleted == [true, false])
     }
+
+    /// A database's pages count the overflow pages of its big values,
+    /// which most of its bytes may be in.
+    @Test func statisticsCountOverflowPages() throws {
+        let directory = try TemporaryDirectory("lmdb-statistics")
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in try txn.put(table, key: [1], value: [UInt8](repeating: 7, count: 100_000)) }
+        let statistics = try environment.read { txn in try txn.statistics(table) }
+        #expect(statistics.entries == 1)
+        #expect(statistics.bytes >= 100_000, "\(statistics)")
+    }
 }
