@@ -746,4 +746,22 @@ extension EnvironmentTests {
         #expect(statistics.entries == 1)
         #expect(statistics.bytes >= 100_000, "\(statistics)")
     }
+
+    /// `forEach` stops at the first key for which `body` returns false.
+    @Test func forEachStopsWhenTheBodySaysSo() throws {
+        let directory = try TemporaryDirectory("lmdb-for-each-stop")
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in for n in 1...5 { try txn.put(table, key: key(n), value: [UInt8(n)]) } }
+        let seen = try environment.read { txn in
+            var seen: [UInt8] = []
+            try txn.forEach(table) { _, value in
+                seen.append(value[0])
+                return value[0] < 3
+            }
+            return seen
+        }
+        #expect(seen == [1, 2, 3])
+    }
 }
