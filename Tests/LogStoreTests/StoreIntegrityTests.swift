@@ -69,6 +69,24 @@ import Testing
         #expect(problems.map(\.message).contains("a key of 9 bytes (000000000000000500), not an offset of 8"), "\(problems)")
     }
 
+    /// A key that is not an offset, met first by a scan (here one that
+    /// starts past the last entry, as a reader waiting for the next one
+    /// does), is reported: it is not the end of the log.
+    @Test func aLogKeyThatIsNotAnOffsetMetFirstIsReported() async throws {
+        let directory = try await damagedStore("integrity-bad-key-first", count: 10) { txn, table in
+            try txn.put(table, key: key(12) + [0], value: [1, 2, 3])
+        }
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        var scanner = log.entries(from: 11)
+        for _ in 0..<2 {
+            let error = #expect(throws: LogStoreError.self) { try scanner.next() }
+            #expect(error?.code == .corruptEntry)
+            #expect(error?.description.contains("log: a key of 9 bytes (000000000000000c00), not an offset of 8") == true, "\(String(describing: error))")
+            #expect(scanner.nextOffset == 11)
+        }
+    }
+
     /// A scan reads the log a chunk per read transaction. The next chunk
     /// starts just past the last key read, not at the next offset's key, so
     /// a key between the two that is not an offset is reported wherever the
