@@ -395,6 +395,24 @@ import Testing
         #expect(error.message.contains("\(status)"), "\(error)")
         #expect(elsewhere.withLock { $0 }.isEmpty)
     }
+    /// A body of exactly `responseBodyBytesMax` bytes is read, and one a
+    /// byte longer is not, whether the body declares its length or ends
+    /// with the connection: the limit is the longest body read.
+    @Test(arguments: [true, false])
+    func aBodyOfExactlyTheLimitIsRead(declared: Bool) async throws {
+        let body = Self.paddedPage(padding: 1_000)
+        let server = try ScriptedServer { _ in
+            .stream(headers: Self.protocolHeaders, contentLength: declared ? body.count : nil, chunks: Self.chunks(of: body, upTo: body.count))
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.responseBodyBytesMax = body.count
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: options)
+        #expect(try await transport.pull(cursor: nil, limit: 100).cursor == "c1", "declared: \(declared)")
+        options.responseBodyBytesMax = body.count - 1
+        let error = try #require(await pullFailure(server, options: options))
+        #expect(error.kind == .responseTooLarge, "declared: \(declared), \(error)")
+    }
 }
 
 /// A gzip stream that inflates to `prefix` and then spaces without end:
