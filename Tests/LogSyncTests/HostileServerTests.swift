@@ -414,6 +414,21 @@ import Testing
         let error = try #require(await pullFailure(server, options: options))
         #expect(error.kind == .responseTooLarge, "declared: \(declared), \(error)")
     }
+    /// A server that takes the request and sends nothing until
+    /// `resourceTimeout` ends the exchange gave no answer, as one that
+    /// makes `requestTimeout` end it: it is no answer, which leaves the
+    /// circuit breaker's count of 429s alone (`Format/sync-protocol.md`
+    /// section 10, "Circuit breaker"), not an answer cut short.
+    @Test func aDeadlinePassedBeforeAnyAnswerIsNoAnswer() async throws {
+        let server = try Self.silentServer()
+        defer { server.stop() }
+        var options = loopback
+        options.requestTimeout = 600
+        options.resourceTimeout = 1
+        let error = try #require(await pullFailure(server, options: options))
+        #expect(error.kind == .noAnswer, "\(error)")
+        #expect(error.message.contains("resourceTimeout"), "\(error)")
+    }
 }
 
 /// A gzip stream that inflates to `prefix` and then spaces without end:
