@@ -429,6 +429,24 @@ import Testing
         #expect(error.kind == .noAnswer, "\(error)")
         #expect(error.message.contains("resourceTimeout"), "\(error)")
     }
+    /// A request made from a task already cancelled is cancelled as soon
+    /// as it is sent, rather than waiting on the server for
+    /// `requestTimeout` (here 60 s): the cancellation came
+    /// before the request had a task of `URLSession`'s to cancel.
+    @Test func aRequestFromACancelledTaskIsAbandoned() async throws {
+        let server = try Self.silentServer()
+        defer { server.stop() }
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let pull = Task { () -> TransportError? in
+            withUnsafeCurrentTask { $0?.cancel() }
+            do throws(TransportError) {
+                _ = try await transport.pull(cursor: nil, limit: 100)
+                return nil
+            } catch { return error }
+        }
+        let error = try #require(await pull.value)
+        #expect(error.kind == .noAnswer && !error.message.contains("timed out"), "\(error)")
+    }
 }
 
 /// A gzip stream that inflates to `prefix` and then spaces without end:
