@@ -94,4 +94,12 @@ import Testing
         try await clock.waitForSleepers(1)
         #expect(clock.sleeperDeadlines == [clock.monotonicMilliseconds + LinuxConnectivityMonitor.pollMillisecondsMin])
     }
+
+    /// An interface whose state is "unknown", as many virtual interfaces
+    /// (tun, some veth) report while working, carries a path over its
+    /// default route.
+    @Test func anInterfaceInStateUnknownIsUp() throws {
+        let root = try Self.root("connectivity-unknown", state: "unknown", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
+        #expect(LinuxConnectivityMonitor(root: root.path).hasPath())
+    }
 }
