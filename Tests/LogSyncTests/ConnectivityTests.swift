@@ -102,4 +102,12 @@ import Testing
         let root = try Self.root("connectivity-unknown", state: "unknown", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
         #expect(LinuxConnectivityMonitor(root: root.path).hasPath())
     }
+
+    /// Without the route tables (a system that has no `/proc/net/route`)
+    /// the monitor reports a path while an interface is up: it knows of no
+    /// route, and the health check decides whether the server is reachable.
+    @Test func withoutARouteTableAnInterfaceUpIsAPath() throws {
+        let root = try Self.root("connectivity-no-route", route: nil, route6: nil)
+        #expect(LinuxConnectivityMonitor(root: root.path).hasPath())
+    }
 }
