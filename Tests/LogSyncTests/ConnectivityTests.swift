@@ -110,4 +110,22 @@ import Testing
         let root = try Self.root("connectivity-no-route", route: nil, route6: nil)
         #expect(LinuxConnectivityMonitor(root: root.path).hasPath())
     }
+
+    /// The monitor reports a change, not every poll: a poll that finds
+    /// what the last one found reports nothing, and the next report is the
+    /// path lost.
+    @Test func onlyAChangeIsReported() async throws {
+        let root = try Self.root("connectivity-changes", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
+        let clock = ManualClock()
+        let paths = LinuxConnectivityMonitor(pollMilliseconds: 1_000, clock: clock, root: root.path).paths()
+        var iterator = paths.makeAsyncIterator()
+        #expect(await iterator.next() == true)
+        try await clock.waitForSleepers(1)
+        clock.advance(by: 1_000)
+        // Asleep again: the second poll has read the files, and found a path again.
+        try await clock.waitForSleepers(1)
+        try "down\n".write(toFile: root.appending("sys/class/net/eth0/operstate"), atomically: true, encoding: .utf8)
+        clock.advance(by: 1_000)
+        #expect(await iterator.next() == false)
+    }
 }
