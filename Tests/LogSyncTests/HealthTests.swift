@@ -165,6 +165,17 @@ import Testing
                 + "such as http://127.0.0.1:8080; not sent", "\(String(describing: reason))")
     }
 
+    /// An http URL without a host (`http:///`, or `http:8080`, a colon
+    /// short of `http://`) is named as one without a scheme is: the
+    /// scheme alone does not make a server URL.
+    @Test(arguments: ["http:///", "http:8080"])
+    func anHTTPURLWithoutAHostIsNamed(_ text: String) async throws {
+        let a = try Replica("no-host-http", url: try #require(URL(string: text)))
+        #expect(await a.sync().outcome == .offline)
+        let reason = try #require(try await a.engine.health().offlineReason)
+        #expect(reason.contains("is not http:// or https:// and a host") && reason.hasSuffix("not sent"), "\(text): \(reason)")
+    }
+
     /// A server that speaks another protocol version answers the health
     /// check: it is reachable, and no run can sync with it until the app
     /// or the server is updated. The run ends in the error state, naming the
