@@ -223,6 +223,28 @@ import Testing
         await scheduler.stop()
     }
 
+    /// A nudge after a restart, before the restart's first connectivity
+    /// report, starts no run: the stop forgot the connectivity heard before
+    /// it, which may be stale by the restart (here the monitor reports
+    /// nothing more).
+    @Test func aNudgeBeforeARestartsFirstReportStartsNoRun() async throws {
+        let server = try await TestServer("scheduler-restart")
+        let replica = try Replica("restart", server: server)
+        let monitor = ScriptedConnectivity()
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor)
+        await scheduler.start()
+        monitor.continuation.yield(true)
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        await scheduler.settle()
+        await scheduler.stop()
+        await scheduler.start()
+        await scheduler.nudge()
+        #expect(await scheduler.triggered == [.started])
+        await scheduler.stop()
+        await scheduler.settle()
+        await server.stop()
+    }
+
     /// A scheduler lives as long as the app: the syncs it started are let
     /// go once they end, not kept (a periodic sync every 30 s would pile up
     /// a task for each).
