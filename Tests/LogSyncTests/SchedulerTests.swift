@@ -245,6 +245,22 @@ import Testing
         await server.stop()
     }
 
+    /// A scheduler released without `stop()` cancels its timers as it goes:
+    /// the periodic timer's task would otherwise sleep on the clock, and
+    /// its listeners run on, for as long as the app.
+    @Test func aReleasedSchedulerCancelsItsTimers() async throws {
+        let server = try await TestServer("scheduler-released")
+        let replica = try Replica("released", server: server)
+        var scheduler: SyncScheduler? = SyncScheduler(
+            engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true))
+        await scheduler?.start()
+        try await replica.clock.waitForSleepers(1)  // the periodic timer
+        await scheduler?.settle()
+        scheduler = nil
+        try await waitUntil { replica.clock.sleeperCount == 0 }
+        await server.stop()
+    }
+
     /// A scheduler lives as long as the app: the syncs it started are let
     /// go once they end, not kept (a periodic sync every 30 s would pile up
     /// a task for each).
