@@ -447,6 +447,21 @@ import Testing
         let error = try #require(await pull.value)
         #expect(error.kind == .noAnswer && !error.message.contains("timed out"), "\(error)")
     }
+    /// A health answer whose body names another protocol version than its
+    /// header is not a healthy sync server's: the transport fails it as a
+    /// network error rather than report a server no run can sync with.
+    @Test func aHealthAnswerOfAnotherVersionInItsBodyIsRefused() async throws {
+        let body = Data(#"{"status": "ok", "protocol_version": 2, "server_id": "01KAQ3H2M4Z8X0V6T5R7P9N1B3"}"#.utf8)
+        let server = try ScriptedServer { _ in .answer(status: 200, headers: Self.protocolHeaders, body: body) }
+        defer { server.stop() }
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        do throws(TransportError) {
+            let health = try await transport.health()
+            Issue.record("expected the health check to fail, got \(health)")
+        } catch {
+            #expect(error.kind == .network && error.message.contains("not a healthy sync server's"), "\(error)")
+        }
+    }
 }
 
 /// A gzip stream that inflates to `prefix` and then spaces without end:
