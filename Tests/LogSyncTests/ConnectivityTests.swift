@@ -128,4 +128,18 @@ import Testing
         clock.advance(by: 1_000)
         #expect(await iterator.next() == false)
     }
+
+    /// A watcher that stops listening stops the polling: its stream ends,
+    /// and the task that reads the files no longer sleeps on the clock.
+    /// Polling on, it would read the files for as long as the process
+    /// lives.
+    @Test func aStreamNoLongerReadStopsThePolling() async throws {
+        let root = try Self.root("connectivity-let-go", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
+        let clock = ManualClock()
+        let monitor = LinuxConnectivityMonitor(pollMilliseconds: 1_000, clock: clock, root: root.path)
+        let watcher = Task { for await _ in monitor.paths() {} }
+        try await clock.waitForSleepers(1)
+        watcher.cancel()
+        try await waitUntil { clock.sleeperCount == 0 }
+    }
 }
