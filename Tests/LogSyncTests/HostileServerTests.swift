@@ -396,6 +396,7 @@ import Testing
         #expect(error.message.contains("\(status)"), "\(error)")
         #expect(elsewhere.withLock { $0 }.isEmpty)
     }
+
     /// A body of exactly `responseBodyBytesMax` bytes is read, and one a
     /// byte longer is not, whether the body declares its length or ends
     /// with the connection: the limit is the longest body read.
@@ -414,6 +415,7 @@ import Testing
         let error = try #require(await pullFailure(server, options: options))
         #expect(error.kind == .responseTooLarge, "declared: \(declared), \(error)")
     }
+
     /// A server that takes the request and sends nothing until
     /// `resourceTimeout` ends the exchange gave no answer, as one that
     /// makes `requestTimeout` end it: it is no answer, which leaves the
@@ -429,6 +431,7 @@ import Testing
         #expect(error.kind == .noAnswer, "\(error)")
         #expect(error.message.contains("resourceTimeout"), "\(error)")
     }
+
     /// A request made from a task already cancelled is cancelled as soon
     /// as it is sent, rather than waiting on the server for
     /// `requestTimeout` (here 60 s): the cancellation came
@@ -447,6 +450,7 @@ import Testing
         let error = try #require(await pull.value)
         #expect(error.kind == .noAnswer && !error.message.contains("timed out"), "\(error)")
     }
+
     /// A health answer whose body names another protocol version than its
     /// header is not a healthy sync server's: the transport fails it as a
     /// network error rather than report a server no run can sync with.
