@@ -127,6 +127,10 @@ extension ToolRun {
         #expect(intents.map { $0["operation"] as? String } == ["create", "update"])
         #expect((intents.first?["fields"] as? [String: Any])?["title"] as? String == "CORRUPT-ME-42")
         #expect(try Tool.run(["dump", path, "--from", "2", "--to", "3", "--json"]).objects().count == 2)
+        #expect(try Tool.run(["dump", path, "--from", "3", "--to", "3", "--json"]).objects().map { $0["offset"] as? Int } == [3])
+        // Each filter alone: the ack, then the one intent on a prj entity.
+        #expect(try Tool.run(["dump", path, "--kind", "ack", "--json"]).objects().map { $0["offset"] as? Int } == [5])
+        #expect(try Tool.run(["dump", path, "--type", "prj", "--json"]).objects().map { $0["offset"] as? Int } == [4])
         #expect(try Tool.run(["dump", path, "--limit", "1"]).lines.count == 1)
 
         let show = try Tool.run(["show", path, "5", "--json"]).objects()
@@ -703,6 +707,10 @@ extension ToolRun {
         let past = directory.appending("past")
         let refused = try Tool.run(["replay", path, "--to", "1", "--output", past])
         #expect(refused.status == 2 && refused.errors.contains("compaction watermark 6"), "\(refused.output)\(refused.errors)")
+        #expect(!FileManager.default.fileExists(atPath: past))
+        // Past the log's end there is no such state either.
+        let beyond = try Tool.run(["replay", path, "--to", "8", "--output", past])
+        #expect(beyond.status == 2 && beyond.errors.contains("--to 8 is outside the log (1...7)"), "\(beyond.output)\(beyond.errors)")
         #expect(!FileManager.default.fileExists(atPath: past))
         // From the watermark on, the log is as it was.
         let kept = try Tool.run(["replay", path, "--to", "6", "--output", past])
@@ -1382,6 +1390,26 @@ extension LogToolTests {
         #expect(text.output.contains("outbox      2 pending, 1 failed"), "\(text.output)")
         let report = try #require(try Tool.run(["stat", directory.path, "--json"]).objects().first)
         #expect(report["outbox"] as? Int == 3 && report["outbox_failed"] as? Int == 1, "\(report)")
+        let outbox = try Tool.run(["outbox", directory.path, "--json"]).objects()
+        #expect(outbox.map { $0["status"] as? String } == ["failed", "pending", "pending"], "\(outbox)")
+        let listed = try Tool.run(["outbox", directory.path]).lines
+        #expect(listed.first == "#1  failed, 1 attempts  create te/a  last error: permanent")
+    }
+
+    /// The age `stat` gives is the oldest pending intent's: a failed one
+    /// waits for the app, not for a push, so with none pending there is
+    /// no age.
+    @Test func statGivesNoPendingAgeWhenEveryIntentFailed() async throws {
+        let directory = try TemporaryDirectory("logtool-stat-all-failed")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            try await store.markFailed(offsets: [1], error: "permanent")
+            store.close()
+        }
+        let report = try #require(try Tool.run(["stat", directory.path, "--json"]).objects().first)
+        #expect(report["outbox_failed"] as? Int == 1 && report["oldest_pending_seconds"] == nil, "\(report)")
+        #expect(!(try Tool.run(["stat", directory.path]).output.contains("oldest pending")))
     }
 }
 
