@@ -54,6 +54,13 @@ import Testing
         }
     }
 
+    /// Loopback is no path, whatever state it reports: with every other
+    /// interface down and no route tables to read, there is none.
+    @Test func loopbackAloneIsNoPath() throws {
+        let root = try Self.root("connectivity-loopback-only", state: "down", route: nil, route6: nil)
+        #expect(!LinuxConnectivityMonitor(root: root.path).hasPath())
+    }
+
     @Test func anInterfaceThatIsDownIsNoPath() throws {
         let root = try Self.root("connectivity-down", state: "down", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6Default)
         #expect(!LinuxConnectivityMonitor(root: root.path).hasPath())
