@@ -397,6 +397,30 @@ import Testing
         #expect(elsewhere.withLock { $0 }.isEmpty)
     }
 
+    /// An answer without `Sync-Protocol-Version` is not the sync server's
+    /// (a captive portal's login page, a proxy's error): a network error
+    /// saying so, not a page of another protocol version or one that
+    /// breaks this one.
+    @Test func anAnswerWithoutTheVersionHeaderIsNotTheServers() async throws {
+        let server = try ScriptedServer { _ in
+            .answer(status: 200, headers: ["Content-Type": "text/html"], body: Data("<html>Sign in to the Wi-Fi</html>".utf8))
+        }
+        defer { server.stop() }
+        let error = try #require(await pullFailure(server))
+        #expect(error.kind == .network, "\(error)")
+        #expect(error.message.contains("HTTP 200 without Sync-Protocol-Version (a proxy or captive portal answered)"), "\(error)")
+    }
+
+    /// An error answer's envelope code reaches the engine with its status,
+    /// which decides by it (a 400 VALIDATION_ERROR rejects the batch).
+    @Test func anErrorAnswersCodeComesWithItsStatus() async throws {
+        let body = Data(#"{"error": {"code": "VALIDATION_ERROR", "message": "no", "retryable": false}}"#.utf8)
+        let server = try ScriptedServer { _ in .answer(status: 400, headers: Self.protocolHeaders, body: body) }
+        defer { server.stop() }
+        let error = try #require(await pullFailure(server))
+        #expect(error.kind == .status(400, .validationError), "\(error)")
+    }
+
     /// A body of exactly `responseBodyBytesMax` bytes is read, and one a
     /// byte longer is not, whether the body declares its length or ends
     /// with the connection: the limit is the longest body read.
