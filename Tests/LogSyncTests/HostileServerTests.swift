@@ -299,7 +299,10 @@ import Testing
     }
 
     /// A server that answers a byte at a time, never pausing for
-    /// `requestTimeout`, is cut off after `resourceTimeout`.
+    /// `requestTimeout`, is cut off after `resourceTimeout`. Its status
+    /// line and headers came: it is an answer cut short, a network error
+    /// (which resets the circuit breaker's count of 429s, section 10), not
+    /// no answer.
     @Test func aServerThatTricklesItsAnswerIsCutOff() async throws {
         let server = try ScriptedServer { _ in
             let sent = Atomic<Int>(0)
@@ -322,6 +325,7 @@ import Testing
         options.resourceTimeout = 2
         let error = try #require(await pullFailure(server, options: options))
         #expect(error.isRetryable, "\(error)")
+        #expect(error.kind == .network && error.message.contains("resourceTimeout"), "\(error)")
     }
 
     /// A `resourceTimeout` of `.infinity` (or any a year or more away) sets
@@ -471,6 +475,27 @@ import Testing
                 return nil
             } catch { return error }
         }
+        let error = try #require(await pull.value)
+        #expect(error.kind == .noAnswer && !error.message.contains("timed out"), "\(error)")
+    }
+
+    /// A request whose task is cancelled while the server holds it is
+    /// cancelled then, its connection closed, rather than left waiting on
+    /// the server for `requestTimeout` (here 60 s): the caller that stopped
+    /// waiting must not leave the exchange running behind it.
+    @Test func aRequestCancelledInFlightIsAbandoned() async throws {
+        let (asked, ask) = AsyncStream.makeStream(of: Void.self)
+        let server = try Self.silentServer { ask.yield() }
+        defer { server.stop() }
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        let pull = Task { () -> TransportError? in
+            do throws(TransportError) {
+                _ = try await transport.pull(cursor: nil, limit: 100)
+                return nil
+            } catch { return error }
+        }
+        for await _ in asked { break }
+        pull.cancel()
         let error = try #require(await pull.value)
         #expect(error.kind == .noAnswer && !error.message.contains("timed out"), "\(error)")
     }
