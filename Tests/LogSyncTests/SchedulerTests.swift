@@ -230,10 +230,7 @@ import Testing
     @Test func aNudgeBeforeARestartsFirstReportStartsNoRun() async throws {
         let server = try await TestServer("scheduler-restart")
         let replica = try Replica("restart", server: server)
-        let monitor = ScriptedConnectivity()
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor)
-        await scheduler.start()
-        monitor.continuation.yield(true)
+        let (_, scheduler) = await ScriptedConnectivity.started(replica)
         try await waitUntil { await scheduler.triggered.count == 1 }
         await scheduler.settle()
         await scheduler.stop()

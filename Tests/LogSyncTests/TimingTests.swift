@@ -168,10 +168,7 @@ import Testing
     @Test func aStoppedSchedulerStaysStopped() async throws {
         let server = try await TestServer("scheduler-stopped")
         let replica = try Replica("stopped", server: server)
-        let monitor = ScriptedConnectivity()
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor)
-        await scheduler.start()
-        monitor.continuation.yield(true)
+        let (monitor, scheduler) = await ScriptedConnectivity.started(replica)
         try await replica.clock.waitForSleepers(1)  // the periodic timer
         await scheduler.settle()
         for _ in 0..<50 {
@@ -197,10 +194,7 @@ import Testing
     @Test func waitingWithoutANetworkPathIsNotBeingStuck() async throws {
         let server = try await TestServer("health-path-lost")
         let replica = try Replica("path-lost", server: server, clock: ManualClock(startingAt: wallClockMilliseconds()))
-        let monitor = ScriptedConnectivity()
-        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor)
-        await scheduler.start()
-        monitor.continuation.yield(true)
+        let (monitor, scheduler) = await ScriptedConnectivity.started(replica)
         try await waitUntil { await scheduler.triggered.count == 1 }
         await scheduler.settle()
         #expect(await replica.engine.isOnline)
@@ -223,6 +217,16 @@ struct ScriptedConnectivity: ConnectivityMonitor {
     init() { (stream, continuation) = AsyncStream.makeStream() }
 
     func paths() -> AsyncStream<Bool> { stream }
+
+    /// A scheduler of `replica`'s engine on a monitor of this kind, started,
+    /// the monitor having reported a path (its sync may not have begun).
+    static func started(_ replica: Replica) async -> (monitor: ScriptedConnectivity, scheduler: SyncScheduler) {
+        let monitor = ScriptedConnectivity()
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor)
+        await scheduler.start()
+        monitor.continuation.yield(true)
+        return (monitor, scheduler)
+    }
 }
 
 /// Through the real server, but every push and pull is refused with
