@@ -532,6 +532,10 @@ enum ReplayBenchmark {
         var logFileBytes: Int
         var storeFileBytes: Int
         var memory: MemorySampler.Summary?
+        /// Bytes the process handed to write(2) during the replay (nil
+        /// where `/proc/self/io` cannot be read): LMDB writes every page a
+        /// commit dirtied that way.
+        var writtenBytes: Int?
     }
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
@@ -614,6 +618,18 @@ enum ReplayBenchmark {
                     detail: memory.hwmKB == nil ? "could not reset VmHWM (/proc/self/clear_refs)" : nil),
             ]
         }
+        if let written = full.writtenBytes {
+            let tables = full.storeFileBytes - full.logFileBytes
+            rows.append(
+                ResultRow(
+                    "   written during replay (write(2))", megabytes(written), "MB",
+                    detail: String(
+                        format: "%.0f bytes per entry, %.1fx the %.0f MB the file grew by: each chunk writes every "
+                            + "page it changed, and changes to older entities (pulled updates, edits) reach pages "
+                            + "across the whole tree; .full waits for the disk to take them, twice a chunk",
+                        Double(written) / Double(full.entries), Double(written) / Double(max(tables, 1)),
+                        megabytes(tables))))
+        }
         rows.append(
             ResultRow(
                 "   data.mdb before the replay (the log)", megabytes(full.logFileBytes), "MB",
@@ -668,9 +684,11 @@ enum ReplayBenchmark {
         settleDisk()
         MemorySampler.trimHeap()
         let sampler = MemorySampler.start()
+        let writtenBefore = MemorySampler.writtenBytes()
         let start = clock.now
         try await store.rebuildProjections()
         let elapsed = clock.now - start
+        let writtenAfter = MemorySampler.writtenBytes()
         let memory = sampler?.finish()
 
         let visible = try store.count(type: TimeEntryWorkload.entityType)
@@ -692,7 +710,7 @@ enum ReplayBenchmark {
         return Outcome(
             durability: durability, entries: entries, kinds: kinds, elapsed: elapsed, buildTime: buildTime,
             scanTime: scanTime, tableWrite: tableWrite, logFileBytes: logFileBytes, storeFileBytes: storeFileBytes,
-            memory: memory)
+            memory: memory, writtenBytes: writtenAfter.flatMap { after in writtenBefore.map { after - $0 } })
     }
 }
 
@@ -914,7 +932,8 @@ struct ReplayLogBuilder {
 }
 
 /// Samples the process's memory from `/proc/self/status` on a thread of its
-/// own, keeping the peaks (Linux only; elsewhere `start` returns nil).
+/// own, keeping the peaks (Linux only; elsewhere `start` returns nil), and
+/// reads how much it has written from `/proc/self/io`.
 final class MemorySampler: Sendable {
     static let intervalMicroseconds: UInt32 = 5000
 
@@ -1001,6 +1020,14 @@ final class MemorySampler: Sendable {
             state.peakAnon = max(state.peakAnon, reading.rssAnonKB)
             state.peakFile = max(state.peakFile, reading.rssFileKB)
         }
+    }
+
+    /// The bytes the process has passed to write(2) and its kin so far
+    /// (`wchar` in `/proc/self/io`); nil where that cannot be read.
+    static func writtenBytes() -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return nil }
+        let line = text.split(separator: "\n").first { $0.hasPrefix("wchar:") }
+        return line.flatMap { Int($0.dropFirst("wchar:".count).trimmingCharacters(in: .whitespaces)) }
     }
 
     /// Writing 5 to `/proc/self/clear_refs` resets VmHWM to the current RSS.
