@@ -1034,6 +1034,71 @@ extension LogToolExportTests {
         #expect(report["path"] as? String == output && report["entities"] as? Int == 1)
         #expect(report["first_offset"] as? Int == 2 && report["last_offset"] as? Int == 2)
     }
+
+    /// A tail that answers an intent below it (an ack or a reject, which
+    /// names no entity itself) keeps that intent and its entity, as the
+    /// discussion promises ("the intents the tail answers"); an entity
+    /// below the tail that nothing in it names stays out.
+    @Test(arguments: [PushOutcome.acknowledged(.applied, serverVersion: 1), .rejected(code: "INVALID", message: "no")])
+    func aBundleKeepsTheIntentItsTailAnswers(answer: PushOutcome) async throws {
+        let directory = try TemporaryDirectory("logtool-bundle-answer")
+        let source = directory.appending("store")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.create(type: "te", id: "answered", fields: ["n": 1])
+            try await store.create(type: "te", id: "other", fields: ["n": 2])
+            _ = try await store.record([(offset: 1, outcome: answer)])
+            store.close()
+        }
+        let bundle = directory.appending("bundle")
+        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
+        #expect(run.status == 0, "\(run.errors)")
+        #expect(run.output == "bundled offsets 3...3 and 1 entity into \(bundle)\n", "\(run.output)")
+        #expect(try Tool.run(["verify", bundle]).status == 0)
+        let intents = try Tool.run(["dump", bundle, "--kind", "intent", "--json"]).objects()
+        #expect(intents.map { $0["offset"] as? Int } == [1] && intents.map { $0["entity_id"] as? String } == ["answered"], "\(intents)")
+    }
+
+    /// A hole in the log (an offset missing above the compaction
+    /// watermark) that `bundle` meets in its copy, below the tail, is the
+    /// store's too: the error names the store, not the output directory
+    /// (which is removed).
+    @Test func aBundleOfAStoreWithAHoleNamesTheStore() async throws {
+        let directory = try TemporaryDirectory("logtool-bundle-hole")
+        let source = directory.appending("store")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            for n in 0..<6 { try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: source)
+            defer { environment.close() }
+            let log = try #require(try environment.openDatabase("log", create: false))
+            _ = try environment.write { txn in try txn.delete(log, key: UInt64(3).bigEndianBytes) }
+        }
+        let output = directory.appending("out")
+        let run = try Tool.run(["bundle", source, "--tail", "2", "-o", output])
+        #expect(run.status == 2)
+        #expect(run.errors.contains(source) && !run.errors.contains(output), "\(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: output))
+    }
+
+    /// `--tail 0` would keep nothing; it is refused as a usage error
+    /// before anything is written.
+    @Test func aBundleOfNoEntriesIsRefused() async throws {
+        let directory = try TemporaryDirectory("logtool-bundle-zero")
+        let source = directory.appending("store")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        let output = directory.appending("out")
+        let run = try Tool.run(["bundle", source, "--tail", "0", "-o", output])
+        #expect(run.status == 2 && run.errors.contains("--tail must be at least 1"), "\(run.status) \(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: output))
+    }
 }
 
 extension LogToolExportTests {
