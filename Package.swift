@@ -102,7 +102,7 @@ let package = Package(
             name: "LogSyncTests",
             dependencies: ["LogSync", "LogSyncHTTP", "LogStore", "LogServer", "LogFormat", "LMDB", "LogTesting"]),
         .testTarget(name: "LogToolTests", dependencies: ["LogStore", "LogFormat", "LMDB", "LogTesting"]),
-        .testTarget(name: "CrashTests", dependencies: ["LogTesting"]),
+        .testTarget(name: "CrashTests", dependencies: ["LMDB", "LogTesting"]),
     ],
     swiftLanguageModes: [.v6]
 )

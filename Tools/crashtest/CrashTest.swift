@@ -16,7 +16,7 @@ struct CrashTest: AsyncParsableCommand {
             Exit status: 0 every check passed, 1 a violation (its seed and iteration are printed), \
             2 the harness could not run, 64 usage.
             """,
-        subcommands: [RunCommand.self, WorkerCommand.self],
+        subcommands: [RunCommand.self, WorkerCommand.self, CheckCommand.self],
         defaultSubcommand: RunCommand.self)
 }
 
