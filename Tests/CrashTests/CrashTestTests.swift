@@ -23,6 +23,7 @@ import Testing
         var faults: Int
         var unreached: Int
         var acknowledged: Int
+        var checks: Int
         var violations: Int
     }
 
@@ -38,7 +39,8 @@ import Testing
         }
         return Summary(
             iterations: number(before: "iterations"), kills: number(before: "kills"), faults: number(before: "I/O"),
-            unreached: number(before: "planned"), acknowledged: number(before: "acknowledged"), violations: number(before: "violations"))
+            unreached: number(before: "planned"), acknowledged: number(before: "acknowledged"), checks: number(before: "times"),
+            violations: number(before: "violations"))
     }
 
     static var straceInstalled: Bool {
@@ -56,6 +58,16 @@ import Testing
         let summary = try Self.summary(run)
         #expect(summary.iterations == 16 && summary.kills == 16 && summary.violations == 0, "\(run.output)")
         #expect(summary.acknowledged > 0, "no worker got to write before its kill: \(run.output)")
+    }
+
+    /// With one iteration per store, every acknowledged write is checked
+    /// once, after the one kill: the summary's two numbers are equal, so
+    /// neither counts a kind of acknowledgement the other leaves out.
+    @Test func eachAcknowledgedWriteIsCountedAndCheckedOnce() async throws {
+        let run = try await Self.run(["--workload", "append,app,pull,outbox,compact,replay,conflicts", "--iterations", "1", "--seed", "11"])
+        #expect(run.status == 0, "\(run.output)\(run.errors)")
+        let summary = try Self.summary(run)
+        #expect(summary.acknowledged > 0 && summary.checks == summary.acknowledged, "\(run.output)")
     }
 
     @Test func aKilledServerKeepsEveryAppliedPush() async throws {
