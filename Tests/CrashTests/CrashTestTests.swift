@@ -153,6 +153,17 @@ import Testing
         #expect(run.output.contains("no write was acknowledged in 10 iterations: nothing was checked"), "\(run.output)")
     }
 
+    /// A worker that ends by itself before its kill (as one that crashes
+    /// does) is a violation, named as such: nothing was killed mid-write,
+    /// and its iteration tested no recovery.
+    @Test func aWriterThatEndsBeforeItsKillIsCaught() async throws {
+        let run = try await Self.run(["--workload", "append", "--iterations", "1", "--seed", "5", "--inject-exit"])
+        #expect(run.status == 1, "\(run.output)\(run.errors)")
+        #expect(run.output.contains("VIOLATION (seed 5) append iteration 0: the worker (seed "), "\(run.output)")
+        #expect(run.output.contains(") ended by itself with "), "\(run.output)")
+        #expect(try Self.summary(run).kills == 0, "\(run.output)")
+    }
+
     /// A growth of the map that `mmap` refuses (the worker caps its own
     /// address space) leaves LMDB with no map: the store must fail the
     /// append with an `LMDBError` and refuse the next one, where it touched

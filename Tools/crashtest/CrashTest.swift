@@ -51,6 +51,9 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(help: ArgumentHelp("Make each writer hang before it opens its store, to show the checks catch it.", visibility: .hidden))
     var injectHang = false
 
+    @Flag(help: ArgumentHelp("Make each writer exit by itself before it opens its store, to show the checks catch it.", visibility: .hidden))
+    var injectExit = false
+
     @Option(help: ArgumentHelp("How long a writer may take to open its store, in seconds.", visibility: .hidden))
     var readyWait = 60
 
@@ -90,7 +93,7 @@ struct RunCommand: AsyncParsableCommand {
             iterations: iterations, seed: seed ?? UInt64(Date().timeIntervalSince1970 * 1000), durability: Durability(rawValue: durability) ?? .full,
             delayMillisecondsMax: delayMax, directory: base, executable: executable,
             syncserver: syncserver ?? ((executable as NSString).deletingLastPathComponent as NSString).appendingPathComponent("syncserver"),
-            injectViolation: injectViolation, injectHang: injectHang, readyWaitMax: .seconds(readyWait),
+            injectViolation: injectViolation, injectHang: injectHang, injectExit: injectExit, readyWaitMax: .seconds(readyWait),
             faultCall: faultCall)
         let tally: Tally
         do {

@@ -17,6 +17,9 @@ struct HarnessOptions: Sendable {
     var injectViolation: Bool
     /// Makes every writer hang before it opens its store (`--inject-hang`).
     var injectHang = false
+    /// Makes every writer exit (status 0) before it opens its store
+    /// (`--inject-exit`).
+    var injectExit = false
     /// How long a writer may take to report `ready` (a debug worker opens
     /// its store in well under a second; generous for a slow machine).
     var readyWaitMax = Duration.seconds(60)

@@ -68,6 +68,7 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: "Stop after this many writes, made one at a time.") var count: Int?
     @Flag(help: "Report one write as acknowledged without making it.") var lie = false
     @Flag(help: "Hang before opening the store, reporting nothing.") var hang = false
+    @Flag(help: "Exit (status 0) before opening the store, reporting nothing.") var exitEarly = false
     @Option(help: "The sync server's base URL (the sync workload).") var server: String?
 
     func validate() throws {
@@ -82,6 +83,7 @@ struct WorkerCommand: AsyncParsableCommand {
         guard let kind = Workloads.worker(named: workload) else { throw ExitCode(64) }
         // Until the harness kills it.
         while hang { try? await Task.sleep(for: .seconds(3_600)) }
+        if exitEarly { return }
         let worker = Worker(
             store: store, durability: Durability(rawValue: durability) ?? .full, seed: seed, reporter: Reporter(lying: lie),
             count: count, server: server)

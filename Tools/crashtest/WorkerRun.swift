@@ -16,6 +16,7 @@ enum WorkerRun {
     static func arguments(_ workload: String, store: String, seed: UInt64, _ options: HarnessOptions) -> [String] {
         ["worker", "--workload", workload, "--store", store, "--durability", options.durability.rawValue, "--seed", String(seed)]
             + (options.injectViolation ? ["--lie"] : []) + (options.injectHang ? ["--hang"] : [])
+            + (options.injectExit ? ["--exit-early"] : [])
     }
 
     /// Starts a worker on `store`, kills it with SIGKILL after a random
