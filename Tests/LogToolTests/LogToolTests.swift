@@ -1059,6 +1059,28 @@ extension LogToolExportTests {
         #expect(intents.map { $0["offset"] as? Int } == [1] && intents.map { $0["entity_id"] as? String } == ["answered"], "\(intents)")
     }
 
+    /// An answer below the tail names no entity itself; it goes with the
+    /// entity of its intent. Compaction keeps an answered intent and its
+    /// ack while the entity has a pending intent after it; when the tail
+    /// does not touch that entity, the ack goes too, not only its intents.
+    @Test func aBundleLeavesOutAnAnswerBelowTheTailToAnEntityItDoesNotTouch() async throws {
+        let directory = try TemporaryDirectory("logtool-bundle-answer-below")
+        let source = directory.appending("store")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.create(type: "te", id: "untouched", fields: ["n": 1])
+            try await store.update(type: "te", id: "untouched", changes: ["n": 2])
+            _ = try await store.record([(offset: 1, outcome: .acknowledged(.applied, serverVersion: 1))])
+            try await store.create(type: "te", id: "tail", fields: [:])
+            store.close()
+        }
+        let bundle = directory.appending("bundle")
+        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
+        #expect(run.status == 0, "\(run.errors)")
+        #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [4])
+        #expect(try Tool.run(["entities", bundle, "te", "--json"]).objects().map { $0["id"] as? String } == ["tail"])
+    }
+
     /// A hole in the log (an offset missing above the compaction
     /// watermark) that `bundle` meets in its copy, below the tail, is the
     /// store's too: the error names the store, not the output directory
