@@ -546,6 +546,21 @@ import Testing
         #expect(alone == beside)
     }
 
+    /// Section 8: `cursor` or `limit` given more than once is 400
+    /// `VALIDATION_ERROR`, whether the values agree or not, rather than
+    /// one of them taken at the server's choice.
+    @Test func aParameterGivenTwiceIsAValidationError() async throws {
+        let server = try await TestServer("pull-repeated-parameter")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        let cursor = try await server.pull().decode(PullResponse.self).cursor
+        #expect(try await server.send("GET", "/v1/pull?cursor=\(cursor)&limit=5").status == 200)
+        for query in ["limit=5&limit=5", "limit=5&limit=7", "cursor=\(cursor)&cursor=\(cursor)", "limit=5&cursor=\(cursor)&limit=5"] {
+            let reply = try await server.send("GET", "/v1/pull?\(query)")
+            #expect(reply.status == 400 && reply.error?.error.code == .validationError, "\(query): \(reply.status)")
+        }
+    }
+
     /// A client refuses a page whose cursor is not 1 to cursorBytesMax
     /// bytes from ! to ~ (but for force_resync): every cursor issued is one.
     @Test func everyCursorIssuedIsOneAClientAccepts() async throws {
