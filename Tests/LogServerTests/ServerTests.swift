@@ -1193,7 +1193,7 @@ import Testing
         let tooMany = PushRequest(operations: (0...Wire.pushOperationCountMax).map { operation(.create, "t\($0)", [:]) })
         cases.append((try await server.send("POST", "/v1/push", body: try JSONEncoder().encode(tooMany)), 400, .validationError))
         cases.append((try await server.send("POST", "/v1/push", body: Data(repeating: 32, count: Wire.requestBodyBytesMax + 1)), 413, .payloadTooLarge))
-        for limit in ["0", "1001", "-5", "ten", "99999999999999999999"] {
+        for limit in ["0", "1001", "-5", "+5", "ten", "99999999999999999999"] {
             cases.append((try await server.send("GET", "/v1/pull", query: ["limit": limit]), 400, .validationError))
         }
         for cursor in ["garbage", "", String(repeating: "A", count: 43), String(repeating: "é", count: 500)] {
