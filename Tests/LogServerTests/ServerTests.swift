@@ -561,6 +561,19 @@ import Testing
         }
     }
 
+    /// Section 8: without `limit`, a page holds at most
+    /// `pullPageCountDefault` (100) changes, and says more follow.
+    @Test func aPullWithoutALimitTakesTheDefault() async throws {
+        let server = try await TestServer("pull-default-limit")
+        defer { Task { await server.stop() } }
+        let count = Wire.pullPageCountDefault + 1
+        #expect(try await server.push((0..<count).map { operation(.create, "t\($0)", ["n": .int(Int64($0))]) }).status == 200)
+        let page = try await server.pull().decode(PullResponse.self)
+        #expect(page.changes.count == Wire.pullPageCountDefault && page.hasMore)
+        let rest = try await server.pull(cursor: page.cursor).decode(PullResponse.self)
+        #expect(rest.changes.map(\.entityID) == ["t\(count - 1)"] && !rest.hasMore)
+    }
+
     /// A client refuses a page whose cursor is not 1 to cursorBytesMax
     /// bytes from ! to ~ (but for force_resync): every cursor issued is one.
     @Test func everyCursorIssuedIsOneAClientAccepts() async throws {
