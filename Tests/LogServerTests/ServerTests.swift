@@ -765,6 +765,24 @@ import Testing
         #expect(idle.status == 200)
         #expect(try idle.decode(PullResponse.self).cursor == rest.cursor)
     }
+
+    /// A pull that returns no change answers with the request's cursor,
+    /// the same string (section 8), a cursor issued before marks
+    /// (`Cursor.mark`: 32 bytes, 43 characters, still taken) too: here at
+    /// the end of alice's feed, and at the start of bob's, who has none,
+    /// where the server's own start cursor carries a mark.
+    @Test func anEmptyPageKeepsACursorIssuedBeforeMarksAsSent() async throws {
+        let server = try await TestServer("pull-unmarked")
+        defer { Task { await server.stop() } }
+        _ = try await server.push((1...2).map { operation(.create, "t\($0)", ["n": .int(Int64($0))]) })
+        let end = try unmarked(try await server.pull().decode(PullResponse.self).cursor)
+        #expect(end.utf8.count == 43)
+        let idle = try await server.pull(cursor: end).decode(PullResponse.self)
+        #expect(idle.changes.isEmpty && idle.cursor == end)
+        let start = try unmarked(try await server.pull(token: "bob-token").decode(PullResponse.self).cursor)
+        let bobIdle = try await server.pull(cursor: start, token: "bob-token").decode(PullResponse.self)
+        #expect(bobIdle.changes.isEmpty && bobIdle.cursor == start)
+    }
 }
 
 /// Names that differ only by Unicode canonical equivalence (U+00E9 and
@@ -1566,6 +1584,15 @@ private func cursorBytes(_ cursor: String) throws -> [UInt8] {
     let standard = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
     let padded = standard + String(repeating: "=", count: (4 - standard.count % 4) % 4)
     return Array(try #require(Data(base64Encoded: padded), "cursor \(cursor) is not base64url"))
+}
+
+/// `cursor` as the reference server issued it before marks: its bytes
+/// without the mark, the last 4.
+private func unmarked(_ cursor: String) throws -> String {
+    let bytes = try cursorBytes(cursor)
+    try #require(bytes.count == 36, "cursor \(cursor) is \(bytes.count) bytes")
+    return Data(bytes.prefix(32)).base64EncodedString()
+        .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
 }
 
 /// Runs `body` on a new thread (it blocks in socket calls).
