@@ -574,6 +574,19 @@ import Testing
         #expect(rest.changes.map(\.entityID) == ["t\(count - 1)"] && !rest.hasMore)
     }
 
+    /// A user's first change is at offset 1 of their own feed, however
+    /// many changes users numbered before them made: each feed counts its
+    /// own changes (`aCursorTellsNothingOfOtherUsersWrites` writes after).
+    @Test func aUsersFeedStartsAtOneWhateverOthersWroteBefore() async throws {
+        let server = try await TestServer("pull-own-offsets")
+        defer { Task { await server.stop() } }
+        _ = try await server.push((0..<3).map { operation(.create, "t\($0)", ["n": 1]) })
+        _ = try await server.push([operation(.create, "b1", ["n": 1])], token: "bob-token")
+        let bob = try await server.pull(token: "bob-token").decode(PullResponse.self)
+        #expect(bob.changes.map(\.entityID) == ["b1"])
+        #expect(try afterServerID(bob.cursor).suffix(8) == UInt64(1).bigEndianBytes)
+    }
+
     /// A client refuses a page whose cursor is not 1 to cursorBytesMax
     /// bytes from ! to ~ (but for force_resync): every cursor issued is one.
     @Test func everyCursorIssuedIsOneAClientAccepts() async throws {
