@@ -928,6 +928,23 @@ import Testing
         expectDamage(try await server.push([update]), naming: update.idempotencyKey)
         #expect(try await server.pullAll().last?.serverVersion == 2)
     }
+
+    /// Only damage puts a user's change at the last offset there is: their
+    /// next push is answered 500 naming the full feed, where the next
+    /// offset overflowed and stopped the server, or (the change at the
+    /// last offset overlooked) went on at offset 1, below it.
+    @Test func aFeedAtTheLastOffsetIsNamed() async throws {
+        let server = try await TestServer("feed-at-last-offset")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        await server.stop()
+        // Alice, the first user to write, is user number 1.
+        try PullCursorBoundaryTests.moveChange(of: 1, from: 1, to: .max, in: server.configuration.dataDirectory)
+        try await server.restart()
+        expectDamage(try await server.push([operation(.create, "t2", ["n": 2])]), naming: "change feed of user 1 is full")
+        #expect(try await server.pullAll().map(\.entityID) == ["t1"])
+        #expect(try await server.push([operation(.create, "b1", ["n": 1])], token: "bob-token").status == 200)
+    }
 }
 
 @Suite struct CanonicallyEquivalentFieldTests {
