@@ -870,6 +870,22 @@ import Testing
         expectDamage(try await server.pull(), naming: "change 1")
     }
 
+    /// A change row holding an entry of another kind than a change
+    /// (`remote`) is damage too: answered 500 naming the change and its
+    /// kind, and no other user's request is stopped by it.
+    @Test func aChangeRowOfAnotherKindIsNamed() async throws {
+        let server = try await TestServer("change-row-kind")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["owner": "alice"], key: "k1")])
+        try await Self.rewriteFirstChange(of: server) { row in
+            let count = try #require(row.withUnsafeBytes { EntryCodec.count(ofEntryAt: $0) })
+            let entry = try EntryCodec.decode(Array(row.prefix(count)), expectedOffset: 1)
+            return try EntryCodec.encode(Entry(offset: 1, timestamp: entry.timestamp, body: .resync(reason: "damage"))) + row.dropFirst(count)
+        }
+        expectDamage(try await server.pull(), naming: "change 1 is a resync entry")
+        #expect(try await server.pull(token: "bob-token").status == 200)
+    }
+
     @Test func aDamagedUserCounterGivesNoOnesNumberAgain() async throws {
         let server = try await TestServer("damaged-next-user")
         defer { Task { await server.stop() } }
