@@ -45,6 +45,19 @@ import Testing
         #expect(try await server.pullAll().count == 1)
     }
 
+    /// An entity is named by its type and its ID together (section 1):
+    /// `ab`/`c` and `a`/`bc` are two entities, though their names run
+    /// together alike.
+    @Test func entitiesWhoseTypeAndIDRunTogetherAlikeAreTwo() async throws {
+        let server = try await TestServer("push-type-and-id")
+        defer { Task { await server.stop() } }
+        for (type, id) in [("ab", "c"), ("a", "bc")] {
+            let result = try await server.push([operation(.create, id, ["n": 1], type: type)]).decode(PushResponse.self).results[0]
+            #expect(result.status == .applied && result.serverVersion == 1, "\(type)/\(id): \(result.status)")
+        }
+        #expect(try await server.pullAll().map { "\($0.entityType)/\($0.entityID)" } == ["ab/c", "a/bc"])
+    }
+
     @Test func updatesMergeFieldsAndConflictOnlyOnFieldsOthersChanged() async throws {
         let server = try await TestServer("push-conflict")
         defer { Task { await server.stop() } }
