@@ -1053,6 +1053,25 @@ import Testing
         #expect(error?.description.contains(name) == true, "\(String(describing: error))")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
     }
+
+    /// A first start stopped after it made `meta`, the server's first
+    /// database, and before it wrote its identity there, leaves an
+    /// environment whose `meta` is empty: the server's own store, which the
+    /// next start takes and completes, not another program's.
+    @Test func aStoreWhoseFirstStartStoppedBeforeItsIdentityIsServed() async throws {
+        let directory = try TemporaryDirectory("server-first-start-cut")
+        let data = directory.appending("data")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        do {
+            let environment = try Environment(path: data)
+            defer { environment.close() }
+            #expect(try environment.openDatabase("meta", create: true) != nil)
+        }
+        let server = try await TestServer("first-start-cut", dataDirectory: data)
+        defer { Task { await server.stop() } }
+        #expect(try await server.push([operation(.create, "t1", ["n": 1])]).status == 200)
+        #expect(try await server.pullAll().map(\.entityID) == ["t1"])
+    }
 }
 
 @Suite struct ProtocolErrorTests {
