@@ -43,6 +43,17 @@ import Testing
         return try await ToolRun.running(executable, ["check", "--workload", workload, "--store", store, "--reports", file])
     }
 
+    /// Each case's reports fail the check of `store` with a violation whose
+    /// message holds the case's.
+    static func expectEachNamed(
+        _ workload: String, store: String, _ cases: [(changed: [String], message: String)], in directory: TemporaryDirectory
+    ) async throws {
+        for (changed, message) in cases {
+            let run = try await check(workload, store: store, reports: changed, in: directory)
+            #expect(run.status == 1 && run.output.contains(message), "\(message): \(run.output)\(run.errors)")
+        }
+    }
+
     /// The words of the first line with this verb.
     static func words(_ reports: [String], _ verb: String) throws -> [String] {
         let line = try #require(reports.first { $0.hasPrefix("\(verb) ") }, "no \(verb) in \(reports)")
@@ -83,10 +94,7 @@ import Testing
             ),
             (reports.filter { !$0.hasSuffix(" \(keys[3])") }, "log at offset 4: intent \(keys[3]) was never attempted"),
         ]
-        for (changed, message) in cases {
-            let run = try await Self.check("append", store: store, reports: changed, in: directory)
-            #expect(run.status == 1 && run.output.contains(message), "\(message): \(run.output)\(run.errors)")
-        }
+        try await Self.expectEachNamed("append", store: store, cases, in: directory)
     }
 
     /// A writer that appends its keys again (a second worker with the same
@@ -129,10 +137,7 @@ import Testing
             (reports.filter { $0 != lastTried && $0 != "ack \(last)" }, "that was never tried"),
             (reports.map { $0 == tried ? tried.replacingOccurrences(of: " \(create)", with: " u" + create.dropFirst()) : $0 }, "the intent of u"),
         ]
-        for (changed, message) in cases {
-            let run = try await Self.check("app", store: store, reports: changed, in: directory)
-            #expect(run.status == 1 && run.output.contains(message), "\(message): \(run.output)\(run.errors)")
-        }
+        try await Self.expectEachNamed("app", store: store, cases, in: directory)
     }
 
     /// An entity's intents must be in the log in the order they were
