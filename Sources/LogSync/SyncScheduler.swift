@@ -164,11 +164,6 @@ public actor SyncScheduler {
     /// How many started syncs the scheduler still holds (tests).
     var heldSyncCount: Int { syncs.count }
 
-    /// How many runs' ends the rules have heard, counting the engine's
-    /// state as the scheduler starts when no run is under way (tests: the
-    /// engine's states reach the rules a while after a run ends).
-    private(set) var runEndsHeard = 0
-
     /// Waits for the syncs started so far (tests).
     public func settle() async {
         let running = syncs
@@ -177,7 +172,6 @@ public actor SyncScheduler {
     }
 
     private func handle(_ event: SchedulerCore.Event) {
-        if case .syncEnded = event { runEndsHeard += 1 }
         for action in core.handle(event, at: clock.monotonicMilliseconds) {
             switch action {
             case .sync(let reason):

@@ -593,10 +593,8 @@ import Testing
         let clock = BlockingClock(replica.clock)
         let scheduler = SyncScheduler.online(replica.engine, clock: clock, periodMilliseconds: .max)
         await scheduler.start()
-        // The start's run ended, and the scheduler heard so (after the
-        // engine's state as it started, idle): no state of the engine comes
-        // to it late, to be the reading that blocks.
-        try await waitUntil { await scheduler.runEndsHeard == 2 }
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        try await waitUntil { await !scheduler.isSyncRunning }
         await scheduler.settle()
         try await replica.store.create(type: "task", fields: ["n": 1])
         try await replica.clock.waitForSleepers(2)  // the periodic timer (never due) and the debounce
@@ -613,7 +611,8 @@ import Testing
             #expect(await scheduler.triggered == [.started], "the first deadline's end came after the second write")
         }
         replica.clock.advance(by: 1_000)
-        try await waitUntil { await scheduler.runEndsHeard == 3 }
+        try await waitUntil { await scheduler.triggered.count == 2 }
+        try await waitUntil { await !scheduler.isSyncRunning }
         await scheduler.settle()
         #expect(await scheduler.triggered == [.started, .localWrite])
         #expect(try await server.pullAll().count == 2)
