@@ -24,6 +24,20 @@ import Testing
 
     /// A fake root with eth0 in `state`, the interfaces `alsoUp` up, and the
     /// two route tables (nil: no file).
+    /// A monitor polling every `pollMilliseconds` on a manual clock, over
+    /// a root with a path (eth0 up, an IPv4 default route): it has reported
+    /// the path, and sleeps until its next poll.
+    static func polling(_ name: String, every pollMilliseconds: UInt64) async throws
+        -> (root: TemporaryDirectory, clock: ManualClock, paths: AsyncStream<Bool>.Iterator)
+    {
+        let root = try Self.root(name, route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
+        let clock = ManualClock()
+        var paths = LinuxConnectivityMonitor(pollMilliseconds: pollMilliseconds, clock: clock, root: root.path).paths().makeAsyncIterator()
+        #expect(await paths.next() == true)
+        try await clock.waitForSleepers(1)
+        return (root, clock, paths)
+    }
+
     static func root(_ name: String, state: String = "up", alsoUp: [String] = [], route: String?, route6: String?) throws
         -> TemporaryDirectory
     {
@@ -93,12 +107,9 @@ import Testing
     /// files in a loop that never sleeps (before, it spun a core for as
     /// long as the app watched connectivity).
     @Test func aZeroPollIntervalPollsAtTheFloor() async throws {
-        let root = try Self.root("connectivity-poll", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
-        let clock = ManualClock()
-        let paths = LinuxConnectivityMonitor(pollMilliseconds: 0, clock: clock, root: root.path).paths()
-        var iterator = paths.makeAsyncIterator()
-        #expect(await iterator.next() == true)
-        try await clock.waitForSleepers(1)
+        // The stream stays read (its iterator held) while the poll sleeps.
+        let (_, clock, paths) = try await Self.polling("connectivity-poll", every: 0)
+        defer { withExtendedLifetime(paths) {} }
         #expect(clock.sleeperDeadlines == [clock.monotonicMilliseconds + LinuxConnectivityMonitor.pollMillisecondsMin])
     }
 
@@ -122,12 +133,7 @@ import Testing
     /// what the last one found reports nothing, and the next report is the
     /// path lost.
     @Test func onlyAChangeIsReported() async throws {
-        let root = try Self.root("connectivity-changes", route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
-        let clock = ManualClock()
-        let paths = LinuxConnectivityMonitor(pollMilliseconds: 1_000, clock: clock, root: root.path).paths()
-        var iterator = paths.makeAsyncIterator()
-        #expect(await iterator.next() == true)
-        try await clock.waitForSleepers(1)
+        var (root, clock, iterator) = try await Self.polling("connectivity-changes", every: 1_000)
         clock.advance(by: 1_000)
         // Asleep again: the second poll has read the files, and found a path again.
         try await clock.waitForSleepers(1)
