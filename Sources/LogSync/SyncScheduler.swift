@@ -164,6 +164,10 @@ public actor SyncScheduler {
     /// How many started syncs the scheduler still holds (tests).
     var heldSyncCount: Int { syncs.count }
 
+    /// How many timers' sleeps ended after the timer was set again or
+    /// cancelled, and were ignored (tests).
+    private(set) var staleTimerFireCount = 0
+
     /// Waits for the syncs started so far (tests).
     public func settle() async {
         let running = syncs
@@ -209,7 +213,10 @@ public actor SyncScheduler {
 
     /// A timer's sleep ended; it counts only if it was not replaced or cancelled since.
     private func fire(_ timer: SchedulerCore.Timer, _ generation: UInt64) {
-        guard timers[timer]?.generation == generation else { return }
+        guard timers[timer]?.generation == generation else {
+            staleTimerFireCount += 1
+            return
+        }
         timers[timer] = nil
         handle(.timerFired(timer))
     }

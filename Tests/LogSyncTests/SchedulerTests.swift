@@ -581,6 +581,45 @@ import Testing
         await server.stop()
     }
 
+    /// A timer whose sleep ended just as it was set again (a second write
+    /// re-arming the write debounce; the old timer's task, past its sleep,
+    /// is cancelled too late to stop) fires at its new deadline only: the
+    /// old sleep's end is stale, and starts no sync.
+    @Test func aTimerSetAgainAsItsSleepEndedFiresAtItsNewDeadlineOnly() async throws {
+        let server = try await TestServer("scheduler-stale-timer")
+        let replica = try Replica("stale-timer", server: server)
+        let clock = HeldSleepClock(replica.clock)
+        let scheduler = SyncScheduler.online(replica.engine, clock: clock, periodMilliseconds: .max)
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        let debounce = SchedulerCore().localWriteDebounceMilliseconds
+        let firstDeadline = replica.clock.monotonicMilliseconds + debounce
+        try await replica.store.create(type: "task", fields: ["n": 1])
+        try await clock.waitForSleeper(until: firstDeadline)
+        replica.clock.advance(by: debounce / 2)
+        try await replica.store.create(type: "task", fields: ["n": 2])
+        try await clock.waitForSleeper(until: firstDeadline + debounce / 2)
+        clock.end(until: firstDeadline)
+        try await waitUntil {
+            let (stale, syncs) = (await scheduler.staleTimerFireCount, await scheduler.triggered.count)
+            return stale == 1 || syncs > 1
+        }
+        #expect(await scheduler.staleTimerFireCount == 1)
+        #expect(await scheduler.triggered == [.started], "the first write's deadline started a sync")
+        replica.clock.advance(by: debounce / 2)
+        clock.end(until: firstDeadline + debounce / 2)
+        try await waitUntil { await scheduler.triggered.count == 2 }
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started, .localWrite])
+        #expect(try await server.pullAll().count == 2)
+        await scheduler.stop()
+        clock.endAll()
+        await server.stop()
+    }
+
     /// The seeds' background task stops its sync by cancelling the task
     /// that awaits it (`task.expirationHandler = { syncTask.cancel() }`):
     /// that stops the run, as a cancelled `SyncCancellation` does,
@@ -767,6 +806,47 @@ final class BlockingClock: SyncClock {
     func blockNextReading() { state.withLock { $0.armed = true } }
     func waitUntilBlocked() async throws { try await waitUntil { self.state.withLock { $0.blocked } } }
     func unblock() { released.signal() }
+}
+
+/// `inner`'s time, whose sleeps end only when a test ends them
+/// (`end(until:)`), cancelled or not: a sleep that ended just as its task
+/// was cancelled, so the task goes on to what it slept for.
+final class HeldSleepClock: SyncClock {
+    private let inner: ManualClock
+    private let sleepers = Mutex<[(deadline: UInt64, continuation: CheckedContinuation<Void, any Error>)]>([])
+
+    init(_ inner: ManualClock) { self.inner = inner }
+
+    var nowMilliseconds: UInt64 { inner.nowMilliseconds }
+    var monotonicMilliseconds: UInt64 { inner.monotonicMilliseconds }
+    func sleep(untilMilliseconds deadline: UInt64) async throws {
+        try await withCheckedThrowingContinuation { continuation in
+            sleepers.withLock { $0.append((deadline, continuation)) }
+        }
+    }
+
+    /// Waits until a task sleeps until `deadline`.
+    func waitForSleeper(until deadline: UInt64) async throws {
+        try await waitUntil { self.sleepers.withLock { $0.contains { $0.deadline == deadline } } }
+    }
+
+    /// Ends the sleeps until `deadline`: their tasks go on.
+    func end(until deadline: UInt64) {
+        let ended = sleepers.withLock { sleepers in
+            defer { sleepers.removeAll { $0.deadline == deadline } }
+            return sleepers.filter { $0.deadline == deadline }
+        }
+        for sleeper in ended { sleeper.continuation.resume() }
+    }
+
+    /// Ends every sleep left, as cancelled.
+    func endAll() {
+        let ended = sleepers.withLock { sleepers in
+            defer { sleepers = [] }
+            return sleepers
+        }
+        for sleeper in ended { sleeper.continuation.resume(throwing: CancellationError()) }
+    }
 }
 
 /// Pushes through `inner`, each one moving a manual clock by
