@@ -1581,14 +1581,30 @@ import Testing
         #expect(try await server.pull(cursor: issued).status == 200)
     }
 
+    /// Section 8: a cursor that names another server is 410, whatever
+    /// else is true of it: also the start cursor of a user with no feed on
+    /// either, which points where one of this server's could, and one of
+    /// an earlier resync generation than this server's (410 comes before
+    /// `force_resync`).
     @Test func aCursorFromAnotherServerIsInvalid() async throws {
         let first = try await TestServer("cursor-epoch-a")
         let second = try await TestServer("cursor-epoch-b")
         defer { Task { await first.stop(); await second.stop() } }
         _ = try await first.push([operation(.create, "t1", ["n": 1])])
         let cursor = try await first.pull().decode(PullResponse.self).cursor
-        let reply = try await second.pull(cursor: cursor)
-        #expect(reply.status == 410 && reply.error?.error.code == .cursorInvalid)
+        let start = try await first.pull(token: "bob-token").decode(PullResponse.self).cursor
+        #expect(try await first.pull(cursor: start, token: "bob-token").status == 200)
+        func expectInvalid(_ cursor: String, token: String = "alice-token", _ comment: Comment) async throws {
+            let reply = try await second.pull(cursor: cursor, token: token)
+            #expect(
+                reply.status == 410 && reply.error?.error.code == .cursorInvalid,
+                "\(comment): \(reply.status) \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        try await expectInvalid(cursor, "a change's cursor")
+        try await expectInvalid(start, token: "bob-token", "a start cursor")
+        #expect(try await second.send("POST", "/v1/admin/resync", token: "admin-token").status == 200)
+        try await expectInvalid(cursor, "a change's cursor, of an earlier generation")
+        try await expectInvalid(start, token: "bob-token", "a start cursor, of an earlier generation")
     }
 
     /// Seeded garbage in every place a client controls: the server answers
