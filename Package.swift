@@ -60,10 +60,15 @@ let package = Package(
             ],
             path: "Tools/bench"
         ),
+        .target(
+            name: "ToolSupport",
+            dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Tools/ToolSupport"
+        ),
         .executableTarget(
             name: "logtool",
             dependencies: [
-                "LogFormat", "LogStore",
+                "LogFormat", "LogStore", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Tools/logtool"
@@ -71,7 +76,7 @@ let package = Package(
         .executableTarget(
             name: "syncserver",
             dependencies: [
-                "LMDB", "LogServer",
+                "LMDB", "LogServer", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import LogFormat
 import LogStore
+import ToolSupport
 
 /// Looks inside a store from a shell. Every command but `replay` (in place)
 /// and `compact --below` only reads: it opens the store read-only and works
@@ -36,7 +37,7 @@ struct LogTool: AsyncParsableCommand {
             checkStandardOutput()
             Foundation.exit(code.rawValue)
         } catch {
-            let error = mistakeBehindMissingOption(error, in: arguments) ?? error
+            let error = mistakeBehindMissingOption(error, in: arguments)?.mistake ?? error
             if let hint = outputOptionHint(error, in: arguments) ?? importOptionHint(error, in: arguments) {
                 FileHandle.standardError.write(Data("Error: \(hint)\n  See 'logtool \(arguments[0]) --help' for more information.\n".utf8))
                 Foundation.exit(2)

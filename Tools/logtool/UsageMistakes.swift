@@ -18,35 +18,6 @@ extension LogTool {
         throw ValidationError("Unknown command '\(word)'; the commands are \(names.dropFirst().joined(separator: ", "))")
     }
 
-    /// The parser reports a required option missing before an unknown option
-    /// or a word too many: `bundle STORE --ouput DIR` and `bundle STORE DIR`
-    /// said "Missing expected argument '--output <dir>'", of a user who
-    /// had given it, misspelled or without its name. The arguments are
-    /// parsed again with each missing option given; when that fails on an
-    /// unknown option or an unexpected argument, that is the mistake.
-    /// - Returns: that error, or nil when there is none.
-    static func mistakeBehindMissingOption(_ error: any Error, in arguments: [String]) -> (any Error)? {
-        let prefix = "Missing expected argument '--"
-        var (arguments, error) = (arguments, error)
-        // Each round gives one more option; a command requires few.
-        for _ in 0..<requiredOptionCountMax {
-            let text = message(for: error)
-            guard text.hasPrefix(prefix), let name = text.dropFirst(prefix.count - 2).split(separator: " ").first else { return nil }
-            arguments += [String(name), "unused"]
-            do {
-                _ = try parseAsRoot(arguments)
-                return nil
-            } catch let next {
-                error = next
-            }
-            let mistake = message(for: error)
-            if mistake.hasPrefix("Unknown option") || mistake.hasPrefix("Unexpected argument") || mistake.contains("unexpected arguments") {
-                return error
-            }
-        }
-        return nil
-    }
-
     /// The option each command that writes a file or a directory takes it
     /// by, and where it writes. `import FILE STORE` takes its paths by
     /// position, so `export STORE FILE` is a likely mistake (its file is
@@ -87,9 +58,6 @@ extension LogTool {
         let corrected = arguments.filter { $0 != option }
         return "Unknown option '\(option)': import takes the export file, then the new store, by position: logtool \(corrected.joined(separator: " "))"
     }
-
-    /// More required options than any command has.
-    static let requiredOptionCountMax = 4
 
     /// The Levenshtein distance of two words, by characters.
     static func editDistance(_ a: String, _ b: String) -> Int {

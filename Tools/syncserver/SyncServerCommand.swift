@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import LogServer
 import Synchronization
+import ToolSupport
 
 /// The reference sync server, from the shell.
 @main
@@ -80,7 +81,7 @@ struct SyncServerCommand: AsyncParsableCommand {
     var stopAtStdinEnd = false
 
     /// ArgumentParser's own `main`, but for the mistake behind a missing
-    /// `--data` (`mistakeBehindMissingOption`).
+    /// `--data` (`mistakeBehindMissingData`).
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
@@ -91,34 +92,20 @@ struct SyncServerCommand: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
-            exit(withError: mistakeBehindMissingOption(error, in: arguments) ?? error)
+            exit(withError: mistakeBehindMissingData(error, in: arguments) ?? error)
         }
     }
 
-    /// The parser reports a required option missing before an unknown one:
-    /// `--dta DIR` said "Missing expected argument '--data <dir>'", of a
-    /// user who had typed it. The arguments are parsed again with the
-    /// missing option given (as logtool does); when that fails on an unknown
-    /// option, that is the mistake, named with the nearest option the parser
-    /// knows. When it fails on one word too many (`syncserver DIR`), that
-    /// word is named with the option it most likely lacks.
-    /// - Returns: that error, or nil when there is none.
-    private static func mistakeBehindMissingOption(_ error: any Error, in arguments: [String]) -> (any Error)? {
-        let prefix = "Missing expected argument '--"
-        let text = message(for: error)
-        guard text.hasPrefix(prefix), let name = text.dropFirst(prefix.count - 2).split(separator: " ").first else { return nil }
-        do {
-            _ = try parseAsRoot(arguments + [String(name), "unused"])
-        } catch {
-            let mistake = message(for: error)
-            if mistake.hasPrefix("Unknown option") { return error }
-            let unexpected = "Unexpected argument '"
-            if mistake.hasPrefix(unexpected), mistake.hasSuffix("'") {
-                let word = mistake.dropFirst(unexpected.count).dropLast()
-                return ValidationError("Unexpected argument '\(word)': is it the \(name) option's value? (\(name) \(word))")
-            }
-        }
-        return nil
+    /// The mistake behind a missing `--data`: `--dta DIR` is named with the
+    /// nearest option the parser knows; one word too many (`syncserver
+    /// DIR`), with the option it most likely lacks.
+    private static func mistakeBehindMissingData(_ error: any Error, in arguments: [String]) -> (any Error)? {
+        guard let (mistake, name) = mistakeBehindMissingOption(error, in: arguments) else { return nil }
+        let text = message(for: mistake)
+        let unexpected = "Unexpected argument '"
+        guard text.hasPrefix(unexpected), text.hasSuffix("'") else { return mistake }
+        let word = text.dropFirst(unexpected.count).dropLast()
+        return ValidationError("Unexpected argument '\(word)': is it the \(name) option's value? (\(name) \(word))")
     }
 
     func validate() throws {
