@@ -1094,6 +1094,23 @@ import Testing
         #expect(try await server.pull().status == 200)
     }
 
+    /// A `Content-Length` over the limit is refused from the head alone:
+    /// the client is not made to send megabytes first, nor the server to
+    /// wait for them (here no byte of the body is ever sent).
+    @Test func aDeclaredLengthOverTheLimitIsRefusedBeforeTheBody() async throws {
+        let server = try await TestServer("errors-declared-length")
+        defer { Task { await server.stop() } }
+        let head =
+            "POST /v1/push HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer alice-token\r\nContent-Type: application/json\r\n"
+            + "Content-Length: \(Wire.requestBodyBytesMax + 1)\r\n\r\n"
+        let reply = try await onAThreadOfItsOwn {
+            try rawExchange(port: server.port, receiveTimeoutSeconds: 30) { sendAll in _ = sendAll(Data(head.utf8)) }
+        }
+        #expect(statuses(reply) == [413], "\(reply.prefix(400))")
+        #expect(reply.contains("PAYLOAD_TOO_LARGE") && reply.contains("\(Wire.requestBodyBytesMax + 1) bytes"), "\(reply.prefix(400))")
+        #expect(try await server.pull().status == 200)
+    }
+
     /// The server holds at most `pushBufferBytesMax` bytes of push bodies
     /// at once (being received, or waiting for the store's one writer): a
     /// push that would take it over while another holds bytes is answered
