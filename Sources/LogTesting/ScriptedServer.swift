@@ -52,6 +52,11 @@ public final class ScriptedServer: Sendable {
     /// Open connections, so that `stop()` can close them.
     private let connections = Mutex<Set<Int32>>([])
     private let stopped = Atomic<Bool>(false)
+    private let cutShort = Atomic<Int>(0)
+
+    /// How many streamed bodies (`.stream`) ended because the client closed
+    /// the connection: a write failed before the chunks ran out.
+    public var streamsCutShort: Int { cutShort.load(ordering: .relaxed) }
 
     /// Listens on a loopback port of its own and answers each request with
     /// `script`'s reply.
@@ -130,7 +135,12 @@ public final class ScriptedServer: Sendable {
                 head["Connection"] = "close"
                 if let contentLength { head["Content-Length"] = String(contentLength) }
                 guard connection.write(Self.head(status: 200, head)) else { return }
-                while let chunk = chunks(), connection.write(chunk) {}
+                while let chunk = chunks() {
+                    guard connection.write(chunk) else {
+                        cutShort.add(1, ordering: .relaxed)
+                        return
+                    }
+                }
                 return
             case .silence:
                 connection.drain()

@@ -302,7 +302,8 @@ import Testing
     /// `requestTimeout`, is cut off after `resourceTimeout`. Its status
     /// line and headers came: it is an answer cut short, a network error
     /// (which resets the circuit breaker's count of 429s, section 10), not
-    /// no answer.
+    /// no answer. The transfer ends with it: the client closes the
+    /// connection, rather than reading on and dropping what comes.
     @Test func aServerThatTricklesItsAnswerIsCutOff() async throws {
         let server = try ScriptedServer { _ in
             let sent = Atomic<Int>(0)
@@ -326,6 +327,7 @@ import Testing
         let error = try #require(await pullFailure(server, options: options))
         #expect(error.isRetryable, "\(error)")
         #expect(error.kind == .network && error.message.contains("resourceTimeout"), "\(error)")
+        try await waitUntil { server.streamsCutShort == 1 }
     }
 
     /// A `resourceTimeout` of `.infinity` (or any a year or more away) sets
