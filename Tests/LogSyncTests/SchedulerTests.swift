@@ -223,6 +223,30 @@ import Testing
         await scheduler.stop()
     }
 
+    /// Starting a started scheduler again (an app that starts it on every
+    /// launch of a screen) changes nothing: no second started run, and a
+    /// write is still pushed once, after its debounce.
+    @Test func aSecondStartChangesNothing() async throws {
+        let server = try await TestServer("scheduler-second-start")
+        let replica = try Replica("second-start", server: server)
+        let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true))
+        await scheduler.start()
+        try await waitUntil { await scheduler.triggered.count == 1 }
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        await scheduler.start()
+        try await replica.store.create(type: "task", fields: ["n": 1])
+        try await replica.clock.waitForSleepers(2)  // periodic + write debounce
+        replica.clock.advance(by: 1_000)
+        try await waitUntil { await scheduler.triggered.count == 2 }
+        try await waitUntil { await !scheduler.isSyncRunning }
+        await scheduler.settle()
+        #expect(await scheduler.triggered == [.started, .localWrite])
+        #expect(try await server.pullAll().count == 1)
+        await scheduler.stop()
+        await server.stop()
+    }
+
     /// A nudge after a restart, before the restart's first connectivity
     /// report, starts no run: the stop forgot the connectivity heard before
     /// it, which may be stale by the restart (here the monitor reports
