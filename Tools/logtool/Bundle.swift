@@ -10,7 +10,8 @@ struct Bundle: AsyncParsableCommand {
         discussion: """
             The copy keeps the last --tail entries as they are (offsets and all). Below them it keeps only what \
             those entries need: the touched entities' confirmed state (as snapshots), their pending intents and \
-            the intents the tail answers. Everything else is left out, so the bundle holds no unrelated data.
+            the intents the tail answers, and a resync the compaction kept (it names no entity and holds no data). \
+            Everything else is left out, so the bundle holds no unrelated data.
             """)
 
     @OptionGroup var store: StoreOptions
@@ -70,6 +71,9 @@ struct Bundle: AsyncParsableCommand {
                 default: break
                 }
             }
+            // An entry that names no entity, a resync the compaction kept,
+            // stays: it holds no data, and a kept ack before it gives its
+            // entity a base that the resync must forget again on replay.
             var below = copy.log.entries(from: 1, through: first - 1)
             while first > 1, let entry = try below.next() {
                 let entity = try entry.entity ?? referencedEntity(entry, in: copy)
