@@ -62,6 +62,20 @@ import Testing
 
     /// Reports unchanged pass, and the summary counts each acknowledged
     /// append once: the count of a run is the sum of these.
+    /// `--workload`'s help lists the store workloads by hand (built from
+    /// `Workloads.stores`, it crashed the compiler): it names the ones the
+    /// command takes, as its refusal of another name lists them.
+    @Test func theWorkloadsTheHelpNamesAreTheOnesTaken() async throws {
+        let help = try await ToolRun.running(Self.executable, ["check", "--help"])
+        let refused = try await ToolRun.running(Self.executable, ["check", "--workload", "none", "--store", "s", "--reports", "r"])
+        #expect(refused.status == 64)
+        let taken = try #require(refused.errors.split(separator: "\n").first { $0.contains("is none of ") })
+            .components(separatedBy: "is none of ").last ?? ""
+        // The help wraps its lines: the list is read with its breaks as spaces.
+        let text = help.output.split(whereSeparator: { $0.isWhitespace }).joined(separator: " ")
+        #expect(text.contains("store (\(taken))."), "help: \(text)\nrefusal: \(taken)")
+    }
+
     @Test func theReportsOfAnAppendWorkerPassAndAreCounted() async throws {
         let directory = try TemporaryDirectory("crashtest-check-append")
         defer { directory.remove() }
