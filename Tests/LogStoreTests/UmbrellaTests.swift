@@ -32,4 +32,37 @@ import Testing
         #expect(project?.fields == ["name": "Sync"])
         #expect(entries.map(\.id) == [id])
     }
+
+    /// The README's syncing example builds with `import SyncStore` (and
+    /// Foundation, for `URL`) alone; its engine reports its state. (Nothing
+    /// listens at the URL, so the scheduler is not started.)
+    @Test func theReadmesSyncExampleBuilds() async throws {
+        let directory = NSTemporaryDirectory() + "umbrella-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try Store(path: directory)
+        defer { store.close() }
+        let transport = HTTPTransport(baseURL: URL(string: "https://sync.example.com")!, token: "token")
+        var configuration = SyncConfiguration()
+        configuration.conflictStrategies["note"] = .fieldMerge(prefer: .local)
+        let engine = try SyncEngine(store: store, transport: transport, configuration: configuration)
+        let scheduler = SyncScheduler(engine: engine, monitor: LinuxConnectivityMonitor())
+        for await state in engine.states() {
+            #expect(state == .idle)
+            break
+        }
+        #expect(await scheduler.triggered.isEmpty)
+    }
+
+    /// The README's example of the log on its own prints what it says.
+    @Test func theReadmesLogExamplePrintsItsEntry() async throws {
+        let directory = NSTemporaryDirectory() + "umbrella-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = try EventLog(path: directory)
+        defer { log.close() }
+        let offset = try await log.append(.resync(reason: "example"))
+        var scanner = log.entries(from: 1)
+        var printed: [String] = []
+        while let entry = try scanner.next() { printed.append("\(entry)") }
+        #expect(offset == 1 && printed == ["#1 resync example"])
+    }
 }
