@@ -290,6 +290,82 @@ extension SyncServerProcessTests {
     }
 }
 
+/// `sync-protocol.md` section 9, "Durable acknowledgment", with
+/// `--durability full`: a push is answered only after its commit reached
+/// the disk. `syncserver` runs under `strace`, which records each
+/// `fdatasync` and each answer written to a socket, in time order: every
+/// push's 200 follows an `fdatasync` made after the answer before it. (A
+/// SIGKILL test shows the commit; only a sync shows it would survive a
+/// power loss.) With `--durability process` there is no sync to see.
+@Suite struct DurableAnswerProcessTests {
+    static var straceInstalled: Bool {
+        (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").contains {
+            FileManager.default.isExecutableFile(atPath: "\($0)/strace")
+        }
+    }
+
+    /// What the trace of `pushes` pushes, one at a time, shows: for each
+    /// answer, whether an `fdatasync` ended between it and the one before.
+    static func syncedAnswers(durability: String, pushes: Int) async throws -> [Bool] {
+        let directory = try TemporaryDirectory("syncserver-durable-\(durability)")
+        let trace = directory.appending("trace")
+        let strace = try #require(
+            (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map { "\($0)/strace" }
+                .first { FileManager.default.isExecutableFile(atPath: $0) })
+        let server = try ChildProcess(
+            "strace", executable: strace,
+            arguments: [
+                "-f", "-qq", "-ttt", "-o", trace, "-e", "trace=fdatasync,write,writev,sendmsg",
+                SyncServerProcessTests.executable.path, "--data", directory.appending("data"), "--port", "0",
+                "--token", "t:alice", "--durability", durability,
+            ], ownProcessGroup: true)
+        defer { server.kill() }
+        let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+        let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.errorText)")
+        for n in 0..<pushes {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/push")!)
+            request.httpMethod = "POST"
+            request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
+            request.httpBody = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t\(n)", ["n": 1], key: "k\(n)")]))
+            let (_, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
+            try #require((response as? HTTPURLResponse)?.statusCode == 200)
+        }
+        // Stopped by a signal it handles, strace writes out its whole trace.
+        server.kill(SIGTERM)
+        #expect(await server.waitForExit(timeout: .seconds(30)))
+        let lines = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
+        // "PID SECONDS.MICROS call(...) = result", ordered by the time each
+        // line was written: an unfinished call is written when it resumes.
+        let events = lines.compactMap { line -> (time: Double, isSync: Bool)? in
+            let words = line.split(separator: " ", maxSplits: 2)
+            guard words.count == 3, let time = Double(words[1]) else { return nil }
+            let call = words[2]
+            if call.hasPrefix("fdatasync(") || call.hasPrefix("<... fdatasync resumed>") {
+                return call.hasSuffix("= 0") ? (time, true) : nil
+            }
+            return call.contains("\"HTTP/1.1 200") ? (time, false) : nil
+        }.sorted { $0.time < $1.time }
+        var answers: [Bool] = []
+        var synced = false
+        for event in events {
+            if event.isSync {
+                synced = true
+            } else {
+                answers.append(synced)
+                synced = false
+            }
+        }
+        return answers
+    }
+
+    @Test(.enabled(if: straceInstalled, "strace is not installed"))
+    func everyPushIsSyncedBeforeItsAnswer() async throws {
+        #expect(try await Self.syncedAnswers(durability: "full", pushes: 5) == Array(repeating: true, count: 5))
+        // The trace tells a sync from none: without them, no answer follows one.
+        #expect(try await Self.syncedAnswers(durability: "process", pushes: 5) == Array(repeating: false, count: 5))
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {
