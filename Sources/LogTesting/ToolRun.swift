@@ -9,6 +9,13 @@ public struct ToolRun: Sendable {
 
     public var lines: [String] { output.split(separator: "\n").map(String.init) }
 
+    /// The path of the executable `name` in a directory of `PATH`
+    /// (`/usr/bin:/bin` without one), or nil when none holds it.
+    public static func onPath(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
     /// The path of `product` as built with the tests running now: beside
     /// the test executable, where `swift build` puts every product of one
     /// build (`-c release` and `--scratch-path` move them all). Only when

@@ -43,11 +43,7 @@ import Testing
             violations: number(before: "violations"))
     }
 
-    static var straceInstalled: Bool {
-        (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").contains {
-            FileManager.default.isExecutableFile(atPath: "\($0)/strace")
-        }
-    }
+    static var straceInstalled: Bool { ToolRun.onPath("strace") != nil }
 
     /// Every workload whose writer is killed on a store; `sync` also syncs
     /// the store to quiet in its last iteration and checks it against its

@@ -298,20 +298,14 @@ extension SyncServerProcessTests {
 /// SIGKILL test shows the commit; only a sync shows it would survive a
 /// power loss.) With `--durability process` there is no sync to see.
 @Suite struct DurableAnswerProcessTests {
-    static var straceInstalled: Bool {
-        (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").contains {
-            FileManager.default.isExecutableFile(atPath: "\($0)/strace")
-        }
-    }
+    static var straceInstalled: Bool { ToolRun.onPath("strace") != nil }
 
     /// What the trace of `pushes` pushes, one at a time, shows: for each
     /// answer, whether an `fdatasync` ended between it and the one before.
     static func syncedAnswers(durability: String, pushes: Int) async throws -> [Bool] {
         let directory = try TemporaryDirectory("syncserver-durable-\(durability)")
         let trace = directory.appending("trace")
-        let strace = try #require(
-            (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map { "\($0)/strace" }
-                .first { FileManager.default.isExecutableFile(atPath: $0) })
+        let strace = try #require(ToolRun.onPath("strace"))
         let server = try ChildProcess(
             "strace", executable: strace,
             arguments: [

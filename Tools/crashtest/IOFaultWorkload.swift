@@ -102,7 +102,7 @@ struct IOFaultWorkload: Workload {
     init(directory: String) { self.directory = directory }
 
     mutating func iterate(_ context: inout IterationContext) async throws {
-        guard let strace = Self.findExecutable("strace") else {
+        guard let strace = ToolRun.onPath("strace") else {
             throw HarnessError("strace is not installed (Tools/ensure-packages installs it); the io-faults workload needs it")
         }
         if !tracingWorks {
@@ -230,8 +230,4 @@ struct IOFaultWorkload: Workload {
         }
     }
 
-    static func findExecutable(_ name: String) -> String? {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
-    }
 }
