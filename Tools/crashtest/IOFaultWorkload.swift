@@ -229,5 +229,4 @@ struct IOFaultWorkload: Workload {
                     + "the io-faults workload needs ptrace (in a container: --cap-add SYS_PTRACE)")
         }
     }
-
 }
