@@ -104,9 +104,11 @@ struct ReferenceModel {
             let sequenceSeed = random.next()
             try await run(seed: sequenceSeed, stats: &stats, label: "SEED=\(seed) sequence \(sequence) (SEQUENCE_SEED=\(sequenceSeed) replays it alone)")
         }
-        // Every kind of step happened often enough to mean something.
+        // Every kind of step happened often enough to mean something, for
+        // any seed: the rarest, `resolve`, came 245 to 318 times in 1,000
+        // sequences over 20 seeds, so a floor of 250 failed some of them.
         for step in ["create", "update", "delete", "ack", "reject", "conflict", "resolve", "pull", "resync", "reopen", "compact"] {
-            #expect(stats[step, default: 0] > Self.sequenceCount / 4, "\(step): \(stats[step, default: 0])")
+            #expect(stats[step, default: 0] > Self.sequenceCount / 8, "\(step): \(stats[step, default: 0])")
         }
     }
 
