@@ -190,7 +190,7 @@ struct ReferenceModel {
                 let cursor = "c\(cursorNumber)"
                 var changes: [PulledChange] = []
                 for _ in 0..<random.int(1...3) {
-                    let candidates = Array(model.keys) + [ReferenceModel.Key(type: type, id: "\(type)-s\(random.int(0...4))")]
+                    let candidates = model.keys.sorted() + [ReferenceModel.Key(type: type, id: "\(type)-s\(random.int(0...4))")]
                     let key = candidates[random.int(0...candidates.count - 1)]
                     serverVersions[key, default: 0] += 1
                     let stale = random.int(0...6) == 0
