@@ -1,0 +1,237 @@
+import Foundation
+import LMDB
+import LogFormat
+import LogStore
+import LogTesting
+import Testing
+
+/// What `logtool`'s commands promise that a mutation pass over them found
+/// no test holding them to: each test runs the built tool on real stores.
+@Suite struct LogToolContractTests {
+    /// A closed store of three intents on `te` (a, b, c) at offsets 1...3
+    /// and a pulled `te/pulled` at 4, at `path`.
+    private static func makeStore(at path: String) async throws {
+        let store = try Store(path: path, options: .init(durability: .process))
+        try await store.create(type: "te", id: "a", fields: ["n": 1])
+        try await store.create(type: "te", id: "b", fields: ["n": 2])
+        try await store.update(type: "te", id: "a", changes: ["n": 3])
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "te", entityID: "pulled", serverVersion: 1, fields: ["n": 4])], cursor: "c1")
+        store.close()
+    }
+
+    /// The names in `directory` that start with `prefix`.
+    private static func names(in directory: TemporaryDirectory, startingWith prefix: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(prefix) }.sorted()
+    }
+
+    /// `import` into a path that exists (a store, or an empty directory) is
+    /// refused before the file is read, naming the path: nothing is built
+    /// beside it, and the store there is left as it was.
+    @Test func anImportIntoAnExistingPathIsRefusedAndChangesNothing() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-import-exists")
+        let source = directory.appending("source")
+        try await Self.makeStore(at: source)
+        let file = directory.appending("export.jsonl")
+        #expect(try Tool.run(["export", source, "--output", file]).status == 0)
+        let before = try Tool.run(["dump", source, "--json"]).output
+        let onStore = try Tool.run(["import", file, source])
+        #expect(onStore.status == 2 && onStore.errors == "logtool: \(source) exists; import makes a new store\n", "\(onStore.errors)")
+        #expect(try Tool.run(["dump", source, "--json"]).output == before)
+        let empty = directory.appending("empty")
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
+        let onEmpty = try Tool.run(["import", file, empty])
+        #expect(onEmpty.status == 2 && onEmpty.errors == "logtool: \(empty) exists; import makes a new store\n", "\(onEmpty.errors)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: empty).isEmpty)
+        #expect(try Self.names(in: directory, startingWith: "empty.") == [] && Self.names(in: directory, startingWith: "source.") == [])
+    }
+
+    /// An import the file itself stops (a line that does not parse, a file
+    /// cut short, an entry past the header's end) leaves nothing behind:
+    /// not the new store, and not the store it was building beside it.
+    @Test func anImportRefusedByItsFileLeavesNoStagingDirectory() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-import-staging")
+        let lines = LogToolExportTests.resyncExport(count: 3)
+        let cases = [
+            ("garbled.jsonl", lines.prefix(2) + ["{not json"] + lines.suffix(1), "garbled.jsonl:3: "),
+            ("cut.jsonl", Array(lines.dropLast()), "the entries end at offset 2, the header says 3"),
+            ("past.jsonl", LogToolExportTests.resyncExport(count: 3, last: 2), "past.jsonl:4: "),
+        ]
+        for (name, changed, message) in cases {
+            let imported = try Tool.importLines(changed, file: directory.appending(name), into: directory.appending("copy"))
+            #expect(imported.status == 2 && imported.errors.contains(message), "\(name): \(imported.errors)")
+            #expect(try Self.names(in: directory, startingWith: "copy") == [], "\(name)")
+        }
+    }
+
+    /// An export that fails partway (a damaged entry) exits 2 naming the
+    /// store and the offset, and leaves the file it was told to write as it
+    /// was: no half export in its place, and no partial file beside it.
+    @Test func aFailedExportLeavesTheOutputFileAsItWas() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-export-failed")
+        let source = directory.appending("source")
+        try await Self.makeStore(at: source)
+        try Tool.damageEntry(at: 2, inStore: source)
+        let file = directory.appending("export.jsonl")
+        try "an older export\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let exported = try Tool.run(["export", source, "--output", file])
+        #expect(exported.status == 2 && exported.errors.contains(source) && exported.errors.contains("2"), "\(exported.errors)")
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == "an older export\n")
+        #expect(try Self.names(in: directory, startingWith: "export.jsonl") == ["export.jsonl"])
+        let fresh = directory.appending("fresh.jsonl")
+        #expect(try Tool.run(["export", source, "--output", fresh]).status == 2)
+        #expect(try Self.names(in: directory, startingWith: "fresh") == [])
+    }
+
+    /// `compact --below` reports every count of its report, in JSON and in
+    /// text: the entries below the watermark before, and those it kept
+    /// there (a pending intent), beside what it removed and wrote.
+    @Test func compactReportsTheEntriesBeforeAndKept() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-compact-report")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "mine", fields: [:])  // 1, stays pending
+            try await store.applyPulledPage(
+                (0..<6).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0 % 2)", serverVersion: UInt64($0 + 1), fields: ["n": .int(Int64($0))]) },
+                cursor: "c")  // 2...7
+            store.close()
+        }
+        let dry = try #require(try Tool.run(["compact", directory.path, "--below", "7", "--dry-run", "--json"]).objects().first)
+        #expect(dry["watermark"] as? Int == 7 && dry["entries_before"] as? Int == 6, "\(dry)")
+        #expect(dry["entries_removed"] as? Int == 5 && dry["entries_kept"] as? Int == 1 && dry["snapshots_written"] as? Int == 2, "\(dry)")
+        let done = try Tool.run(["compact", directory.path, "--below", "7"])
+        #expect(done.status == 0 && done.output == "below #7: 6 entries; removed 5, wrote 2 snapshots, kept 1\n", "\(done.output)")
+    }
+
+    /// `compact --copy` writes a compacted copy: after an in-place
+    /// compaction has freed pages, the copy's file is smaller than the
+    /// store's, and it holds the same entities.
+    @Test func aCompactedCopyLeavesTheFreePagesOut() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-compact-copy")
+        let path = directory.appending("store")
+        do {
+            let store = try Store(path: path, options: .init(durability: .process))
+            let text = String(repeating: "x", count: 2_000)
+            try await store.applyPulledPage(
+                (0..<400).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0 % 4)", serverVersion: UInt64($0 + 1), fields: ["text": .string(text)]) },
+                cursor: "c")
+            _ = try await store.compact(below: 400)
+            store.close()
+        }
+        let copy = directory.appending("copy")
+        let copied = try #require(try Tool.run(["compact", path, "--copy", copy, "--json"]).objects().first)
+        let before = try #require(copied["bytes_before"] as? Int)
+        let after = try #require(copied["bytes_after"] as? Int)
+        #expect(after < before, "\(copied)")
+        #expect(try Tool.run(["diff", path, copy]).status == 0)
+    }
+
+    /// `replay --to` takes offsets 1 to the log's last: 0 is refused as
+    /// outside the log, and the last gives the store's own state.
+    @Test func replayToTakesTheWholeLogAndNoMore() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-replay-bounds")
+        let path = directory.appending("store")
+        try await Self.makeStore(at: path)
+        let zero = directory.appending("zero")
+        let refused = try Tool.run(["replay", path, "--to", "0", "--output", zero])
+        #expect(refused.status == 2 && refused.errors.contains("--to 0 is outside the log (1...4)"), "\(refused.output)\(refused.errors)")
+        #expect(!FileManager.default.fileExists(atPath: zero))
+        let last = directory.appending("last")
+        let replayed = try Tool.run(["replay", path, "--to", "4", "--output", last])
+        #expect(replayed.status == 0, "\(replayed.errors)")
+        let diff = try Tool.run(["diff", path, last])
+        #expect(diff.status == 0 && diff.errors.contains("3 and 3 entities, 0 differ"), "\(diff.errors)")
+        #expect(try Tool.run(["cursors", last]).lines == ["pull                  c1", "projection watermark  4"])
+    }
+
+    /// `--to` without `--output` (or the other way round) is a usage error:
+    /// the store is not replayed in place as if `--to` were not given.
+    @Test func replayToWithoutOutputIsRefused() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-replay-usage")
+        let path = directory.appending("store")
+        try await Self.makeStore(at: path)
+        for arguments in [["--to", "2"], ["--output", directory.appending("out")]] {
+            let run = try Tool.run(["replay", path] + arguments)
+            #expect(run.status == 2 && run.errors.contains("--to and --output go together"), "\(arguments): \(run.errors)")
+            #expect(run.output.isEmpty, "\(arguments): \(run.output)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("out")))
+    }
+
+    /// `diff` says which store an entity is only in, and reports an entity
+    /// in both whose fields differ, with both versions of its fields; it
+    /// exits 1 when anything differs.
+    @Test func diffNamesWhereAndHowEachEntityDiffers() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-diff")
+        let (first, second) = (directory.appending("first"), directory.appending("second"))
+        do {
+            let store = try Store(path: first, options: .init(durability: .process))
+            try await store.create(type: "te", id: "both", fields: ["n": 1])
+            try await store.create(type: "te", id: "only-first", fields: [:])
+            store.close()
+        }
+        do {
+            let store = try Store(path: second, options: .init(durability: .process))
+            try await store.create(type: "te", id: "both", fields: ["n": 2])
+            try await store.create(type: "te", id: "only-second", fields: [:])
+            store.close()
+        }
+        let json = try Tool.run(["diff", first, second, "--json"])
+        #expect(json.status == 1, "\(json.errors)")
+        let rows = try json.objects().map { "\($0["entity"] as? String ?? "?"): \($0["difference"] as? String ?? "?")" }
+        #expect(rows == ["te/both: differs", "te/only-first: only in \(first)", "te/only-second: only in \(second)"], "\(rows)")
+        let text = try Tool.run(["diff", first, second])
+        #expect(text.status == 1 && text.errors.contains("2 and 2 entities, 3 differ"), "\(text.errors)")
+        #expect(text.lines.first == "te/both: differs" && text.lines.count == 5, "\(text.output)")
+        #expect(text.lines.dropFirst().first?.contains("1") == true && text.lines.dropFirst(2).first?.contains("2") == true, "\(text.output)")
+    }
+
+    /// `dump --id` and `dump --type` each filter alone: the entries about
+    /// that id (of any type and kind), or about that type.
+    @Test func dumpFiltersByIdOrTypeAlone() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-dump-filters")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])  // 1
+            try await store.create(type: "tf", id: "a", fields: [:])  // 2
+            try await store.create(type: "te", id: "b", fields: [:])  // 3
+            try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1, fields: [:])], cursor: "c")  // 4
+            store.close()
+        }
+        let offsets = { (arguments: [String]) in try Tool.run(["dump", directory.path, "--json"] + arguments).objects().map { $0["offset"] as? Int } }
+        #expect(try offsets(["--id", "a"]) == [1, 2, 4])
+        #expect(try offsets(["--type", "te"]) == [1, 3, 4])
+        #expect(try offsets(["--type", "te", "--id", "a"]) == [1, 4])
+    }
+
+    /// `entities TYPE ID` of an entity the store does not have is an error
+    /// naming it (exit 2), not an empty answer.
+    @Test func entitiesOfAMissingIdIsAnError() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-entities-missing")
+        try await Self.makeStore(at: directory.path)
+        let run = try Tool.run(["entities", directory.path, "te", "zz"])
+        #expect(run.status == 2 && run.errors == "logtool: no te/zz\n" && run.output.isEmpty, "\(run.errors)")
+        let found = try Tool.run(["entities", directory.path, "te", "a", "--json"]).objects()
+        #expect(found.count == 1 && (found.first?["fields"] as? [String: Any])?["n"] as? Int == 3 && found.first?["pending_intents"] as? Int == 2)
+    }
+
+    /// A directory a command is to make (`compact --copy`, `replay
+    /// --output`) that exists is named as such, and what it holds stays.
+    @Test func aNewDirectoryThatExistsIsNamedAndKept() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-new-directory")
+        let path = directory.appending("store")
+        try await Self.makeStore(at: path)
+        let existing = directory.appending("existing")
+        try FileManager.default.createDirectory(atPath: existing, withIntermediateDirectories: false)
+        try "keep me".write(toFile: existing + "/note", atomically: true, encoding: .utf8)
+        let cases = [
+            (["compact", path, "--copy", existing], "logtool: \(existing) exists; --copy names a new directory\n"),
+            (["replay", path, "--to", "2", "--output", existing], "logtool: \(existing) exists; --output names a new directory\n"),
+        ]
+        for (arguments, message) in cases {
+            let run = try Tool.run(arguments)
+            #expect(run.status == 2 && run.errors == message, "\(arguments): \(run.errors)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: existing) == ["note"], "\(arguments)")
+        }
+    }
+}
