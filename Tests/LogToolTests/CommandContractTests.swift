@@ -234,4 +234,118 @@ import Testing
             #expect(try FileManager.default.contentsOfDirectory(atPath: existing) == ["note"], "\(arguments)")
         }
     }
+
+    /// Every kind of entry, in each of its variants, survives `export` then
+    /// `import` exactly: a delete intent, a duplicate ack, a reject, a
+    /// conflict with the server's deletion and one resolved with merged
+    /// fields, a deleted snapshot. An ack whose outcome is not one the
+    /// format has is refused, naming its line and the field.
+    @Test func everyVariantOfEveryKindRoundTrips() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-round-trip")
+        let source = directory.appending("source")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.applyPulledPage(
+                [
+                    PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1, fields: ["n": 1]),
+                    PulledChange(.delete, entityType: "te", entityID: "x", serverVersion: 2),
+                    PulledChange(.upsert, entityType: "te", entityID: "y", serverVersion: 3, fields: ["n": 3]),
+                ], cursor: "c1")
+            _ = try await store.compact(below: 3)
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+            try await store.create(type: "te", id: "b", fields: ["n": 2])
+            try await store.create(type: "te", id: "c", fields: ["n": 3])
+            try await store.delete(type: "te", id: "a")
+            let pending = try store.outbox().map(\.offset)
+            let (a, b, c) = (pending[0], pending[1], pending[2])
+            try await store.record([(a, .acknowledged(.duplicate, serverVersion: 1))])
+            try await store.record([(b, .rejected(code: "VALIDATION_ERROR", message: "too long"))])
+            try await store.record([(c, .conflict(ServerState(serverVersion: 4, deleted: true, data: [:]), message: "gone"))])
+            try await store.resolveConflict(intentOffset: c, .merged(["n": 9]))
+            try await store.resync(reason: "test")
+            store.close()
+        }
+        let lines = try Tool.run(["export", source]).lines
+        for variant in [
+            #""operation":"delete","time""#, #""outcome":"duplicate""#, #""kind":"reject""#, #""server_deleted":true"#,
+            #""resolution":"merged""#, #""deleted":true"#, #""kind":"resync""#,
+        ] {
+            #expect(lines.contains { $0.contains(variant) }, "no line has \(variant): \(lines)")
+        }
+        let copy = directory.appending("copy")
+        let imported = try Tool.importLines(lines, file: directory.appending("export.jsonl"), into: copy)
+        #expect(imported.status == 0, "\(imported.errors)")
+        let dumped = try Tool.run(["dump", source, "--json"]).output
+        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
+        #expect(!dumped.isEmpty && dumped == dumpedCopy)
+        #expect(try Tool.run(["diff", source, copy]).status == 0)
+        #expect(try Tool.run(["verify", copy]).status == 0)
+
+        let index = try #require(lines.firstIndex { $0.contains(#""outcome":"duplicate""#) })
+        var damaged = lines
+        damaged[index] = damaged[index].replacingOccurrences(of: #""outcome":"duplicate""#, with: #""outcome":"twice""#)
+        let refused = try Tool.importLines(damaged, file: directory.appending("outcome.jsonl"), into: directory.appending("refused"))
+        #expect(refused.status == 2 && refused.errors.contains("outcome.jsonl:\(index + 1): ") && refused.errors.contains("outcome"), "\(refused.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("refused")))
+    }
+
+    /// `outbox --json` gives each intent's attempts and last error, as the
+    /// text listing does.
+    @Test func outboxJSONGivesAttemptsAndTheLastError() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-outbox")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            try await store.create(type: "te", id: "b", fields: [:])
+            try await store.markFailed(offsets: [1], error: "permanent")
+            store.close()
+        }
+        let rows = try Tool.run(["outbox", directory.path, "--json"]).objects()
+        #expect(rows.map { $0["attempts"] as? Int } == [1, 0], "\(rows)")
+        #expect(rows.map { $0["last_error"] as? String } == ["permanent", ""], "\(rows)")
+    }
+
+    /// The text listing of `entities` marks an entity's pending intents
+    /// only when it has some.
+    @Test func entitiesTextMarksPendingIntentsOnlyWhenThereAreSome() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-entities-text")
+        try await Self.makeStore(at: directory.path)
+        let run = try Tool.run(["entities", directory.path, "te"])
+        #expect(run.status == 0 && run.lines == ["a  v0 +2 pending  [n: 3]", "b  v0 +1 pending  [n: 2]", "pulled  v1  [n: 4]"], "\(run.output)")
+    }
+
+    /// A hand-written export may leave a boolean out (`deleted`,
+    /// `server_deleted`: false) and write a `u64` as `-0` (0): both import,
+    /// as the values they stand for.
+    @Test func anImportReadsAnOmittedBooleanAsFalseAndMinusZeroAsZero() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-import-forms")
+        let lines = [
+            #"{"compacted_below":2,"entry_format":1,"format":"syncstore-export","last_offset":3,"version":1}"#,
+            #"{"kind":"snapshot","offset":1,"timestamp":65536,"watermark":2,"cursor":"c","entity_type":"te","entity_id":"b","server_version":1,"fields":{}}"#,
+            #"{"kind":"intent","offset":2,"timestamp":131072,"operation":"create","idempotency_key":"k1","entity_type":"te","entity_id":"a","base_version":-0,"fields":{}}"#,
+            #"{"kind":"conflict","offset":3,"timestamp":196608,"intent_offset":2,"entity_type":"te","entity_id":"a","server_version":2,"server_fields":{},"resolution":"pending","resolved_fields":{}}"#,
+        ]
+        let store = directory.appending("store")
+        let imported = try Tool.importLines(lines, file: directory.appending("forms.jsonl"), into: store)
+        #expect(imported.status == 0, "\(imported.errors)")
+        let entries = try Tool.run(["dump", store, "--json"]).objects()
+        #expect(entries.count == 3)
+        #expect(entries.first?["deleted"] as? Bool == false && entries.last?["server_deleted"] as? Bool == false, "\(entries)")
+        #expect(entries.dropFirst().first?["base_version"] as? Int == 0, "\(entries)")
+    }
+
+    /// `cursors` of a store that has never pulled says so, in text ("none")
+    /// and in JSON (an empty cursor).
+    @Test func cursorsOfAStoreThatNeverPulledSaysNone() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-cursors")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        let text = try Tool.run(["cursors", directory.path])
+        #expect(text.status == 0 && text.lines == ["pull                  none", "projection watermark  1"], "\(text.output)")
+        let json = try Tool.run(["cursors", directory.path, "--json"]).objects()
+        #expect(json.first?["pull"] as? String == "" && json.first?["projection_watermark"] as? Int == 1, "\(json)")
+    }
 }
