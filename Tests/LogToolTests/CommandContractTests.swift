@@ -334,6 +334,51 @@ import Testing
         #expect(entries.dropFirst().first?["base_version"] as? Int == 0, "\(entries)")
     }
 
+    /// `dump --json` and `export` name a conflict's resolution as the
+    /// format does (Format/README.md, entries.json: "keep_local",
+    /// "keep_remote"), and `import` reads those names. They wrote Swift's
+    /// case names ("keepLocal"), which no other reader of the format knows,
+    /// and refused an export that named them as the format does. An export
+    /// written so before still imports.
+    @Test func conflictResolutionsAreNamedAsTheFormatNamesThem() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-resolutions")
+        let source = directory.appending("source")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+            try await store.create(type: "te", id: "b", fields: ["n": 1])
+            let pending = try store.outbox().map(\.offset)
+            for offset in pending {
+                try await store.record([(offset, .conflict(ServerState(serverVersion: 5, deleted: false, data: ["n": 5]), message: "newer"))])
+            }
+            try await store.resolveConflict(intentOffset: pending[0], .keepLocal)
+            try await store.resolveConflict(intentOffset: pending[1], .keepRemote)
+            store.close()
+        }
+        let dumped = try Tool.run(["dump", source, "--kind", "conflict", "--json"])
+        let resolutions = try dumped.objects().map { $0["resolution"] as? String ?? "?" }
+        #expect(resolutions.contains("keep_local") && resolutions.contains("keep_remote"), "\(resolutions)")
+        #expect(!dumped.output.contains("keepLocal") && !dumped.output.contains("keepRemote"), "\(dumped.output)")
+        let lines = try Tool.run(["export", source]).lines
+        #expect(lines.contains { $0.contains(#""resolution":"keep_local""#) }, "\(lines)")
+        let copy = directory.appending("copy")
+        let imported = try Tool.importLines(lines, file: directory.appending("export.jsonl"), into: copy)
+        #expect(imported.status == 0, "\(imported.errors)")
+        let all = try Tool.run(["dump", source, "--json"]).output
+        let copied = try Tool.run(["dump", copy, "--json"]).output
+        #expect(!all.isEmpty && all == copied)
+        let older = lines.map {
+            $0.replacingOccurrences(of: #""resolution":"keep_local""#, with: #""resolution":"keepLocal""#)
+                .replacingOccurrences(of: #""resolution":"keep_remote""#, with: #""resolution":"keepRemote""#)
+        }
+        #expect(older != lines)
+        let olderCopy = directory.appending("older")
+        let importedOlder = try Tool.importLines(older, file: directory.appending("older.jsonl"), into: olderCopy)
+        #expect(importedOlder.status == 0, "\(importedOlder.errors)")
+        let copiedOlder = try Tool.run(["dump", olderCopy, "--json"]).output
+        #expect(all == copiedOlder)
+    }
+
     /// `cursors` of a store that has never pulled says so, in text ("none")
     /// and in JSON (an empty cursor).
     @Test func cursorsOfAStoreThatNeverPulledSaysNone() async throws {
