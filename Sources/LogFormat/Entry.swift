@@ -138,6 +138,19 @@ public struct Conflict: Hashable, Sendable {
         case keepRemote = 2
         case merged = 3
         case custom = 4
+
+        /// The resolution's name as the format spells it (`storage.md`
+        /// section 7, and the decoded form of `Format/vectors`):
+        /// "keep_local", not the case name `keepLocal`.
+        public var name: String {
+            switch self {
+            case .pending: "pending"
+            case .keepLocal: "keep_local"
+            case .keepRemote: "keep_remote"
+            case .merged: "merged"
+            case .custom: "custom"
+            }
+        }
     }
 
     public var intentOffset: UInt64

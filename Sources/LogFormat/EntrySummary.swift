@@ -34,7 +34,7 @@ extension EntryBody {
                 + "cursor \(Value.printable(remote.cursor))"
         case .conflict(let conflict):
             return "#\(conflict.intentOffset) \(Value.printable(conflict.entityType))/\(Value.printable(conflict.entityID)) "
-                + "server v\(conflict.serverVersion) \(conflict.resolution)"
+                + "server v\(conflict.serverVersion) \(conflict.resolution.name)"
         case .resync(let reason):
             return Value.printable(reason)
         case .snapshot(let snapshot):

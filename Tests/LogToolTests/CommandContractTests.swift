@@ -334,7 +334,7 @@ import Testing
         #expect(entries.dropFirst().first?["base_version"] as? Int == 0, "\(entries)")
     }
 
-    /// `dump --json` and `export` name a conflict's resolution as the
+    /// `dump` (text and `--json`) and `export` name a conflict's resolution as the
     /// format does (Format/README.md, entries.json: "keep_local",
     /// "keep_remote"), and `import` reads those names. They wrote Swift's
     /// case names ("keepLocal"), which no other reader of the format knows,
@@ -359,6 +359,9 @@ import Testing
         let resolutions = try dumped.objects().map { $0["resolution"] as? String ?? "?" }
         #expect(resolutions.contains("keep_local") && resolutions.contains("keep_remote"), "\(resolutions)")
         #expect(!dumped.output.contains("keepLocal") && !dumped.output.contains("keepRemote"), "\(dumped.output)")
+        // The text listing names them so too.
+        let text = try Tool.run(["dump", source, "--kind", "conflict"]).output
+        #expect(text.contains("server v5 keep_local") && text.contains("server v5 keep_remote"), "\(text)")
         let lines = try Tool.run(["export", source]).lines
         #expect(lines.contains { $0.contains(#""resolution":"keep_local""#) }, "\(lines)")
         let copy = directory.appending("copy")

@@ -50,7 +50,7 @@ struct EntryJSON: Encodable {
             try c.encode(conflict.serverVersion, forKey: .serverVersion)
             try c.encode(conflict.serverDeleted, forKey: .serverDeleted)
             try c.encode(conflict.serverFields, forKey: .serverFields)
-            try c.encode(conflict.resolution.formatName, forKey: .resolution)
+            try c.encode(conflict.resolution.name, forKey: .resolution)
             try c.encode(conflict.resolvedFields, forKey: .resolvedFields)
         case .resync(let reason):
             try c.encode(reason, forKey: .reason)
@@ -67,23 +67,10 @@ struct EntryJSON: Encodable {
 }
 
 extension Conflict.Resolution {
-    /// The resolution's name in the decoded form of an entry
-    /// (Format/README.md, storage.md section 7), snake_case: "keep_local",
-    /// not the Swift case name "keepLocal".
-    var formatName: String {
-        switch self {
-        case .pending: "pending"
-        case .keepLocal: "keep_local"
-        case .keepRemote: "keep_remote"
-        case .merged: "merged"
-        case .custom: "custom"
-        }
-    }
-
-    /// The resolution `name` names: its format name, or the Swift case
-    /// name, which exports written before named it by.
-    init?(formatName name: String) {
-        guard let found = Self.allCases.first(where: { $0.formatName == name || "\($0)" == name }) else { return nil }
+    /// The resolution `name` names: the format's name, or the Swift case
+    /// name (`keepLocal`), which exports made before named it by.
+    init?(exportedName name: String) {
+        guard let found = Self.allCases.first(where: { $0.name == name || "\($0)" == name }) else { return nil }
         self = found
     }
 }

@@ -344,7 +344,7 @@ extension EntryJSON {
                     entityID: try json.text("entity_id"), serverVersion: try version("server_version"),
                     fields: try Fields(json: json["fields"] ?? .object([]), path: "fields")))
         case .conflict:
-            guard let resolution = (try? json.text("resolution")).flatMap(Conflict.Resolution.init(formatName:)) else {
+            guard let resolution = (try? json.text("resolution")).flatMap(Conflict.Resolution.init(exportedName:)) else {
                 throw WireDecodingError("resolution", "is not a resolution")
             }
             body = .conflict(
