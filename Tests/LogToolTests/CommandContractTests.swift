@@ -25,6 +25,16 @@ import Testing
         try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(prefix) }.sorted()
     }
 
+    /// Imports `lines` (written to `file`) as the new store `copy`, and
+    /// expects its entries to be `source`'s, as `dump --json` shows them.
+    private static func expectImportedAsIs(_ lines: [String], file: String, copy: String, source: String) throws {
+        let imported = try Tool.importLines(lines, file: file, into: copy)
+        #expect(imported.status == 0, "\(imported.errors)")
+        let dumped = try Tool.run(["dump", source, "--json"]).output
+        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
+        #expect(!dumped.isEmpty && dumped == dumpedCopy)
+    }
+
     /// `import` into a path that exists (a store, or an empty directory) is
     /// refused before the file is read, naming the path: nothing is built
     /// beside it, and the store there is left as it was.
@@ -273,11 +283,7 @@ import Testing
             #expect(lines.contains { $0.contains(variant) }, "no line has \(variant): \(lines)")
         }
         let copy = directory.appending("copy")
-        let imported = try Tool.importLines(lines, file: directory.appending("export.jsonl"), into: copy)
-        #expect(imported.status == 0, "\(imported.errors)")
-        let dumped = try Tool.run(["dump", source, "--json"]).output
-        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
-        #expect(!dumped.isEmpty && dumped == dumpedCopy)
+        try Self.expectImportedAsIs(lines, file: directory.appending("export.jsonl"), copy: copy, source: source)
         #expect(try Tool.run(["diff", source, copy]).status == 0)
         #expect(try Tool.run(["verify", copy]).status == 0)
 
@@ -364,22 +370,13 @@ import Testing
         #expect(text.contains("server v5 keep_local") && text.contains("server v5 keep_remote"), "\(text)")
         let lines = try Tool.run(["export", source]).lines
         #expect(lines.contains { $0.contains(#""resolution":"keep_local""#) }, "\(lines)")
-        let copy = directory.appending("copy")
-        let imported = try Tool.importLines(lines, file: directory.appending("export.jsonl"), into: copy)
-        #expect(imported.status == 0, "\(imported.errors)")
-        let all = try Tool.run(["dump", source, "--json"]).output
-        let copied = try Tool.run(["dump", copy, "--json"]).output
-        #expect(!all.isEmpty && all == copied)
+        try Self.expectImportedAsIs(lines, file: directory.appending("export.jsonl"), copy: directory.appending("copy"), source: source)
         let older = lines.map {
             $0.replacingOccurrences(of: #""resolution":"keep_local""#, with: #""resolution":"keepLocal""#)
                 .replacingOccurrences(of: #""resolution":"keep_remote""#, with: #""resolution":"keepRemote""#)
         }
         #expect(older != lines)
-        let olderCopy = directory.appending("older")
-        let importedOlder = try Tool.importLines(older, file: directory.appending("older.jsonl"), into: olderCopy)
-        #expect(importedOlder.status == 0, "\(importedOlder.errors)")
-        let copiedOlder = try Tool.run(["dump", olderCopy, "--json"]).output
-        #expect(all == copiedOlder)
+        try Self.expectImportedAsIs(older, file: directory.appending("older.jsonl"), copy: directory.appending("older"), source: source)
     }
 
     /// `cursors` of a store that has never pulled says so, in text ("none")
