@@ -60,8 +60,6 @@ import Testing
         return line.split(separator: " ").dropFirst().map(String.init)
     }
 
-    /// Reports unchanged pass, and the summary counts each acknowledged
-    /// append once: the count of a run is the sum of these.
     /// `--workload`'s help lists the store workloads by hand (built from
     /// `Workloads.stores`, it crashed the compiler): it names the ones the
     /// command takes, as its refusal of another name lists them.
@@ -76,6 +74,8 @@ import Testing
         #expect(text.contains("store (\(taken))."), "help: \(text)\nrefusal: \(taken)")
     }
 
+    /// Reports unchanged pass, and the summary counts each acknowledged
+    /// append once: the count of a run is the sum of these.
     @Test func theReportsOfAnAppendWorkerPassAndAreCounted() async throws {
         let directory = try TemporaryDirectory("crashtest-check-append")
         defer { directory.remove() }
