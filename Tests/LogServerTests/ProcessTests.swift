@@ -317,12 +317,7 @@ extension SyncServerProcessTests {
         let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
         let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.errorText)")
         for n in 0..<pushes {
-            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/push")!)
-            request.httpMethod = "POST"
-            request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
-            request.httpBody = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t\(n)", ["n": 1], key: "k\(n)")]))
-            let (_, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
-            try #require((response as? HTTPURLResponse)?.statusCode == 200)
+            _ = try await KilledMidPushProcessTests.push([operation(.create, "t\(n)", ["n": 1], key: "k\(n)")], port: port, session: .shared)
         }
         // Stopped by a signal it handles, strace writes out its whole trace.
         server.kill(SIGTERM)

@@ -231,16 +231,12 @@ import Testing
         let replica = try Replica("second-start", server: server)
         let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: FixedConnectivity(online: true))
         await scheduler.start()
-        try await waitUntil { await scheduler.triggered.count == 1 }
-        try await waitUntil { await !scheduler.isSyncRunning }
-        await scheduler.settle()
+        try await scheduler.settle(afterSyncs: 1)
         await scheduler.start()
         try await replica.store.create(type: "task", fields: ["n": 1])
         try await replica.clock.waitForSleepers(2)  // periodic + write debounce
         replica.clock.advance(by: 1_000)
-        try await waitUntil { await scheduler.triggered.count == 2 }
-        try await waitUntil { await !scheduler.isSyncRunning }
-        await scheduler.settle()
+        try await scheduler.settle(afterSyncs: 2)
         #expect(await scheduler.triggered == [.started, .localWrite])
         #expect(try await server.pullAll().count == 1)
         await scheduler.stop()
@@ -616,9 +612,7 @@ import Testing
         defer { clock.endAll() }  // the sleeps left, the periodic timer's among them
         let scheduler = SyncScheduler.online(replica.engine, clock: clock, periodMilliseconds: .max)
         await scheduler.start()
-        try await waitUntil { await scheduler.triggered.count == 1 }
-        try await waitUntil { await !scheduler.isSyncRunning }
-        await scheduler.settle()
+        try await scheduler.settle(afterSyncs: 1)
         let debounce = SchedulerCore().localWriteDebounceMilliseconds
         let firstDeadline = replica.clock.monotonicMilliseconds + debounce
         try await replica.store.create(type: "task", fields: ["n": 1])
@@ -635,9 +629,7 @@ import Testing
         #expect(await scheduler.triggered == [.started], "the first write's deadline started a sync")
         replica.clock.advance(by: debounce / 2)
         clock.end(until: firstDeadline + debounce / 2)
-        try await waitUntil { await scheduler.triggered.count == 2 }
-        try await waitUntil { await !scheduler.isSyncRunning }
-        await scheduler.settle()
+        try await scheduler.settle(afterSyncs: 2)
         #expect(await scheduler.triggered == [.started, .localWrite])
         #expect(try await server.pullAll().count == 2)
         await scheduler.stop()
@@ -856,20 +848,20 @@ final class HeldSleepClock: SyncClock {
 
     /// Ends the sleeps until `deadline`: their tasks go on.
     func end(until deadline: UInt64) {
-        let ended = sleepers.withLock { sleepers in
-            defer { sleepers.removeAll { $0.deadline == deadline } }
-            return sleepers.filter { $0.deadline == deadline }
-        }
-        for sleeper in ended { sleeper.continuation.resume() }
+        for sleeper in removeSleepers(where: { $0 == deadline }) { sleeper.continuation.resume() }
     }
 
     /// Ends every sleep left, as cancelled.
     func endAll() {
-        let ended = sleepers.withLock { sleepers in
-            defer { sleepers = [] }
-            return sleepers
+        for sleeper in removeSleepers(where: { _ in true }) { sleeper.continuation.resume(throwing: CancellationError()) }
+    }
+
+    /// Takes the sleepers whose deadline `matches` off the list.
+    private func removeSleepers(where matches: (UInt64) -> Bool) -> [(deadline: UInt64, continuation: CheckedContinuation<Void, any Error>)] {
+        sleepers.withLock { sleepers in
+            defer { sleepers.removeAll { matches($0.deadline) } }
+            return sleepers.filter { matches($0.deadline) }
         }
-        for sleeper in ended { sleeper.continuation.resume(throwing: CancellationError()) }
     }
 }
 
@@ -934,6 +926,14 @@ final class PullGate: Sendable {
 }
 
 extension SyncScheduler {
+    /// Waits until the scheduler has started `count` syncs and knows of
+    /// none running, then for those syncs to end.
+    nonisolated func settle(afterSyncs count: Int) async throws {
+        try await waitUntil { await self.triggered.count == count }
+        try await waitUntil { await !self.isSyncRunning }
+        await settle()
+    }
+
     /// A scheduler of `engine` on `clock` that is always online, with a
     /// periodic sync every `periodMilliseconds` (`.max`: none).
     static func online(_ engine: SyncEngine, clock: any SyncClock, periodMilliseconds: UInt64) -> SyncScheduler {
