@@ -1081,6 +1081,36 @@ extension LogToolExportTests {
         #expect(try Tool.run(["entities", bundle, "te", "--json"]).objects().map { $0["id"] as? String } == ["tail"])
     }
 
+    /// A resync below the tail names no entity, and stays: compaction
+    /// keeps the ack of an intent whose conflict waits for the app, and the
+    /// resync after that ack forgot the base it gave. Left out, a replay of
+    /// the bundle would give the entity that base again.
+    @Test func aBundleKeepsAResyncThatForgetsTheBaseOfAKeptAnswer() async throws {
+        let directory = try TemporaryDirectory("logtool-bundle-resync")
+        let source = directory.appending("store")
+        do {
+            let store = try Store(path: source, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+            try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 2
+            try await store.resync(reason: "test")  // 3
+            // The tail: a conflict of the acked intent, left for the app.
+            // Only a raw append writes one; the next open projects it.
+            _ = try await store.log.append(
+                .conflict(
+                    Conflict(
+                        intentOffset: 1, entityType: "te", entityID: "a", serverVersion: 2, serverFields: ["n": 2],
+                        resolution: .pending)))  // 4
+            store.close()
+        }
+        let bundle = directory.appending("bundle")
+        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
+        #expect(run.status == 0, "\(run.errors)")
+        #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [1, 2, 3, 4])
+        #expect(try Tool.run(["conflicts", bundle, "--json"]).objects().map { $0["intent_offset"] as? Int } == [1])
+        #expect(try Tool.run(["entities", source, "te", "--json"]).output.isEmpty)
+        #expect(try Tool.run(["entities", bundle, "te", "--json"]).output.isEmpty)
+    }
+
     /// A hole in the log (an offset missing above the compaction
     /// watermark) that `bundle` meets in its copy, below the tail, is the
     /// store's too: the error names the store, not the output directory
