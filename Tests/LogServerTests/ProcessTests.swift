@@ -32,6 +32,20 @@ import Testing
         return (server, try #require(port, "no banner: \(server.outputText)\(server.errorText)"))
     }
 
+    /// Sends one request to the server on `port` with token `t`: a POST
+    /// of `body`, or a GET without one.
+    /// - Returns: the status and the body.
+    static func send(_ path: String, port: Int, body: Data? = nil) async throws -> (status: Int, body: Data) {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
+        if let body {
+            request.httpMethod = "POST"
+            request.httpBody = body
+        }
+        let (data, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+    }
+
     @Test(arguments: [SIGTERM, SIGINT])
     func stopsCleanlyOnASignalAndKeepsItsData(signal: Int32) async throws {
         let directory = try TemporaryDirectory("syncserver-signal")
@@ -355,6 +369,63 @@ extension SyncServerProcessTests {
     }
 }
 
+/// A commit the disk refuses (`fdatasync` failing with ENOSPC or EIO,
+/// made to by strace): the push it was for is not acknowledged but failed
+/// with `500 INTERNAL_ERROR` (`sync-protocol.md` section 7, "Durability of
+/// \"applied\""), the log names the cause, and the server, whose store
+/// LMDB has failed, answers 503 until it is restarted. Restarted, it has
+/// every push it acknowledged and nothing of the failed one, whose key it
+/// does not remember: pushed again, it is applied.
+@Suite struct FailedCommitProcessTests {
+    @Test(.enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"), arguments: [
+        ("ENOSPC", "No space left on device"), ("EIO", "Input/output error"),
+    ])
+    func aPushWhoseCommitFailsIsNotAcknowledgedAndLosesNothing(error: String, message: String) async throws {
+        let directory = try TemporaryDirectory("syncserver-failed-commit")
+        let data = directory.appending("data")
+        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full"]
+        func push(_ id: String) throws -> Data {
+            try JSONEncoder().encode(PushRequest(operations: [operation(.create, id, ["n": 1], key: id)]))
+        }
+        do {
+            let (server, port) = try await SyncServerProcessTests.started(arguments)
+            defer { server.kill() }
+            #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: push("kept")).status == 200)
+        }
+        do {
+            let strace = try #require(ToolRun.onPath("strace"))
+            let server = try ChildProcess(
+                "strace", executable: strace,
+                arguments: ["-f", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=\(error)"]
+                    + [SyncServerProcessTests.executable.path] + arguments,
+                ownProcessGroup: true)
+            defer { server.kill() }
+            let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
+            let port = try #require(banner.flatMap(SyncServerBanner.port(in:)), "no banner: \(server.errorText)")
+            let failed = try await SyncServerProcessTests.send("/v1/push", port: port, body: push("failed"))
+            let reply = try JSONDecoder().decode(ErrorEnvelope.self, from: failed.body).error
+            #expect(failed.status == 500 && reply.code == .internalError && reply.retryable, "\(reply)")
+            for (path, body) in [("/v1/health", nil), ("/v1/pull", nil), ("/v1/push", try push("after"))] {
+                let answer = try await SyncServerProcessTests.send(path, port: port, body: body)
+                #expect(answer.status == 503, "\(path): \(String(decoding: answer.body, as: UTF8.self))")
+            }
+            server.kill()
+            #expect(await server.waitForExit(timeout: .seconds(30)))
+            #expect(server.errorText.contains("request failed: mdb_txn_commit (\(data)): \(message)"), "\(server.errorText)")
+        }
+        let (server, port) = try await SyncServerProcessTests.started(arguments)
+        defer { server.kill() }
+        func pulledIDs() async throws -> [String] {
+            try JSONDecoder().decode(PullResponse.self, from: try await SyncServerProcessTests.send("/v1/pull", port: port).body)
+                .changes.map(\.entityID)
+        }
+        #expect(try await pulledIDs() == ["kept"])
+        let again = try JSONDecoder().decode(PushResponse.self, from: try await SyncServerProcessTests.send("/v1/push", port: port, body: push("failed")).body)
+        #expect(again.results.map(\.status) == [.applied])
+        #expect(try await pulledIDs() == ["kept", "failed"])
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {
@@ -373,14 +444,7 @@ extension SyncServerProcessTests {
             ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice"])
         defer { server.kill() }
         func send(_ path: String, body: Data? = nil) async throws -> (Int, Data) {
-            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
-            request.setValue("Bearer t", forHTTPHeaderField: "Authorization")
-            if let body {
-                request.httpMethod = "POST"
-                request.httpBody = body
-            }
-            let (data, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
-            return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+            try await SyncServerProcessTests.send(path, port: port, body: body)
         }
         let push = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t1", ["n": 1], key: "k")]))
         #expect(try await send("/v1/push", body: push).0 == 200)
