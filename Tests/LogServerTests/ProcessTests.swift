@@ -391,6 +391,9 @@ extension SyncServerProcessTests {
             let (server, port) = try await SyncServerProcessTests.started(arguments)
             defer { server.kill() }
             #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: push("kept")).status == 200)
+            // Gone, with its lock on the data directory, before the next starts.
+            server.kill()
+            #expect(await server.waitForExit(timeout: .seconds(30)))
         }
         do {
             let strace = try #require(ToolRun.onPath("strace"))
@@ -409,6 +412,8 @@ extension SyncServerProcessTests {
                 let answer = try await SyncServerProcessTests.send(path, port: port, body: body)
                 #expect(answer.status == 503, "\(path): \(String(decoding: answer.body, as: UTF8.self))")
             }
+            // strace and the server both (a group of their own): the pipes
+            // close when the server ends.
             server.kill()
             #expect(await server.waitForExit(timeout: .seconds(30)))
             #expect(server.errorText.contains("request failed: mdb_txn_commit (\(data)): \(message)"), "\(server.errorText)")
