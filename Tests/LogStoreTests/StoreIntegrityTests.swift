@@ -196,6 +196,28 @@ import Testing
         }
     }
 
+    /// `verifyEntries` (`logtool verify`) holds the log to the density rule
+    /// a scan does, watermark C included: with entries 3 to 5 missing, C = 6
+    /// makes them holes compaction left, and C = 5 (or no compaction) leaves
+    /// 3 to 5 missing, one problem at 3. Nothing else checked it: a verify
+    /// that passed every hole, or none at C, went unnoticed.
+    @Test(arguments: [(6, false), (5, true), (0, true)] as [(UInt64, Bool)])
+    func verifyReportsAHoleExactlyWhereAScanFindsAGap(watermark: UInt64, missing: Bool) async throws {
+        let directory = try await damagedStore("integrity-verify-holes", count: 10) { txn, table in
+            for offset: UInt64 in 3...5 { _ = try txn.delete(table, key: key(offset)) }
+        }
+        defer { directory.remove() }
+        if watermark > 0 {
+            try putRaw(directory.path, database: "meta", key: Array("compacted-below".utf8), value: watermark.bigEndianBytes)
+        }
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        let (checked, problems) = try log.verifyEntries()
+        #expect(checked == 7)
+        let expected = missing ? ["log at offset 3: missing: the next entry is at offset 6"] : []
+        #expect(problems.map(\.description) == expected, "C = \(watermark)")
+    }
+
     /// Compaction's watermark is at most the last offset (storage.md
     /// section 4). Past it (here 15 in a log of 10), an entry later lost
     /// at 11 would be taken for a hole compaction left: `verifyEntries`
