@@ -69,6 +69,26 @@ import Testing
         #expect(problems.map(\.message).contains("a key of 9 bytes (000000000000000500), not an offset of 8"), "\(problems)")
     }
 
+    /// `verifyEntries` goes on past a key that is not an offset: it names
+    /// the key once and checks every entry after it, so damage further on
+    /// is reported too. Stuck on the key, it would list it until the
+    /// problem count ran out and never reach the rest of the log.
+    @Test func verifyNamesAKeyThatIsNotAnOffsetOnceAndChecksTheEntriesAfterIt() async throws {
+        let directory = try await damagedStore("integrity-verify-bad-key", count: 10) { txn, table in
+            try txn.put(table, key: key(5) + [0], value: [1, 2, 3])
+            var bytes = try #require(try txn.get(table, key: key(8)))
+            bytes[bytes.count - 1] ^= 0x40
+            try txn.put(table, key: key(8), value: bytes)
+        }
+        defer { directory.remove() }
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        let (checked, problems) = try log.verifyEntries()
+        #expect(checked == 11)
+        #expect(problems.map(\.offset) == [nil, 8], "\(problems.prefix(3))")
+        #expect(problems.first?.message == "a key of 9 bytes (000000000000000500), not an offset of 8", "\(problems.prefix(3))")
+    }
+
     /// A key that is not an offset, met first by a scan (here one that
     /// starts past the last entry, as a reader waiting for the next one
     /// does), is reported: it is not the end of the log.
