@@ -863,6 +863,24 @@ extension StoreIntegrityTests {
         #expect(report.problems == [StoreProblem(table: "entities", message: "te/a differs from what the log makes")], "\(report.problems)")
     }
 
+    /// `verify` opens the store read-only, which refuses projections that
+    /// lag the log (an entry appended without the store): that is a
+    /// problem of the report, with the entries checked, not an error that
+    /// leaves `logtool verify` saying nothing of the store.
+    @Test func verifyReportsProjectionsBehindTheLogAsAProblem() async throws {
+        let fixture = try StoreFixture("integrity-verify-stale")
+        defer { fixture.directory.remove() }
+        try await fixture.store.create(type: "te", id: "a", fields: [:])
+        _ = try await fixture.store.log.append(intent(2))
+        fixture.store.close()
+        let scratch = try TemporaryDirectory("integrity-verify-stale-scratch")
+        defer { scratch.remove() }
+        let report = try await Store.verify(path: fixture.directory.path, scratchDirectory: scratch.path)
+        #expect(report.checked == 2)
+        let message = "projections are version \(Store.projectionVersion) at offset 1; open the store writable to rebuild them"
+        #expect(report.problems == [StoreProblem(table: "meta", message: message)], "\(report.problems)")
+    }
+
     /// storage.md section 15, Replay: `verifyProjections` compares `cursor`
     /// with the replay's. A cursor the log does not give is reported, as
     /// text, whatever its length (one of 8 bytes was named as an offset).
