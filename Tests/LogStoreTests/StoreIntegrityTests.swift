@@ -881,6 +881,26 @@ extension StoreIntegrityTests {
         #expect(report.problems == [StoreProblem(table: "meta", message: message)], "\(report.problems)")
     }
 
+    /// An `entities` key with no zero byte holds no type and id (damage):
+    /// `verify` quotes it as it is, as `name` says, rather than name an
+    /// entity `stray/` that has no empty id.
+    @Test func verifyQuotesAnEntityKeyWithNoZeroByte() async throws {
+        let directory = try TemporaryDirectory("integrity-verify-entity-key")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        try putRaw(directory.path, database: "entities", key: Array("stray".utf8), value: [0])
+        let scratch = try TemporaryDirectory("integrity-verify-entity-key-scratch")
+        defer { scratch.remove() }
+        let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
+        #expect(
+            report.problems == [StoreProblem(table: "entities", message: "\"stray\" is there, but nothing in the log makes it")],
+            "\(report.problems)")
+    }
+
     /// storage.md section 15, Replay: `verifyProjections` compares `cursor`
     /// with the replay's. A cursor the log does not give is reported, as
     /// text, whatever its length (one of 8 bytes was named as an offset).
