@@ -901,6 +901,31 @@ extension StoreIntegrityTests {
             "\(report.problems)")
     }
 
+    /// `verify` says which way a row differs: one the log makes that the
+    /// tables lack is missing (a row nothing in the log makes is the other
+    /// case, `verifyReportsOnlyTheOutboxRowNothingInTheLogMakes`). Named
+    /// the other way round, a user would look for a stray row to delete.
+    @Test func verifyReportsARowTheLogMakesThatIsMissing() async throws {
+        let directory = try TemporaryDirectory("integrity-verify-missing")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+            try await store.create(type: "te", id: "b", fields: ["n": 2])
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let entities = try #require(try environment.openDatabase("entities", create: false))
+            try environment.write { txn in _ = try txn.delete(entities, key: Array("te".utf8) + [0] + Array("b".utf8)) }
+        }
+        let scratch = try TemporaryDirectory("integrity-verify-missing-scratch")
+        defer { scratch.remove() }
+        let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
+        #expect(report.problems == [StoreProblem(table: "entities", message: "te/b is missing; the log has it")], "\(report.problems)")
+    }
+
     /// storage.md section 15, Replay: `verifyProjections` compares `cursor`
     /// with the replay's. A cursor the log does not give is reported, as
     /// text, whatever its length (one of 8 bytes was named as an offset).
