@@ -365,6 +365,22 @@ extension StoreEdgeTests {
         #expect(try store.count(type: "te") == 3)
     }
 
+    /// An import writes into an empty store only: into one with entries it
+    /// is refused, and nothing is written, also when its offsets would
+    /// follow the store's last one (appended, they would mix two logs).
+    @Test func anImportIntoAStoreWithEntriesIsRefused() async throws {
+        let fixture = try StoreFixture("store-import-not-empty")
+        defer { fixture.directory.remove() }
+        let store = fixture.store
+        defer { store.close() }
+        try await store.create(type: "te", id: "a", fields: [:])
+        let entry = Entry(offset: 2, timestamp: HybridTimestamp(rawValue: .max >> 1), body: .resync(reason: "imported"))
+        let error = await #expect(throws: LogStoreError.self) { try await store.restore([entry], compactedBelow: 0) }
+        #expect(error?.code == .invalidArgument)
+        #expect(error?.detail.contains("import needs an empty store") == true, "\(String(describing: error))")
+        #expect(try store.log.lastOffset() == 1)
+    }
+
     /// A pulled change at server version 0 (a writer never appends one, an
     /// import refuses one, but a log written by other software may hold
     /// one) is stale (`Format/storage.md` section 15, `remote`: "a reader
