@@ -381,6 +381,19 @@ extension StoreEdgeTests {
         #expect(try store.log.lastOffset() == 1)
     }
 
+    /// The compaction watermark of an import is at most its last offset or
+    /// 1, whichever is more, as compaction's: an empty log compacted below 1
+    /// (what an export of one holds) is imported as it was, and verifies.
+    @Test func anEmptyImportCompactedBelowOneIsTaken() async throws {
+        var fixture = try StoreFixture("store-import-empty-compacted")
+        defer { fixture.directory.remove() }
+        try await fixture.store.restore([], compactedBelow: 1)
+        try fixture.reopen()
+        #expect(try fixture.store.compactedBelow() == 1)
+        #expect(try fixture.store.log.lastOffset() == 0)
+        fixture.store.close()
+    }
+
     /// A pulled change at server version 0 (a writer never appends one, an
     /// import refuses one, but a log written by other software may hold
     /// one) is stale (`Format/storage.md` section 15, `remote`: "a reader
