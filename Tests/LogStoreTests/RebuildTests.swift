@@ -199,6 +199,31 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
         #expect(try store.count(type: "tw") == 6)
     }
 
+    /// storage.md section 15, Replay: the rule for entries written while a
+    /// rebuild runs holds from the chunk that starts at the last offset
+    /// there was when the rebuild started (8 here), which has replayed all
+    /// of those. Writes kept up with it (5 entries after a chunk that left
+    /// 5), so it takes every entry left and ends the rebuild, rather than
+    /// a chunk of 4 and one more after it.
+    @Test func theChunkAtTheStartsLastOffsetCatchesUpWithWrites() async throws {
+        let fixture = try StoreFixture("rebuild-catch-up-at-start")
+        let store = fixture.store
+        defer { store.close() }
+        for n in 0..<8 { try await store.create(type: "te", id: "s\(n)", fields: [:]) }  // 1-8
+        var pauses = 0
+        var watermarks: [UInt64] = []
+        try await store.rebuildProjections(entriesPerTransaction: 4) {
+            pauses += 1
+            watermarks.append(try #require(try store.rebuildWatermark()))
+            // 1 entry written after the first chunk (9), 5 after the second (10-14).
+            let writes = pauses == 1 ? 1 : pauses == 2 ? 5 : 0
+            for n in 0..<writes { try await store.create(type: "tw", id: "w\(pauses)-\(n)", fields: [:]) }
+        }
+        #expect(watermarks == [4, 8])
+        #expect(try store.count(type: "tw") == 6)
+        #expect(try store.rebuildWatermark() == nil)
+    }
+
     /// A store closed part way through a rebuild keeps the tables it had:
     /// a read-only open (a tool's) reads them all, and the next writable
     /// open finishes the rebuild, to the same tables.
