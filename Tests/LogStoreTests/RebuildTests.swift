@@ -595,6 +595,25 @@ extension RebuildTests {
         #expect(try fixture.store.pullCursor() == nil)
     }
 
+    /// The other half of the same rule: a cursor the log gives replaces
+    /// the one the tables in use had, which damage made another. Kept, the
+    /// next pull would go on from a place the server never gave.
+    @Test func aRebuildPutsBackTheCursorTheLogGives() async throws {
+        var fixture = try StoreFixture("rebuild-wrong-cursor")
+        try await fixture.store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "tr", entityID: "r", serverVersion: 1, fields: [:])], cursor: "c-1")
+        let tables = try fixture.store.derivedTables()
+        let log = fixture.store.log
+        _ = try await log.perform { txn, _ in try txn.put(log.metaDatabase, key: MetaKey.cursor, value: Array("stray".utf8)) }
+        #expect(try fixture.store.pullCursor() == "stray")
+        try await fixture.store.rebuildProjections()
+        #expect(try fixture.store.pullCursor() == "c-1")
+        #expect(try fixture.store.derivedTables() == tables)
+        try fixture.reopen()
+        #expect(try fixture.store.pullCursor() == "c-1")
+        fixture.store.close()
+    }
+
     /// storage.md section 15, Replay: a rebuild carries attempt state only
     /// to the `outbox` rows with the same keys in the set it filled. An
     /// intent whose answer was appended to the log directly (the tables in
