@@ -696,3 +696,36 @@ extension RebuildTests {
         #expect(try fixture.store.derivedTables() == tables)
     }
 }
+
+extension RebuildTests {
+    /// `changes(type:)`: the commit that ends a rebuild gives a change to
+    /// every type with entities in the tables before it or after it. Here
+    /// the tables in use had lost the count of "te", which the log makes,
+    /// and held one of "stray", which nothing in the log makes: the rebuild
+    /// changes what the app sees of both, so each stream gets a change.
+    @Test func aRebuildGivesAChangeToTheTypesOfTheTablesBeforeAndAfter() async throws {
+        let directory = try TemporaryDirectory("rebuild-changes")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let counts = try #require(try environment.openDatabase("counts", create: false))
+            try environment.write { txn in
+                _ = try txn.delete(counts, key: Array("te".utf8))
+                try txn.put(counts, key: Array("stray".utf8), value: UInt64(1).bigEndianBytes)
+            }
+        }
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        let (te, stray) = (store.changes(type: "te"), store.changes(type: "stray"))
+        try await store.rebuildProjections()
+        #expect(try store.count(type: "te") == 1 && store.count(type: "stray") == 0)
+        store.close()
+        #expect(await drained(te).map(\.entityType) == ["te"])
+        #expect(await drained(stray).map(\.entityType) == ["stray"])
+    }
+}
