@@ -211,6 +211,29 @@ import Testing
         #expect(try store.derivedTables().entities == before.entities)
         #expect(try store.pullCursor() == "c2")
     }
+
+    /// A resync forgets the pull cursor, and the snapshots fold nothing
+    /// from before it: with no pulled change after the resync, compaction
+    /// writes no cursor, and a replay of the compacted log has none, as
+    /// the store has none. A cursor from before the resync written into a
+    /// snapshot would bring it back on the next rebuild, and the next pull
+    /// would skip what the server has.
+    @Test func aCursorFromBeforeTheLastResyncIsNotFoldedIn() async throws {
+        let fixture = try StoreFixture("compact-cursor-before-resync")
+        let store = fixture.store
+        defer { store.close() }
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1)], cursor: "c1")  // 1
+        try await store.resync(reason: "test")  // 2
+        try await store.create(type: "te", id: "a", fields: [:])  // 3
+        #expect(try store.pullCursor() == nil)
+        let report = try await store.compact(below: 3)
+        #expect(report.entriesRemoved == 2 && report.snapshotsWritten == 0)
+        let scratch = try TemporaryDirectory("compact-cursor-before-resync-verify")
+        defer { scratch.remove() }
+        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        try await store.rebuildProjections()
+        #expect(try store.pullCursor() == nil)
+    }
 }
 
 @Suite struct CrashShapedTests {
