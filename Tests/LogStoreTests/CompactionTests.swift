@@ -370,6 +370,27 @@ import Testing
         #expect(try await store.verifyProjections(scratchDirectory: scratch.path).isEmpty)
     }
 
+    /// With two kept intents of that key before the removed one, the row
+    /// names the later of the two: a replay of the compacted log writes
+    /// each intent's offset over the one before it, so the last kept wins.
+    @Test func aRowOfARepeatedKeyNamesTheLastKeptIntent() async throws {
+        let fixture = try StoreFixture("compact-repeated-key-last")
+        let store = fixture.store
+        defer { store.close() }
+        for (type, n) in [("a", 1), ("b", 2), ("c", 3)] {  // 1 and 2 pending, 3 acked
+            _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k", entityType: type, entityID: "x", fields: ["n": .int(Int64(n))])))
+        }
+        _ = try await store.log.append(.ack(Ack(intentOffset: 3, outcome: .applied, serverVersion: 1)))  // 4
+        try await store.create(type: "d", id: "z", fields: [:])  // 5: projects 1-4 first
+        #expect(try store.intentOffset(idempotencyKey: "k") == 3)
+        let report = try await store.compact(below: 5)
+        #expect(report.entriesKept == 2)
+        #expect(try store.intentOffset(idempotencyKey: "k") == 2)
+        let scratch = try TemporaryDirectory("compact-repeated-key-last-scratch")
+        defer { scratch.remove() }
+        #expect(try await store.verifyProjections(scratchDirectory: scratch.path).isEmpty)
+    }
+
     /// storage.md section 4, Compaction, step 2: a removed intent's
     /// idempotency row is deleted only if it still holds that intent's
     /// offset. With a repeated key whose later intent is at or above the
