@@ -439,6 +439,27 @@ import Testing
         #expect(b?.serverVersion == 1 && b?.fields == ["n": 1])
     }
 
+    /// An intent kept for its entity's acknowledged version (a later one
+    /// is pending) keeps its first answer, the one the projections took,
+    /// and a second answer goes. Kept with the second instead, a replay
+    /// of the compacted log gives the pending intent another base.
+    @Test func aKeptIntentKeepsItsFirstAnswer() async throws {
+        let fixture = try StoreFixture("compact-kept-first-answer")
+        let store = fixture.store
+        defer { store.close() }
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        try await store.update(type: "te", id: "a", changes: ["n": 2])  // 2, pending
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 3
+        _ = try await store.log.append(.ack(Ack(intentOffset: 1, outcome: .applied, serverVersion: 5)))  // 4: a second answer
+        try await store.create(type: "te", id: "z", fields: [:])  // 5: projects 4 first
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 5)
+        #expect(report.entriesRemoved == 1 && report.entriesKept == 3)
+        #expect(try scanAll(store.log).map(\.offset) == [1, 2, 3, 5])
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == before)
+    }
+
     /// Two idempotency keys that are canonically equivalent Unicode but
     /// different bytes (U+00E9, and U+0065 U+0301) are two keys, as the
     /// idempotency table keys them by bytes. Compaction removed the
