@@ -191,6 +191,28 @@ import Testing
         #expect(try store.derivedTables().entities == before.entities)
     }
 
+    /// Nor is the answer that emptied the entity's pending set kept, with
+    /// its intent, for an intent written after it: "since the pending set
+    /// was last empty" starts after that answer, whose acked version the
+    /// snapshot holds. Kept, compaction would leave in the log, for good,
+    /// entries that it exists to fold away.
+    @Test func theAnswerThatEmptiedThePendingSetIsNotKept() async throws {
+        let fixture = try StoreFixture("compact-answer-emptied-pending")
+        let store = fixture.store
+        defer { store.close() }
+        try await store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 2: nothing pending for a
+        try await store.update(type: "te", id: "a", changes: ["n": 2])  // 3, stays pending
+        try await store.create(type: "te", id: "b", fields: [:])  // 4
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 4)
+        #expect(report.entriesRemoved == 2 && report.entriesKept == 1 && report.snapshotsWritten == 1)
+        #expect(try scanAll(store.log).map(\.offset) == [1, 3, 4])
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables().entities == before.entities)
+        #expect(try store.outbox().map(\.offset) == [3, 4])
+    }
+
     /// storage.md section 4, Compaction, step 2: the last resync below the
     /// watermark stays only when a kept answer is an ack before it. A
     /// pending intent before it is no reason: the resync goes, like every
