@@ -282,6 +282,29 @@ import Testing
         #expect(try store.get(type: "te", id: "x")?.fields == ["n": 1])
         #expect(try store.pullCursor() == "c2")
     }
+
+    /// Only entities whose state a removed entry set since the last resync
+    /// get a snapshot. One pulled before the resync, whose state since
+    /// comes from kept entries alone (an ack kept for the base of a pending
+    /// intent), gets none: the kept entries replay it.
+    @Test func anEntityPulledBeforeTheLastResyncGetsNoSnapshot() async throws {
+        let fixture = try StoreFixture("compact-folded-before-resync")
+        let store = fixture.store
+        defer { store.close() }
+        try await store.applyPulledPage(
+            [PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 1, fields: ["n": 1])], cursor: "c1")  // 1
+        try await store.resync(reason: "test")  // 2
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k3", entityType: "te", entityID: "x", fields: ["n": 3])))  // 3
+        _ = try await store.log.append(.intent(Intent(.update, idempotencyKey: "k4", entityType: "te", entityID: "x", fields: ["n": 4])))  // 4, pending
+        _ = try await store.log.append(.ack(Ack(intentOffset: 3, outcome: .applied, serverVersion: 2)))  // 5
+        try await store.create(type: "te", id: "z", fields: [:])  // 6: projects 3-5 first
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 6)
+        #expect(report.entriesRemoved == 2 && report.entriesKept == 3 && report.snapshotsWritten == 0)
+        #expect(try scanAll(store.log).map(\.offset) == [3, 4, 5, 6])
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == before)
+    }
 }
 
 @Suite struct CrashShapedTests {
