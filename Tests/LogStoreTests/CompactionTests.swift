@@ -305,6 +305,26 @@ import Testing
         try await store.rebuildProjections()
         #expect(try store.derivedTables() == before)
     }
+
+    /// An ack of an update over no base (a resync forgot it) confirms no
+    /// state: the entity has no confirmed version, and compaction writes
+    /// no snapshot of it, at version 0 or any other.
+    @Test func anAckOfAnUpdateAfterAResyncGivesNoSnapshot() async throws {
+        let fixture = try StoreFixture("compact-ack-no-base")
+        let store = fixture.store
+        defer { store.close() }
+        try await store.create(type: "te", id: "x", fields: ["n": 1])  // 1
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 2
+        try await store.update(type: "te", id: "x", changes: ["n": 2])  // 3
+        try await store.resync(reason: "test")  // 4
+        try await store.record([(3, .acknowledged(.applied, serverVersion: 2))])  // 5
+        try await store.create(type: "te", id: "z", fields: [:])  // 6
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 6)
+        #expect(report.entriesRemoved == 5 && report.snapshotsWritten == 0)
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables().entities == before.entities)
+    }
 }
 
 @Suite struct CrashShapedTests {
