@@ -79,6 +79,24 @@ import Testing
         #expect(try fixture.store.derivedTables().conflicts.count == 2)
     }
 
+    /// A conflict the app no longer waits for goes with its intent: the
+    /// intent was answered (the reject a conflict writes) and decided
+    /// below the watermark, so compaction removes the intent, its answer
+    /// and its conflict entry, and keeps nothing of them in the log.
+    @Test func aDecidedConflictGoesWithItsIntent() async throws {
+        var fixture = try StoreFixture("conflict-decided-removed")
+        try await fixture.store.create(type: "te", id: "a", fields: ["n": 1])  // 1
+        let server = ServerState(serverVersion: 3, deleted: false, data: ["n": 3])
+        _ = try await fixture.store.record([(1, .conflict(server, message: "newer"))]) { _ in .keepRemote }  // 2, 3
+        try await fixture.store.create(type: "te", id: "z", fields: [:])
+        let last = try fixture.store.log.lastOffset()
+        #expect(try fixture.store.conflicts().isEmpty)
+        #expect(try await fixture.store.compact(below: last, dryRun: true).entriesKept == 0)
+        try await compactKeepingTables(&fixture, below: last)
+        #expect(try !scanAll(fixture.store.log).contains { $0.kind == .conflict })
+        fixture.store.close()
+    }
+
     /// A conflict left for the app (answered by a reject), compacted twice,
     /// resolved between, with pulls and a reopen: the tables stay, and the
     /// conflict is listed until it is resolved.
