@@ -183,20 +183,27 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
     /// bounded.
     @Test func aChunkThatFindsExactlyHalfAChunkGoneStaysBounded() async throws {
         let fixture = try StoreFixture("rebuild-half-gone")
-        let store = fixture.store
+        defer { fixture.store.close() }
+        // 4 entries written after the first chunk, 2 after the second:
+        // the third chunk finds 8 - 6 = 2 entries gone since the second.
+        #expect(try await Self.rebuildWatermarks(fixture.store, writingAfterChunks: [4, 2]) == [4, 8, 12])
+        #expect(try fixture.store.count(type: "tw") == 6)
+    }
+
+    /// Rebuilds `store` after writing 8 entries to it, in chunks of 4,
+    /// with `writes[n]` entries of type `tw` written after chunk n + 1.
+    /// - Returns: the rebuild's watermark after each chunk but the last.
+    private static func rebuildWatermarks(_ store: Store, writingAfterChunks writes: [Int]) async throws -> [UInt64] {
         for n in 0..<8 { try await store.create(type: "te", id: "s\(n)", fields: [:]) }  // 1-8
-        var pauses = 0
         var watermarks: [UInt64] = []
         try await store.rebuildProjections(entriesPerTransaction: 4) {
-            pauses += 1
+            let chunk = watermarks.count
             watermarks.append(try #require(try store.rebuildWatermark()))
-            // 4 entries written after the first chunk, 2 after the second:
-            // the third chunk finds 8 - 6 = 2 entries gone since the second.
-            let writes = pauses == 1 ? 4 : pauses == 2 ? 2 : 0
-            for n in 0..<writes { try await store.create(type: "tw", id: "w\(pauses)-\(n)", fields: [:]) }
+            for n in 0..<(chunk < writes.count ? writes[chunk] : 0) {
+                try await store.create(type: "tw", id: "w\(chunk)-\(n)", fields: [:])
+            }
         }
-        #expect(watermarks == [4, 8, 12])
-        #expect(try store.count(type: "tw") == 6)
+        return watermarks
     }
 
     /// storage.md section 15, Replay: the rule for entries written while a
@@ -207,21 +214,11 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
     /// a chunk of 4 and one more after it.
     @Test func theChunkAtTheStartsLastOffsetCatchesUpWithWrites() async throws {
         let fixture = try StoreFixture("rebuild-catch-up-at-start")
-        let store = fixture.store
-        defer { store.close() }
-        for n in 0..<8 { try await store.create(type: "te", id: "s\(n)", fields: [:]) }  // 1-8
-        var pauses = 0
-        var watermarks: [UInt64] = []
-        try await store.rebuildProjections(entriesPerTransaction: 4) {
-            pauses += 1
-            watermarks.append(try #require(try store.rebuildWatermark()))
-            // 1 entry written after the first chunk (9), 5 after the second (10-14).
-            let writes = pauses == 1 ? 1 : pauses == 2 ? 5 : 0
-            for n in 0..<writes { try await store.create(type: "tw", id: "w\(pauses)-\(n)", fields: [:]) }
-        }
-        #expect(watermarks == [4, 8])
-        #expect(try store.count(type: "tw") == 6)
-        #expect(try store.rebuildWatermark() == nil)
+        defer { fixture.store.close() }
+        // 1 entry written after the first chunk (9), 5 after the second (10-14).
+        #expect(try await Self.rebuildWatermarks(fixture.store, writingAfterChunks: [1, 5]) == [4, 8])
+        #expect(try fixture.store.count(type: "tw") == 6)
+        #expect(try fixture.store.rebuildWatermark() == nil)
     }
 
     /// A store closed part way through a rebuild keeps the tables it had:

@@ -838,25 +838,32 @@ import Testing
 }
 
 extension StoreIntegrityTests {
-    /// `verify` compares each derived row with what a replay makes: a row
-    /// under the right key with another entity's record (each row sound by
-    /// itself) is reported as differing, by its entity.
-    @Test func verifyReportsARowThatDiffersFromWhatTheLogMakes() async throws {
-        let directory = try TemporaryDirectory("integrity-verify-differs")
+    /// A store holding te/a (n: 1) and te/b (n: 2), whose `entities` table
+    /// `damage` then changes with LMDB alone.
+    private static func storeOfTwoEntities(
+        _ name: String, damage: (borrowing Transaction, Database) throws -> Void
+    ) async throws -> TemporaryDirectory {
+        let directory = try TemporaryDirectory(name)
         do {
             let store = try Store(path: directory.path, options: .init(durability: .process))
             try await store.create(type: "te", id: "a", fields: ["n": 1])
             try await store.create(type: "te", id: "b", fields: ["n": 2])
             store.close()
         }
-        do {
-            let environment = try Environment(path: directory.path)
-            defer { environment.close() }
-            let entities = try #require(try environment.openDatabase("entities", create: false))
-            try environment.write { txn in
-                let b = try #require(try txn.get(entities, key: Array("te".utf8) + [0] + Array("b".utf8)))
-                try txn.put(entities, key: Array("te".utf8) + [0] + Array("a".utf8), value: b)
-            }
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let entities = try #require(try environment.openDatabase("entities", create: false))
+        try environment.write { txn in try damage(txn, entities) }
+        return directory
+    }
+
+    /// `verify` compares each derived row with what a replay makes: a row
+    /// under the right key with another entity's record (each row sound by
+    /// itself) is reported as differing, by its entity.
+    @Test func verifyReportsARowThatDiffersFromWhatTheLogMakes() async throws {
+        let directory = try await Self.storeOfTwoEntities("integrity-verify-differs") { txn, entities in
+            let b = try #require(try txn.get(entities, key: Array("te".utf8) + [0] + Array("b".utf8)))
+            try txn.put(entities, key: Array("te".utf8) + [0] + Array("a".utf8), value: b)
         }
         let scratch = try TemporaryDirectory("integrity-verify-differs-scratch")
         let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
@@ -906,20 +913,10 @@ extension StoreIntegrityTests {
     /// case, `verifyReportsOnlyTheOutboxRowNothingInTheLogMakes`). Named
     /// the other way round, a user would look for a stray row to delete.
     @Test func verifyReportsARowTheLogMakesThatIsMissing() async throws {
-        let directory = try TemporaryDirectory("integrity-verify-missing")
+        let directory = try await Self.storeOfTwoEntities("integrity-verify-missing") { txn, entities in
+            _ = try txn.delete(entities, key: Array("te".utf8) + [0] + Array("b".utf8))
+        }
         defer { directory.remove() }
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: ["n": 1])
-            try await store.create(type: "te", id: "b", fields: ["n": 2])
-            store.close()
-        }
-        do {
-            let environment = try Environment(path: directory.path)
-            defer { environment.close() }
-            let entities = try #require(try environment.openDatabase("entities", create: false))
-            try environment.write { txn in _ = try txn.delete(entities, key: Array("te".utf8) + [0] + Array("b".utf8)) }
-        }
         let scratch = try TemporaryDirectory("integrity-verify-missing-scratch")
         defer { scratch.remove() }
         let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
