@@ -118,7 +118,6 @@ import Testing
         let last = try store.log.lastOffset()
         let report = try await store.compact(below: last, dryRun: true)
         #expect(report.dryRun && report.entriesRemoved == 7)
-        print("BEFORE", entries.prefix(2)); print("AFTER", try scanAll(store.log).prefix(2))
         #expect(try scanAll(store.log) == entries)
         for watermark in [0, last + 1] {
             let error = await #expect(throws: LogStoreError.self) { try await store.compact(below: watermark) }
