@@ -246,6 +246,32 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
         store.close()
     }
 
+    /// The next writable open resumes a rebuild stopped part way from its
+    /// watermark: here it replays the half chunk left in one commit, and
+    /// does not start again from the first entry (emptying the set, then
+    /// two chunks). Started again on every open, the rebuild of a big log
+    /// whose app is stopped during each open would never end.
+    @Test func aRebuildStoppedPartWayIsResumedWhereItStopped() async throws {
+        let directory = try TemporaryDirectory("rebuild-resume")
+        defer { directory.remove() }
+        let chunk = Store.replayChunkCountMax
+        var store = try Store(path: directory.path, options: .init(durability: .process))
+        _ = try await store.log.append(contentsOf: (1...chunk + chunk / 2).map { intent($0) })
+        do {
+            try await store.rebuildProjections(entriesPerTransaction: chunk) { [store] in store.close() }
+            Issue.record("the rebuild went on after close")
+        } catch let error as LogStoreError {
+            #expect(error.code == .closed, "\(error)")
+        }
+        // As they were at the close.
+        let commitsBefore = store.log.environment.info().lastTransactionID
+        store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        #expect(store.log.environment.info().lastTransactionID - commitsBefore == 1)
+        #expect(try store.rebuildWatermark() == nil)
+        #expect(try store.count(type: "te") == chunk + chunk / 2)
+    }
+
     /// A compaction while a rebuild runs rewrites entries the rebuild may
     /// have read already (or not yet): the tables must still come out as a
     /// replay of the compacted log makes them, and reads meanwhile stay
