@@ -249,9 +249,7 @@ import Testing
         #expect(try store.pullCursor() == nil)
         let report = try await store.compact(below: 3)
         #expect(report.entriesRemoved == 2 && report.snapshotsWritten == 0)
-        let scratch = try TemporaryDirectory("compact-cursor-before-resync-verify")
-        defer { scratch.remove() }
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        #expect(try await store.projectionProblems() == [])
         try await store.rebuildProjections()
         #expect(try store.pullCursor() == nil)
     }
@@ -274,9 +272,7 @@ import Testing
         #expect(try store.get(type: "te", id: "x")?.fields == ["n": 1])
         let report = try await store.compact(below: 4)
         #expect(report.entriesRemoved == 3 && report.snapshotsWritten == 1)
-        let scratch = try TemporaryDirectory("compact-state-before-resync-verify")
-        defer { scratch.remove() }
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        #expect(try await store.projectionProblems() == [])
         try await store.rebuildProjections()
         #expect(try store.get(type: "te", id: "x")?.fields == ["n": 1])
         #expect(try store.pullCursor() == "c2")
@@ -430,8 +426,7 @@ import Testing
         let compacted = try store.derivedTables()
         try await store.rebuildProjections()
         #expect(try store.derivedTables() == compacted)
-        let scratch = try TemporaryDirectory("compact-repeated-key-scratch")
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path).isEmpty)
+        #expect(try await store.projectionProblems().isEmpty)
     }
 
     /// With two kept intents of that key before the removed one, the row
@@ -450,9 +445,7 @@ import Testing
         let report = try await store.compact(below: 5)
         #expect(report.entriesKept == 2)
         #expect(try store.intentOffset(idempotencyKey: "k") == 2)
-        let scratch = try TemporaryDirectory("compact-repeated-key-last-scratch")
-        defer { scratch.remove() }
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path).isEmpty)
+        #expect(try await store.projectionProblems().isEmpty)
     }
 
     /// storage.md section 4, Compaction, step 2: a removed intent's

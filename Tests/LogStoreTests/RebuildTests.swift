@@ -142,8 +142,7 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
         #expect(try store.get(type: "te", id: "e900")?.fields["n"] == 9_000)
         #expect(try store.get(type: "tr", id: "r9")?.fields == ["v": 3])
         #expect(try store.pullCursor() == "c-3")
-        let scratch = try TemporaryDirectory("rebuild-writes-verify")
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        #expect(try await store.projectionProblems() == [])
         store.close()
     }
 
@@ -171,8 +170,7 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
         let steps = zip(watermarks, watermarks.dropFirst() + [last]).map { $1 - $0 }
         #expect(steps.allSatisfy { $0 <= 100 }, "entries per chunk after the first: \(steps)")
         #expect(try store.count(type: "tw") == 350)
-        let scratch = try TemporaryDirectory("rebuild-bounded-verify")
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        #expect(try await store.projectionProblems() == [])
         store.close()
     }
 
@@ -291,8 +289,7 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
             #expect(try Reads(store, ids: ids) == before)
         }
         #expect(try Reads(store, ids: ids) == before)
-        let scratch = try TemporaryDirectory("rebuild-compact-verify")
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        #expect(try await store.projectionProblems() == [])
         store.close()
     }
 
@@ -363,8 +360,7 @@ private func sampleIDs(creates: Int, acked: Int) -> [String] {
             let seen = problems.withLock { $0 }
             #expect(seen.isEmpty, "round \(round): \(seen.count) bad reads in \(reads.load(ordering: .relaxed)), first \(seen.prefix(3))")
             #expect(try store.count(type: "tw") == written)
-            let scratch = try TemporaryDirectory("rebuild-race-verify")
-            #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [], "round \(round), \(pauses) pauses")
+            #expect(try await store.projectionProblems() == [], "round \(round), \(pauses) pauses")
             store.close()
         }
     }

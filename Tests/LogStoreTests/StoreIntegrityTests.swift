@@ -930,11 +930,10 @@ extension StoreIntegrityTests {
         let fixture = try StoreFixture("integrity-verify-cursor")
         let store = fixture.store
         try await store.create(type: "te", id: "a", fields: [:])
-        let scratch = try TemporaryDirectory("integrity-verify-cursor-scratch")
-        #expect(try await store.verifyProjections(scratchDirectory: scratch.path) == [])
+        #expect(try await store.projectionProblems() == [])
         let log = store.log
         _ = try await log.perform { txn, _ in try txn.put(log.metaDatabase, key: MetaKey.cursor, value: Array("stray-01".utf8)) }
-        let problems = try await store.verifyProjections(scratchDirectory: scratch.path)
+        let problems = try await store.projectionProblems()
         #expect(problems == [StoreProblem(table: "meta", message: "cursor is \"stray-01\", the log says none")], "\(problems)")
     }
 

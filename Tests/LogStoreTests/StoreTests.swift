@@ -23,6 +23,15 @@ struct StoreFixture {
     }
 }
 
+extension Store {
+    /// What `verifyProjections` finds, replaying into a scratch directory
+    /// of its own (removed when this returns).
+    func projectionProblems() async throws -> [StoreProblem] {
+        let scratch = try TemporaryDirectory("verify-scratch")
+        return try await verifyProjections(scratchDirectory: scratch.path)
+    }
+}
+
 /// Puts `value` under `key` in the database `name` of the closed LMDB
 /// environment at `path`, with LMDB alone: damage on disk, or a database
 /// no store has. `create` makes the database when it is missing.
