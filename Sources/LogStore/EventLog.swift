@@ -82,16 +82,10 @@ public final class EventLog: Sendable {
         try self.init(path: path, options: options, derivedDatabases: [], onCommit: nil, onClose: nil)
     }
 
-    /// Opens the log and, in the same setup transaction, the derived
-    /// databases a `Store` keeps beside it. `onCommit` runs on the writer
-    /// thread after every commit that had effects. `onClose` runs once the
-    /// log is closed, however that came about (a `Store`'s `close()`, the
-    /// log's own, a `deinit`): on the writer thread after the last commit,
-    /// or, read-only, in each `close()`.
-    init(
-        path: String, options: Options, derivedDatabases: [String],
-        onCommit: (@Sendable (CommitEffects) -> Void)?, onClose: (@Sendable () -> Void)?
-    ) throws {
+    /// The log's environment at `path`, opened as `options` say, with
+    /// what it throws named for a store: a missing directory or data file,
+    /// or a file that is not LMDB's, is `.notAStore`.
+    static func openEnvironment(path: String, options: Options) throws -> Environment {
         // Checked here to name the option the caller set: the environment
         // refuses it too, as its own `mapSize`.
         guard options.initialMapSize >= 0 else {
@@ -121,12 +115,24 @@ public final class EventLog: Sendable {
                 throw LogStoreError(.notAStore, path: path, "no data.mdb in the directory")
             }
         }
-        let environment: Environment
         do {
-            environment = try Environment(path: path, options: environmentOptions)
+            return try Environment(path: path, options: environmentOptions)
         } catch let error as LMDBError where error.code == .invalid {
             throw LogStoreError(.notAStore, path: error.path ?? path, error.detail ?? "data.mdb is not an LMDB file")
         }
+    }
+
+    /// Opens the log and, in the same setup transaction, the derived
+    /// databases a `Store` keeps beside it. `onCommit` runs on the writer
+    /// thread after every commit that had effects. `onClose` runs once the
+    /// log is closed, however that came about (a `Store`'s `close()`, the
+    /// log's own, a `deinit`): on the writer thread after the last commit,
+    /// or, read-only, in each `close()`.
+    init(
+        path: String, options: Options, derivedDatabases: [String],
+        onCommit: (@Sendable (CommitEffects) -> Void)?, onClose: (@Sendable () -> Void)?
+    ) throws {
+        let environment = try EventLog.openEnvironment(path: path, options: options)
         let databases: (log: Database, meta: Database)
         let writerLock: ProcessLock?
         var derived: [String: Database?] = [:]

@@ -129,15 +129,20 @@ public struct VerificationReport: Sendable, Equatable {
 
 extension Store {
     /// Verifies the store at `path` without writing to it, as `logtool
-    /// verify` does: every entry of the log (key, checksum, encoding, dense
-    /// offsets) and then, when the log is sound, every derived table against
-    /// a replay made in a copy under `scratchDirectory`.
+    /// verify` does: first the structure of every page of `data.mdb`
+    /// (`Environment.checkPages`), read without LMDB, which would follow a
+    /// damaged page wherever it points; when the pages are sound, every
+    /// entry of the log (key, checksum, encoding, dense offsets); and when
+    /// the log is sound, every derived table against a replay made in a
+    /// copy under `scratchDirectory`.
     ///
     /// The store is opened read-only (no writer lock), so it may run while
     /// another process writes; this process must not have it open.
     /// - Throws: `LogStoreError.notAStore` and what a read-only open throws;
     ///   stale projections are a problem of the report, not an error.
     public static func verify(path: String, scratchDirectory: String) async throws -> VerificationReport {
+        let pageProblems = try pageProblems(path: path)
+        guard pageProblems.isEmpty else { return VerificationReport(checked: 0, problems: pageProblems) }
         let log = try EventLog(path: path, options: .inspecting)
         let (checked, entryProblems) = try log.verifyEntries()
         log.close()
@@ -149,6 +154,17 @@ extension Store {
             return VerificationReport(checked: checked, problems: problems)
         } catch let error as LogStoreError where error.code == .projectionsStale {
             return VerificationReport(checked: checked, problems: [StoreProblem(table: "meta", message: error.detail)])
+        }
+    }
+
+    /// The page check of the store at `path` (`Environment.checkPages`),
+    /// its problems named by table and page. It opens no table: LMDB would
+    /// read the table of tables through its map to find them.
+    static func pageProblems(path: String) throws -> [StoreProblem] {
+        let environment = try EventLog.openEnvironment(path: path, options: .inspecting)
+        defer { environment.close() }
+        return try environment.checkPages(problemCountMax: EventLog.problemCountMax).problems.map { problem in
+            StoreProblem(table: problem.table, message: problem.page.map { "page \($0): \(problem.message)" } ?? problem.message)
         }
     }
 

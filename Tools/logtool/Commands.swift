@@ -330,7 +330,7 @@ struct Cursors: ParsableCommand {
 
 struct Verify: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Check every entry's checksum, that offsets are dense, and that every derived table equals a replay.",
+        abstract: "Check every page's structure, every entry's checksum, that offsets are dense, and that every derived table equals a replay.",
         discussion: "Prints each problem with where it is, and exits 1 if there is any.")
 
     @OptionGroup var store: StoreOptions
