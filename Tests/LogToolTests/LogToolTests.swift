@@ -1849,3 +1849,25 @@ extension LogToolTests {
         #expect(try Tool.run(["help", "show"]).status == 0)
     }
 }
+
+extension LogToolExportTests {
+    /// `-o` naming one of the store's own files (`STORE/data.mdb`, by a
+    /// slip of tab completion) is refused, and the store stays as it was:
+    /// the export was renamed over the data file it had just read, which
+    /// left no store, and exited 0.
+    @Test func anExportOverTheStoresOwnFileIsRefused() async throws {
+        let directory = try TemporaryDirectory("logtool-export-own-file")
+        let source = directory.appending("source")
+        let lines = try await Tool.exportOfNewStore(at: source) { store in
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+        }
+        try FileManager.default.createSymbolicLink(atPath: directory.appending("link.mdb"), withDestinationPath: source + "/data.mdb")
+        for (name, output) in [("data.mdb", source + "/data.mdb"), ("lock.mdb", source + "/lock.mdb"), ("data.mdb", directory.appending("link.mdb"))] {
+            let data = try Data(contentsOf: URL(fileURLWithPath: source + "/data.mdb"))
+            let exported = try Tool.run(["export", source, "-o", output])
+            #expect(exported.status == 2 && exported.errors.contains("is the store's own \(name)"), "\(output): \(exported.errors)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: source + "/data.mdb")) == data, "\(output)")
+            #expect(try Tool.run(["export", source]).lines == lines, "\(output)")
+        }
+    }
+}

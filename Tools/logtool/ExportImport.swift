@@ -76,6 +76,11 @@ struct Export: ParsableCommand {
             defer { free(path) }
             return String(cString: path)
         } ?? output
+        // Renamed over `STORE/data.mdb` (a slip of tab completion), the
+        // export took the place of the store it was read from.
+        if let file = Export.storeFile(at: target, in: log.path) {
+            throw LogToolError("--output \(output) is the store's own \(file): the export would replace it; name a file outside the store")
+        }
         if let type = try? FileManager.default.attributesOfItem(atPath: target)[.type] as? FileAttributeType,
             type != .typeRegular
         {
@@ -107,6 +112,18 @@ struct Export: ParsableCommand {
         } catch {
             try? FileManager.default.removeItem(atPath: partial)
             throw error
+        }
+    }
+
+    /// The name of the file of the store in the directory `store` that
+    /// `path` is (by device and inode: a link to it, another path to it);
+    /// nil when it is none of them.
+    private static func storeFile(at path: String, in store: String) -> String? {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return nil }
+        return ["data.mdb", "lock.mdb", "writer.lock"].first { name in
+            var file = stat()
+            return stat(store + "/" + name, &file) == 0 && file.st_dev == status.st_dev && file.st_ino == status.st_ino
         }
     }
 
