@@ -1871,3 +1871,23 @@ extension LogToolExportTests {
         }
     }
 }
+
+extension LogToolExportTests {
+    /// An export read from a pipe (`import <(zcat e.jsonl.gz) NEW`,
+    /// `cat e.jsonl | import /dev/stdin NEW`) is refused as a pipe, and
+    /// makes nothing: import reads its file once for the header and again
+    /// for the entries (and again when the map grows), so the second read
+    /// found what the first had left, and the error said the file was empty.
+    @Test func anImportFromAPipeIsNamedAsOne() async throws {
+        let directory = try TemporaryDirectory("logtool-import-pipe")
+        let file = directory.appending("export.jsonl")
+        try (Self.resyncExport(count: 3).joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let store = directory.appending("copy")
+        let piped = try ToolRun.run("/bin/sh", ["-c", "cat \"$1\" | \"$2\" import /dev/stdin \"$3\"", "sh", file, Tool.path("logtool"), store])
+        #expect(piped.status == 2 && piped.errors.contains("/dev/stdin is not a regular file"), "\(piped.errors)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["export.jsonl"])
+        // Redirected from a file, /dev/stdin is that file, and imports.
+        let redirected = try ToolRun.run("/bin/sh", ["-c", "\"$2\" import /dev/stdin \"$3\" < \"$1\"", "sh", file, Tool.path("logtool"), store])
+        #expect(redirected.status == 0 && redirected.output.contains("imported 3 entries"), "\(redirected.errors)")
+    }
+}

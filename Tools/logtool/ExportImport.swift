@@ -273,6 +273,13 @@ final class ExportReader {
         self.file = file
         self.stream = stream
         // Thrown from here on, the reader is released as usual: `deinit` closes the file.
+        // An import reads the file more than once (the header first, the
+        // entries again when the map grows): a pipe would give each read
+        // only what the one before left.
+        var status = stat()
+        guard fstat(fileno(stream), &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw LogToolError("\(file) is not a regular file (a pipe?): import reads its file more than once; write the export to a file first")
+        }
         guard let first = try nextLine() else { throw LogToolError("\(file) is empty") }
         header = try ExportHeader.read(first, file: file, line: lineNumber)
     }
