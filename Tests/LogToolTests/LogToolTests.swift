@@ -1891,3 +1891,17 @@ extension LogToolExportTests {
         #expect(redirected.status == 0 && redirected.output.contains("imported 3 entries"), "\(redirected.errors)")
     }
 }
+
+extension LogToolExportTests {
+    /// An export whose first line starts with a UTF-8 byte order mark (an
+    /// editor on Windows saved it, as one that ends lines in CRLF does)
+    /// imports: RFC 8259 lets a reader ignore it. It was "not a syncstore
+    /// export", of a file that is one.
+    @Test func anExportWithAByteOrderMarkImports() async throws {
+        let directory = try TemporaryDirectory("logtool-import-bom")
+        var lines = Self.resyncExport(count: 2)
+        lines[0] = "\u{FEFF}" + lines[0]
+        let imported = try Tool.importLines(lines, file: directory.appending("bom.jsonl"), into: directory.appending("copy"))
+        #expect(imported.status == 0 && imported.output.contains("imported 2 entries"), "\(imported.errors)")
+    }
+}

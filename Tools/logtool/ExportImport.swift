@@ -280,7 +280,10 @@ final class ExportReader {
         guard fstat(fileno(stream), &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
             throw LogToolError("\(file) is not a regular file (a pipe?): import reads its file more than once; write the export to a file first")
         }
-        guard let first = try nextLine() else { throw LogToolError("\(file) is empty") }
+        guard var first = try nextLine() else { throw LogToolError("\(file) is empty") }
+        // A byte order mark (an editor on Windows, which may end lines in
+        // CRLF too) is not part of the header: RFC 8259 lets a reader ignore it.
+        if first.starts(with: [0xEF, 0xBB, 0xBF]) { first.removeFirst(3) }
         header = try ExportHeader.read(first, file: file, line: lineNumber)
     }
 
