@@ -1905,3 +1905,20 @@ extension LogToolExportTests {
         #expect(imported.status == 0 && imported.output.contains("imported 2 entries"), "\(imported.errors)")
     }
 }
+
+extension LogToolTests {
+    /// `diff STORE LINK`, a link to the same store, is the same store, as
+    /// the same path twice is: the link was taken for another store, whose
+    /// open this process refused ("environment already open in this
+    /// process [-40001]").
+    @Test func diffOfAStoreAndALinkToItIsTheSameStore() async throws {
+        let directory = try await makeStore("logtool-diff-link")
+        let parent = try TemporaryDirectory("logtool-diff-link-parent")
+        let link = parent.appending("link")
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: directory.path)
+        for (first, second) in [(directory.path, link), (link, directory.path)] {
+            let diff = try Tool.run(["diff", first, second])
+            #expect(diff.status == 0 && diff.errors.contains("the same store, 0 differ"), "\(first) \(second): \(diff.errors)")
+        }
+    }
+}

@@ -245,9 +245,15 @@ struct Diff: ParsableCommand {
 
     func run() throws {
         // One process cannot open a store twice; a store equals itself.
-        let same = URL(fileURLWithPath: first).resolvingSymlinksInPath().standardizedFileURL
-            == URL(fileURLWithPath: second).resolvingSymlinksInPath().standardizedFileURL
-        if same {
+        // Told apart as `Environment` tells open stores apart, by real path
+        // (Foundation's `resolvingSymlinksInPath` left a link as it was).
+        let real = { (path: String) in
+            realpath(path, nil).map { resolved in
+                defer { free(resolved) }
+                return String(cString: resolved)
+            } ?? path
+        }
+        if real(first) == real(second) {
             _ = try StoreOptions.open(first).close()
             FileHandle.standardError.write(Data("logtool diff: the same store, 0 differ\n".utf8))
             return
