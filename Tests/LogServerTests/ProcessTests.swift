@@ -798,3 +798,33 @@ extension SyncServerProcessTests {
         #expect(try serverID() == damaged)
     }
 }
+
+extension SyncServerProcessTests {
+    /// One token given to two users (a line copied and its user changed,
+    /// the token not) is refused at start, naming both places (status 64):
+    /// the last one won, silently, so the first user's client pulled the
+    /// other's data and pushed into it. The same user twice is no conflict.
+    @Test func aTokenGivenToTwoUsersIsRefusedAtStart() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-token-twice")
+        let (twice, once) = (directory.appending("twice"), directory.appending("once"))
+        try Data("shared alice\nother carol\nshared bob\n".utf8).write(to: URL(fileURLWithPath: twice))
+        try Data("shared alice\nother carol\nother carol\nshared alice read-only\n".utf8).write(to: URL(fileURLWithPath: once))
+        let cases: [([String], String)] = [
+            (["--tokens-file", twice], "\(twice):3: the token given to alice at \(twice):1 is given to bob too; a token names one user"),
+            (["--token", "t:alice", "--token", "t:bob"], "--token t:bob: the token given to alice at --token t:alice is given to bob too"),
+            (["--tokens-file", once], "\(once):4: the token given to alice at \(once):1 is given to alice (read-only) too"),
+        ]
+        for (arguments, message) in cases {
+            let run = try ToolRun.run(Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--stop-at-stdin-end"] + arguments)
+            #expect(run.status == 64 && run.errors.contains(message), "\(arguments): \(run.status): \(run.errors)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+        // The same token for the same user twice, in the file and by --token, starts.
+        try Data("shared alice\nother carol\nother carol\n".utf8).write(to: URL(fileURLWithPath: once))
+        let same = try ToolRun.run(
+            Self.executable.path,
+            ["--data", directory.appending("data"), "--port", "0", "--stop-at-stdin-end", "--tokens-file", once, "--token", "shared:alice"])
+        #expect(same.status == 0, "\(same.errors)")
+    }
+}

@@ -177,6 +177,19 @@ struct SyncServerCommand: AsyncParsableCommand {
 
     private func loadTokens() throws -> [String: Identity] {
         var tokens: [String: Identity] = [:]
+        // Where each token was given: one given to a second user (a line
+        // copied, its user changed and its token not) is refused, naming
+        // both places, where the last one won and its client saw the
+        // other user's data. The token itself is a secret, not printed.
+        var places: [String: String] = [:]
+        func add(_ token: String, _ identity: Identity, _ place: String) throws {
+            if let earlier = tokens[token], earlier != identity, let first = places[token] {
+                let name = { (identity: Identity) in identity.user + (identity.readOnly ? " (read-only)" : "") }
+                throw ValidationError("\(place): the token given to \(name(earlier)) at \(first) is given to \(name(identity)) too; a token names one user")
+            }
+            tokens[token] = identity
+            places[token] = place
+        }
         if let tokensFile {
             let text: String
             do {
@@ -197,7 +210,7 @@ struct SyncServerCommand: AsyncParsableCommand {
                 }
                 try checkToken(String(words[0]), place)
                 try checkUser(String(words[1]), place)
-                tokens[String(words[0])] = Identity(user: String(words[1]), readOnly: words.count == 3)
+                try add(String(words[0]), Identity(user: String(words[1]), readOnly: words.count == 3), place)
             }
         }
         for pair in token {
@@ -207,7 +220,7 @@ struct SyncServerCommand: AsyncParsableCommand {
             }
             try checkToken(String(parts[0]), "--token \(pair)")
             try checkUser(String(parts[1]), "--token \(pair)")
-            tokens[String(parts[0])] = Identity(user: String(parts[1]))
+            try add(String(parts[0]), Identity(user: String(parts[1])), "--token \(pair)")
         }
         return tokens
     }
