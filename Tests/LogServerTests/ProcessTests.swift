@@ -828,3 +828,26 @@ extension SyncServerProcessTests {
         #expect(same.status == 0, "\(same.errors)")
     }
 }
+
+extension SyncServerProcessTests {
+    /// A user's token that is also the `--admin-token` is refused at start
+    /// (status 64), naming where it was given: the admin token names no
+    /// user (`theAdminTokenIsNoUserTokenEvenWhenAUserHasIt`), so the
+    /// server started, and that user's every push and pull was 401.
+    @Test func aUserTokenThatIsTheAdminTokenIsRefusedAtStart() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-admin-token-user")
+        let tokens = directory.appending("tokens")
+        try Data("user-token bob\nadmin alice\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        let cases: [([String], String)] = [
+            (["--token", "admin:alice"], "--token admin:alice: the token given to alice is the --admin-token"),
+            (["--tokens-file", tokens], "\(tokens):2: the token given to alice is the --admin-token"),
+        ]
+        for (arguments, message) in cases {
+            let run = try ToolRun.run(
+                Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--stop-at-stdin-end", "--admin-token", "admin"] + arguments)
+            #expect(run.status == 64 && run.errors.contains(message), "\(arguments): \(run.status): \(run.errors)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
+}

@@ -222,6 +222,12 @@ struct SyncServerCommand: AsyncParsableCommand {
             try checkUser(String(parts[1]), "--token \(pair)")
             try add(String(parts[0]), Identity(user: String(parts[1])), "--token \(pair)")
         }
+        // The admin token names no user (every push and pull with it is
+        // 401), so a user given it could never sync: refused, as a user
+        // name too long for the store is.
+        if let adminToken, let user = tokens[adminToken]?.user, let place = places[adminToken] {
+            throw ValidationError("\(place): the token given to \(user) is the --admin-token, which names no user: every push and pull of \(user) would be refused (401)")
+        }
         return tokens
     }
 
