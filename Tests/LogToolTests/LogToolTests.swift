@@ -1922,3 +1922,22 @@ extension LogToolTests {
         }
     }
 }
+
+extension LogToolExportTests {
+    /// A new store's path that is empty (`import e.jsonl "$NEW"`, the
+    /// variable unset) or under a file is refused before anything is
+    /// made. The empty one passed every check, the import ran to its
+    /// end, and then "cannot move the imported store from .importing-PID
+    /// to : ..."; the one under a file was named by the staging directory
+    /// the user never typed ("mkdir (file/new.importing-PID): Not a directory").
+    @Test func anImportIntoAnEmptyPathOrUnderAFileIsRefusedFirst() async throws {
+        let directory = try TemporaryDirectory("logtool-import-path")
+        let file = directory.appending("export.jsonl")
+        try (Self.resyncExport(count: 2).joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let empty = try Tool.run(["import", file, ""])
+        #expect(empty.status == 2 && empty.errors == "logtool: the new store's path is empty\n", "\(empty.errors)")
+        let underAFile = try Tool.run(["import", file, file + "/new"])
+        #expect(underAFile.status == 2 && underAFile.errors == "logtool: \(file) is not a directory\n", "\(underAFile.errors)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["export.jsonl"])
+    }
+}

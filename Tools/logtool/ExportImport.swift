@@ -168,6 +168,10 @@ struct Import: AsyncParsableCommand {
     @Argument(help: "The new store directory (must not exist).") var path: String
 
     func run() async throws {
+        // An unset variable (`import e.jsonl "$NEW"`): checked first, as
+        // it passed every check below, and the import ran to its end
+        // before the store could not be moved to "".
+        guard !path.isEmpty else { throw LogToolError("the new store's path is empty") }
         guard !FileManager.default.fileExists(atPath: path) else {
             // `import NEWSTORE FILE`: the two swapped.
             var isDirectory: ObjCBool = false
@@ -186,9 +190,11 @@ struct Import: AsyncParsableCommand {
         let destination = (path as NSString).standardizingPath  // "new/" names "new", not a place inside it
         // By hand (`import e.jsonl d` names a path of one character).
         let parent = parentDirectory(of: destination) ?? ""
-        guard parent.isEmpty || FileManager.default.fileExists(atPath: parent) else {
+        var isDirectory: ObjCBool = false
+        guard parent.isEmpty || FileManager.default.fileExists(atPath: parent, isDirectory: &isDirectory) else {
             throw LogToolError("\(parent) does not exist; import makes only the store's own directory")
         }
+        guard parent.isEmpty || isDirectory.boolValue else { throw LogToolError("\(parent) is not a directory") }
         try Import.removeKilledImports(into: destination, parent: parent)
         let staging = destination + ".importing-\(ProcessInfo.processInfo.processIdentifier)"
         let count: Int
