@@ -1941,3 +1941,25 @@ extension LogToolExportTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["export.jsonl"])
     }
 }
+
+extension LogToolTests {
+    /// A store removed while `tail --follow` follows it (an app that
+    /// resets its store, a test that cleans up) ends the follow with status
+    /// 2, naming the file: it followed the removed file on, silently, for
+    /// as long as it ran, and no entry of a store made anew there ever came.
+    @Test func tailFollowEndsWhenItsStoreIsRemoved() async throws {
+        let directory = try await makeStore("logtool-tail-store-removed")
+        let outputDirectory = try TemporaryDirectory("logtool-tail-store-removed-output")
+        let output = outputDirectory.appending("out")
+        // Removed once tail has printed its entry, so it is following by then.
+        let script = """
+            "$0" tail "$1" -n 1 --follow --seconds 30 > "$2" & tail=$!
+            until [ -s "$2" ] || ! kill -0 $tail; do sleep 0.05; done
+            rm -r "$1"
+            wait $tail
+            """
+        let run = try await ToolRun.running("/bin/bash", ["-c", script, Tool.path("logtool"), directory.path, output])
+        #expect(run.status == 2, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("data.mdb was removed or replaced while it was followed"), "\(run.errors)")
+    }
+}

@@ -33,6 +33,11 @@ struct Tail: AsyncParsableCommand {
         guard let first = try log.startOfLast(count) else { return }
         var following = try printEntries(log, from: first)
         guard follow else { return }
+        // The file at the path is the one followed: a store removed or made
+        // anew there (an app that resets its store) ends the follow, where
+        // the removed file was followed on, silently, for good.
+        let dataFile = log.path + "/data.mdb"
+        let followed = Tail.identity(of: dataFile)
         let deadline = seconds > 0 ? ContinuousClock.now + .seconds(seconds) : nil
         // Bounded by --seconds, or by the user's interrupt.
         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
@@ -46,7 +51,17 @@ struct Tail: AsyncParsableCommand {
                 raise(SIGPIPE)
             }
             following = try printEntries(log, from: next)
+            guard Tail.identity(of: dataFile) == followed else {
+                throw LogToolError("\(dataFile) was removed or replaced while it was followed")
+            }
         }
+    }
+
+    /// The device and inode of the file at `path`; nil when there is none.
+    static func identity(of path: String) -> [UInt64]? {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return nil }
+        return [UInt64(status.st_dev), UInt64(status.st_ino)]
     }
 
     /// True when standard output is a pipe whose read end is closed: Linux
