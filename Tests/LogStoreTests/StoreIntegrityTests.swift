@@ -982,3 +982,110 @@ extension StoreIntegrityTests {
             ], "\(report.problems)")
     }
 }
+
+extension StoreIntegrityTests {
+    /// `verifyEntries` reports at most `EventLog.problemCountMax` problems,
+    /// the first in log order, and stops looking at the end of the chunk
+    /// in which it found that many: with the first chunk's first
+    /// `problemCountMax` entries damaged, or all of them (more problems
+    /// than it reports), and every entry of the next chunk damaged too, it
+    /// reads the first chunk alone and lists exactly the first
+    /// `problemCountMax` problems. Nothing else pinned the limit: a
+    /// verification that read on, or listed every problem, went unnoticed.
+    @Test(arguments: [EventLog.problemCountMax, EventLog.scanChunkCountMax])
+    func verifyReportsAtMostProblemCountMaxProblemsAndStopsAtTheEndOfTheirChunk(damagedInFirstChunk: Int) async throws {
+        try #require(EventLog.problemCountMax < EventLog.scanChunkCountMax)
+        let chunk = EventLog.scanChunkCountMax
+        let damaged = Array(1...damagedInFirstChunk) + Array(chunk + 1...chunk + 5)
+        let directory = try await damagedStore("integrity-verify-problem-count", count: chunk + 5) { txn, table in
+            for offset in damaged.map(UInt64.init) {
+                var bytes = try #require(try txn.get(table, key: key(offset)))
+                bytes[bytes.count - 1] ^= 0x40
+                try txn.put(table, key: key(offset), value: bytes)
+            }
+        }
+        defer { directory.remove() }
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        let (checked, problems) = try log.verifyEntries()
+        #expect(checked == chunk)
+        // Counted, not listed: a failure would print a thousand problems.
+        #expect(problems.count == EventLog.problemCountMax, "\(problems.count) problems")
+        #expect(problems.map(\.offset).elementsEqual((1...EventLog.problemCountMax).map { UInt64($0) }), "\(problems.prefix(3))")
+    }
+
+    /// `verifyEntries` counts the entries of every chunk it reads, and
+    /// checks them all: in a log of two chunks and three entries, each
+    /// entry is counted once and damage in the last is found. Counted by
+    /// the last chunk alone, `logtool verify` said 3 entries were checked.
+    @Test func verifyCountsAndChecksTheEntriesOfEveryChunk() async throws {
+        let count = 2 * EventLog.scanChunkCountMax + 3
+        let directory = try await damagedStore("integrity-verify-chunks", count: count) { txn, table in
+            var bytes = try #require(try txn.get(table, key: key(UInt64(count))))
+            bytes[bytes.count - 1] ^= 0x40
+            try txn.put(table, key: key(UInt64(count)), value: bytes)
+        }
+        defer { directory.remove() }
+        let log = try EventLog(path: directory.path, options: .inspecting)
+        defer { log.close() }
+        let (checked, problems) = try log.verifyEntries()
+        #expect(checked == count)
+        #expect(problems.map(\.offset) == [UInt64(count)], "\(problems.prefix(3))")
+    }
+
+    /// `verify` lists at most `EventLog.problemCountMax` rows that differ
+    /// from a replay, the first in key order: one stray idempotency row
+    /// more than that is reported as that many, the last left out.
+    @Test func verifyReportsAtMostProblemCountMaxDifferingRows() async throws {
+        let directory = try TemporaryDirectory("integrity-verify-row-count")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            store.close()
+        }
+        // Zero-padded, so key order is number order.
+        let names = (0...EventLog.problemCountMax).map { "stray-" + String(String($0 + 10_000).dropFirst()) }
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            let idempotency = try #require(try environment.openDatabase("idempotency", create: false))
+            try environment.write { txn in
+                for name in names { try txn.put(idempotency, key: Array(name.utf8), value: key(1)) }
+            }
+        }
+        let scratch = try TemporaryDirectory("integrity-verify-row-count-scratch")
+        defer { scratch.remove() }
+        let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
+        #expect(report.checked == 1)
+        let expected = names.dropLast().map { StoreProblem(table: "idempotency", message: "\"\($0)\" is there, but nothing in the log makes it") }
+        // Counted, not listed: a failure would print a thousand problems.
+        #expect(report.problems.count == EventLog.problemCountMax, "\(report.problems.count) problems")
+        #expect(report.problems.elementsEqual(expected), "\(report.problems.prefix(3))")
+    }
+
+    /// `verify` reads every outbox and awaited-feed row for damage, not
+    /// just up to the first: a damaged outbox row after a sound one, and
+    /// each of two damaged awaited-feed rows, is reported. Stopped after
+    /// the first row, it reported the store sound, or named one row of two.
+    @Test func verifyNamesEveryDamagedOutboxAndAwaitedFeedRow() async throws {
+        let directory = try TemporaryDirectory("integrity-verify-damaged-rows")
+        defer { directory.remove() }
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: [:])
+            try await store.create(type: "te", id: "b", fields: [:])
+            store.close()
+        }
+        // Status 7 is no status (storage.md, section 15, "outbox"); an
+        // awaited-feed row is 16 bytes.
+        try putRaw(directory.path, database: "outbox", key: key(2), value: [7] + [UInt8](repeating: 0, count: 16))
+        for id in ["a", "b"] { try putRaw(directory.path, database: "awaited-feed", key: Array("te\0\(id)".utf8), value: [1, 2, 3]) }
+        let scratch = try TemporaryDirectory("integrity-verify-damaged-rows-scratch")
+        defer { scratch.remove() }
+        let report = try await Store.verify(path: directory.path, scratchDirectory: scratch.path)
+        #expect(report.problems.filter { $0.table == "outbox" }.map(\.offset) == [2], "\(report.problems)")
+        let awaited = report.problems.filter { $0.table == "awaited-feed" }.map(\.message)
+        #expect(awaited.count == 2 && awaited[0].contains("te/a is damaged") && awaited[1].contains("te/b is damaged"), "\(report.problems)")
+    }
+}
