@@ -419,3 +419,61 @@ extension StoreEdgeTests {
         #expect(try store.derivedTables() == tables)
     }
 }
+
+extension StoreEdgeTests {
+    /// No offset follows the last, 2^64 - 1: an import with an entry after
+    /// one there (here at that offset again, with a later timestamp) is
+    /// refused with an error naming the entry, and nothing is written. The
+    /// offset expected next wraps to 0 there rather than trapping on
+    /// overflow, and an entry that does not ascend is never put.
+    @Test func anImportWithAnEntryAfterTheLastOffsetIsRefused() async throws {
+        let fixture = try StoreFixture("store-import-past-last-offset")
+        defer { fixture.directory.remove() }
+        let store = fixture.store
+        defer { store.close() }
+        let entries = (1...2).map { index in
+            Entry(offset: .max, timestamp: HybridTimestamp(rawValue: UInt64(index) << 16), body: .resync(reason: "imported"))
+        }
+        let error = await #expect(throws: LogStoreError.self) { try await store.restore(entries, compactedBelow: .max) }
+        #expect(error?.code == .invalidArgument && error?.offset == .max, "\(String(describing: error))")
+        #expect(error?.detail.contains("entry 2 of the import, at offset 18446744073709551615") == true, "\(String(describing: error))")
+        #expect(try store.log.lastOffset() == 0)
+    }
+
+    /// An entry of an import that breaks a rule of what the log may hold
+    /// (here an intent with no entity type) is refused naming it by its
+    /// place and its offset, the error's `offset` included, as an entry out
+    /// of order is; the rule's own error has no offset.
+    @Test func anImportRefusesAnInvalidEntryNamingItsOffset() async throws {
+        let fixture = try StoreFixture("store-import-invalid-entry")
+        defer { fixture.directory.remove() }
+        let store = fixture.store
+        defer { store.close() }
+        let entries = [
+            Entry(offset: 1, timestamp: HybridTimestamp(rawValue: 1 << 16), body: .resync(reason: "imported")),
+            Entry(
+                offset: 2, timestamp: HybridTimestamp(rawValue: 2 << 16),
+                body: .intent(Intent(.create, idempotencyKey: "k", entityType: "", entityID: "a", fields: [:]))),
+        ]
+        let error = await #expect(throws: LogStoreError.self) { try await store.restore(entries, compactedBelow: 0) }
+        #expect(error?.code == .invalidArgument && error?.offset == 2, "\(String(describing: error))")
+        #expect(error?.detail.hasPrefix("entry 2 of the import, at offset 2: ") == true, "\(String(describing: error))")
+        #expect(try store.log.lastOffset() == 0)
+    }
+
+    /// Each imported entry's timestamp is greater than the one before it;
+    /// the first has none before it, so any timestamp is taken, 0 too (a
+    /// log written by other software may start there), and the next must
+    /// still be greater.
+    @Test func anImportsFirstEntryMayHaveTimestampZero() async throws {
+        let fixture = try StoreFixture("store-import-timestamp-zero")
+        defer { fixture.directory.remove() }
+        let store = fixture.store
+        defer { store.close() }
+        let entries = (0...1).map { index in
+            Entry(offset: UInt64(index + 1), timestamp: HybridTimestamp(rawValue: UInt64(index)), body: .resync(reason: "imported"))
+        }
+        try await store.restore(entries, compactedBelow: 0)
+        #expect(try scanAll(store.log).map(\.timestamp.rawValue) == [0, 1])
+    }
+}
