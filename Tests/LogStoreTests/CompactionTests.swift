@@ -468,6 +468,30 @@ import Testing
         #expect(try store.derivedTables() == compacted)
     }
 
+    /// A removed intent whose key's row names a later intent is passed
+    /// over, and the removed intents after it are still seen to: the row
+    /// of each that holds its offset is deleted. Stopped at the first row
+    /// that stays, compaction left rows no replay of the compacted log
+    /// makes, and a key whose intent is gone still named it.
+    @Test func theRowsOfRemovedIntentsAfterOneWhoseRowStaysAreDeleted() async throws {
+        let fixture = try StoreFixture("compact-repeated-key-then-another")
+        defer { fixture.directory.remove() }
+        let store = fixture.store
+        defer { store.close() }
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k", entityType: "a", entityID: "x", fields: [:])))  // 1
+        _ = try await store.log.append(.ack(Ack(intentOffset: 1, outcome: .applied, serverVersion: 1)))  // 2
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "j", entityType: "b", entityID: "y", fields: [:])))  // 3
+        _ = try await store.log.append(.ack(Ack(intentOffset: 3, outcome: .applied, serverVersion: 1)))  // 4
+        _ = try await store.log.append(.intent(Intent(.create, idempotencyKey: "k", entityType: "c", entityID: "z", fields: [:])))  // 5, pending
+        try await store.create(type: "d", id: "w", fields: [:])  // 6: projects 1-5 first
+        #expect(try store.intentOffset(idempotencyKey: "j") == 3)
+        let report = try await store.compact(below: 5)
+        #expect(report.entriesRemoved == 4)
+        #expect(try store.intentOffset(idempotencyKey: "k") == 5)
+        #expect(try store.intentOffset(idempotencyKey: "j") == nil)
+        #expect(try await store.projectionProblems().isEmpty)
+    }
+
     /// storage.md section 4, Compaction, step 1 (and section 15): only an
     /// intent's first answer settles it. A second ack, or an ack after a
     /// reject, changes nothing in the projections, so the fold must not
