@@ -180,7 +180,8 @@ struct SyncServerCommand: AsyncParsableCommand {
         // Where each token was given: one given to a second user (a line
         // copied, its user changed and its token not) is refused, naming
         // both places, where the last one won and its client saw the
-        // other user's data. The token itself is a secret, not printed.
+        // other user's data. A tokens file's place is its line, so the
+        // secret in it is not printed.
         var places: [String: String] = [:]
         func add(_ token: String, _ identity: Identity, _ place: String) throws {
             if let earlier = tokens[token], earlier != identity, let first = places[token] {
