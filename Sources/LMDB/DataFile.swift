@@ -43,6 +43,37 @@ enum DataFile {
     /// The deepest tree a cursor can walk (`CURSOR_STACK`).
     static let depthMax = 32
 
+    /// What is wrong with a `data.mdb` that LMDB refused as invalid
+    /// although one of its two meta pages is sound (LMDB opens a file only
+    /// when both are): the other is missing (the file ends before it) or
+    /// damaged. Nil when neither is sound (no LMDB file), or both are.
+    static func metaPageProblem(in directory: String) -> (missing: Bool, detail: String)? {
+        let path = directory + "/data.mdb"
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var file = stat()
+        guard fstat(descriptor, &file) == 0 else { return nil }
+        // The start of a meta page, as far as its transaction id.
+        let reader = PageReader(descriptor: descriptor, pageSize: pageHeaderSize, fileSize: Int(file.st_size))
+        let head = { (offset: Int) in reader.bytes(page: 0, offset: offset, count: metaTransactionID + 8).map(Bytes.init) }
+        let isMeta = { (page: Bytes?) in
+            page.map { $0.u16(10) & metaFlag != 0 && $0.u32(pageHeaderSize) == magic } ?? false
+        }
+        let first = head(0)
+        // The page size is meta page 0's (`mm_psize`), or, that page
+        // damaged, the system's, which LMDB makes new files with.
+        let pageSize = isMeta(first) ? Int(first!.u32(freeDatabaseRecord)) : Int(sysconf(Int32(_SC_PAGESIZE)))
+        let second = pageSize > 0 ? head(pageSize) : nil
+        guard isMeta(first) != isMeta(second), let sound = isMeta(first) ? first : second else { return nil }
+        let (damaged, kept) = isMeta(first) ? (1, 0) : (0, 1)
+        let soundOne = "meta page \(kept) is sound (transaction \(sound.u64(metaTransactionID))), but LMDB opens a file only when both are"
+        if (damaged == 0 ? first : second) == nil {
+            return (true, "\(path) is \(file.st_size) bytes: it ends before meta page \(damaged) (\(pageSize) bytes from byte \(damaged * pageSize)); " + soundOne)
+        }
+        return (false, "\(path): meta page \(damaged) is damaged (it lacks a meta page's flag or magic number); " + soundOne)
+    }
+
     /// Little-endian reads of a byte array.
     struct Bytes {
         let bytes: [UInt8]

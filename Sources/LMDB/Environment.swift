@@ -118,11 +118,12 @@ public final class Environment: @unchecked Sendable {
                 try Environment.checkDataFileSize(env, path: resolved)
             } catch {
                 // LMDB makes the lock file before it reads the data file. A
-                // data file that is not LMDB's, or that lacks pages, is no
+                // data file that is not LMDB's, lacks pages or has a damaged
+                // meta page is no
                 // environment that anyone can be using, so the lock file made
                 // for it is ours to take back: a refused directory is left
                 // as it was found.
-                if error.code == .invalid || error.code == .truncated, !hadLockFile { unlink(lockFile) }
+                if error.code == .invalid || error.code == .truncated || error.code == .corrupted, !hadLockFile { unlink(lockFile) }
                 Environment.unregister(resolved)
                 throw error
             }

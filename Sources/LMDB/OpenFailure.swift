@@ -1,3 +1,5 @@
+import CLMDB
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -16,6 +18,10 @@ enum OpenFailure {
     static func check(_ result: Int32, directory: String, readOnly: Bool) throws(LMDBError) {
         guard result != 0 else { return }
         var error = LMDBError(code: LMDBError.Code(rawValue: result), operation: "mdb_env_open", path: directory)
+        if result == MDB_INVALID, let problem = DataFile.metaPageProblem(in: directory) {
+            // An LMDB file cut short or damaged: not a file of another kind.
+            throw LMDBError(code: problem.missing ? .truncated : .corrupted, operation: "mdb_env_open", path: directory, detail: problem.detail)
+        }
         guard result > 0 else { throw error }
         let lock = ("lock.mdb", O_RDWR, "every process that opens the environment, a read-only one too, writes its reader slot there")
         let data = ("data.mdb", readOnly ? O_RDONLY : O_RDWR, readOnly ? "a read-only open reads it" : "a writer reads and writes it")

@@ -69,13 +69,15 @@ struct PageWalk {
         guard lastPage <= fileSize / UInt64(reader.pageSize) + fileSize / 8 else {
             return .unread("its meta page says pages 0...\(lastPage) are in use, more than a file of \(fileSize) bytes can hold")
         }
+        // The two meta pages are always in use.
+        guard lastPage >= 1 else { return .unread("its meta page says pages 0...\(lastPage) are in use, fewer than the two meta pages") }
         var walk = PageWalk(reader: reader, lastPage: lastPage, problemCountMax: problemCountMax)
         walk.run(meta)
         return walk.report
     }
 
     private var report: PageCheckReport {
-        PageCheckReport(pagesChecked: pagesChecked, freePages: freeCount, pageCount: lastPage &+ 1, problems: problems)
+        PageCheckReport(pagesChecked: pagesChecked, freePages: freeCount, pageCount: lastPage + 1, problems: problems)
     }
 
     /// An `MDB_db` record: a tree's root, depth and counts.
@@ -115,11 +117,11 @@ struct PageWalk {
         for (name, record) in named { walkTree(name, record, .plain) }
         for page in listedFree { markFree(page) }
         guard problems.isEmpty else { return }
+        // Each page from 2 on is counted once, so never more than all.
         let accounted = 2 + UInt64(pagesChecked) + UInt64(freeCount)
-        if accounted != lastPage &+ 1 {
-            // Each page is counted once, so fewer, never more.
+        if accounted < lastPage + 1 {
             let lost = lastPage + 1 - accounted
-            report("data.mdb", nil, "\(lost) of the \(lastPage &+ 1) pages in use are in no table and not in the free list")
+            report("data.mdb", nil, "\(lost) of the \(lastPage + 1) pages in use are in no table and not in the free list")
         }
     }
 

@@ -672,6 +672,34 @@ extension EnvironmentTests {
         #expect(try environment.read { txn in try txn.get(table, key: [2]) } == [2])
     }
 
+    /// A damaged meta page (a bit of its magic number flipped) beside a
+    /// sound one is named as such, with the sound one's transaction, where
+    /// LMDB's own error said the file was not LMDB's. Nothing is written
+    /// to the file, and no lock file is left beside it.
+    @Test(arguments: [0, 1]) func aDamagedMetaPageIsNamedAsSuch(page: Int) throws {
+        let directory = try TemporaryDirectory("lmdb-damaged-meta")
+        let pageSize: Int
+        do {
+            let environment = try Environment(path: directory.path)
+            defer { environment.close() }
+            pageSize = environment.info().pageSize
+            let table = try #require(try environment.openDatabase("t"))
+            try environment.write { txn in try txn.put(table, key: [1], value: [1]) }
+        }
+        try FileManager.default.removeItem(atPath: directory.appending("lock.mdb"))
+        let file = directory.appending("data.mdb")
+        var bytes = try #require(FileManager.default.contents(atPath: file))
+        bytes[page * pageSize + 16] ^= 0x01
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
+        #expect(error?.code == .corrupted, "\(String(describing: error))")
+        let detail = error?.detail ?? ""
+        #expect(detail.contains("\(file): meta page \(page) is damaged"), "\(detail)")
+        #expect(detail.contains("meta page \(1 - page) is sound (transaction "), "\(detail)")
+        #expect(FileManager.default.contents(atPath: file) == bytes)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["data.mdb"])
+    }
+
     /// A data file holding only its first meta page, which no commit wrote
     /// (a disk that filled while LMDB made the environment, or a process
     /// killed then), holds nothing: an open that may create makes the
@@ -700,7 +728,9 @@ extension EnvironmentTests {
         // Two commits since: the first meta page is the second one's.
         let pageSize = try cutToFirstPage()
         let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
-        #expect(error?.code == .invalid, "\(String(describing: error))")
+        #expect(error?.code == .truncated, "\(String(describing: error))")
+        #expect(error?.detail?.contains("\(file) is \(pageSize) bytes: it ends before meta page 1") == true, "\(String(describing: error))")
+        #expect(error?.detail?.contains("meta page 0 is sound (transaction 2)") == true, "\(String(describing: error))")
         #expect(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int == pageSize)
     }
 

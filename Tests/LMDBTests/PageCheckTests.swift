@@ -152,6 +152,24 @@ import Testing
         #expect(problem.message.contains(damage.message), "\(problems)")
     }
 
+    /// A meta page whose last page in use is 0, below the two meta pages
+    /// themselves, is a problem, not a trap (the page fuzzer's first
+    /// finding: the count of pages lost went below zero).
+    @Test func aMetaPageCountingFewerPagesThanTheMetaPagesIsAProblem() throws {
+        let directory = try TemporaryDirectory("page-check-last-page")
+        try Self.makeEnvironment(directory)
+        let data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: directory.path + "/data.mdb")))
+        var metas = (0..<2).map { FoundPage(number: $0, bytes: Array(data[$0 * Self.pageSize..<($0 + 1) * Self.pageSize])) }
+        let newer = metas[0].u64(144) > metas[1].u64(144) ? 0 : 1
+        for offset in 136..<144 { metas[newer].bytes[offset] = 0 }
+        try Self.write(metas[newer], directory)
+        let descriptor = open(directory.path + "/data.mdb", O_RDONLY)
+        defer { close(descriptor) }
+        let reader = DataFile.PageReader(descriptor: descriptor, pageSize: Self.pageSize, fileSize: data.count)
+        let report = PageWalk.check(reader, transactionID: metas[newer].u64(144), problemCountMax: 100)
+        #expect(report?.problems.map(\.description) == ["data.mdb: its meta page says pages 0...0 are in use, fewer than the two meta pages"])
+    }
+
     /// Pages that no table reaches and the free list does not hold (the
     /// free list's root forgotten, here) are lost to every later write:
     /// LMDB's own audit counts pages the same way.
