@@ -72,12 +72,12 @@ public final class ManualClock: SyncClock, @unchecked Sendable {
     }
 
     /// Waits (really, briefly) until `count` tasks sleep on the clock, so a
-    /// test advances time only once its timers are set. The bound only ends
-    /// a wait that would never end: generous, for a loaded machine.
-    public func waitForSleepers(_ count: Int, timeoutSeconds: Double = 60) async throws {
+    /// test advances time only once its timers are set (`hangSeconds`
+    /// bounds the wait).
+    public func waitForSleepers(_ count: Int, timeoutSeconds: Double = hangSeconds) async throws {
         let deadline = Date().addingTimeInterval(timeoutSeconds)
         while sleeperCount < count {
-            guard Date() < deadline else { throw CancellationError() }
+            guard Date() < deadline else { throw WaitTimedOut("\(sleeperCount) of \(count) sleepers within \(timeoutSeconds) s") }
             try await Task.sleep(for: .milliseconds(2))
         }
     }

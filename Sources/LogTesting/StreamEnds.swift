@@ -1,7 +1,7 @@
 /// Whether `stream` ends (finishes, or throws) within `seconds`: a guard
 /// that keeps a stream that never ends from hanging the run, not a measure
 /// of time.
-public func ends<S: AsyncSequence & Sendable>(_ stream: S, within seconds: Double = 60) async -> Bool
+public func ends<S: AsyncSequence & Sendable>(_ stream: S, within seconds: Double = hangSeconds) async -> Bool
 where S.Element: Sendable {
     await withTaskGroup(of: Bool.self) { group in
         group.addTask {

@@ -953,10 +953,9 @@ struct FixedConnectivity: ConnectivityMonitor {
     }
 }
 
-/// Polls a condition (really, briefly): for events that happen on other tasks.
-/// The bound only ends a wait that would never end: generous, as the whole
-/// suite on two cores makes an event that comes at once come seconds late.
-func waitUntil(timeoutSeconds: Double = 60, _ condition: () async throws -> Bool) async throws {
+/// Polls a condition (really, briefly): for events that happen on other tasks
+/// (`hangSeconds` bounds the wait).
+func waitUntil(timeoutSeconds: Double = hangSeconds, _ condition: () async throws -> Bool) async throws {
     let deadline = Date().addingTimeInterval(timeoutSeconds)
     while try await !condition() {
         guard Date() < deadline else { throw SyncTestError("condition not met within \(timeoutSeconds) s") }
