@@ -22,7 +22,6 @@ enum DataFile {
     /// `mn_flags` of a leaf node.
     static let bigDataFlag: UInt16 = 0x01
     static let subDatabaseFlag: UInt16 = 0x02
-    static let duplicateDataFlag: UInt16 = 0x04
     /// `md_root` of an empty database.
     static let invalidPage = UInt64.max
     /// An `MDB_db` record's size, and where the meta page holds the free
@@ -30,6 +29,8 @@ enum DataFile {
     static let databaseRecordSize = 48
     /// `md_root` in an `MDB_db` record.
     static let databaseRootOffset = 40
+    /// Where the free database's record is; its `md_pad` holds the page
+    /// size (`mm_psize`).
     static let freeDatabaseRecord = 16 + 24
     static let mainDatabaseRecord = freeDatabaseRecord + databaseRecordSize
     /// `MDB_meta`'s last page in use and transaction id.

@@ -13,22 +13,8 @@ import Foundation
 /// LMDB makes it, as an empty file left by a process killed before the
 /// write does.
 ///
-/// The layout read is the one `FreePages` reads: a 64-bit build's 16-byte
-/// page header, then `MDB_meta`.
+/// The layout read is `DataFile`'s.
 enum UnfinishedCreation {
-    private static let magic: UInt32 = 0xBEEF_C0DE
-    private static let dataVersion: UInt32 = 1
-    private static let metaPageFlag: UInt16 = 0x08
-    /// `MDB_meta` offsets from the start of a meta page: the magic, the
-    /// version, the page size (`mm_dbs[FREE_DBI].md_pad`) and the id of the
-    /// transaction that wrote it.
-    private static let magicOffset = 16
-    private static let versionOffset = 20
-    private static let pageSizeOffset = 16 + 24
-    private static let transactionIDOffset = 16 + 24 + 2 * 48 + 8
-    /// The bytes of the first page read: up to the end of the transaction id.
-    private static let headerBytes = transactionIDOffset + 8
-
     /// Empties `directory`'s data file when it is an unfinished creation,
     /// and only while no process has the environment open: LMDB's first
     /// opener holds a write lock on the lock file's first byte while it
@@ -60,17 +46,15 @@ enum UnfinishedCreation {
     private static func isUnfinished(_ data: Int32) -> Bool {
         guard MemoryLayout<Int>.size == 8 else { return false }
         var file = stat()
-        guard fstat(data, &file) == 0, file.st_size >= headerBytes else { return false }
-        var bytes = [UInt8](repeating: 0, count: headerBytes)
-        let read = bytes.withUnsafeMutableBytes { pread(data, $0.baseAddress, headerBytes, 0) }
-        guard read == headerBytes else { return false }
-        // Little-endian, as LMDB writes the host's order (see `FreePages`).
-        func number(_ at: Int, _ count: Int) -> UInt64 {
-            (0..<count).reduce(0) { $0 | UInt64(bytes[at + $1]) << (8 * $1) }
+        guard fstat(data, &file) == 0 else { return false }
+        // Up to the end of the transaction id.
+        let reader = DataFile.PageReader(descriptor: data, pageSize: DataFile.pageHeaderSize, fileSize: Int(file.st_size))
+        guard let meta = reader.bytes(page: 0, offset: 0, count: DataFile.metaTransactionID + 8).map(DataFile.Bytes.init) else {
+            return false
         }
-        let pageSize = number(pageSizeOffset, 4)
-        return number(magicOffset, 4) == magic && number(versionOffset, 4) == dataVersion
-            && UInt16(number(10, 2)) & metaPageFlag != 0 && number(transactionIDOffset, 8) == 0
+        let pageSize = UInt64(meta.u32(DataFile.freeDatabaseRecord))
+        return meta.u32(DataFile.pageHeaderSize) == DataFile.magic && meta.u32(DataFile.pageHeaderSize + 4) == DataFile.dataVersion
+            && meta.u16(10) & DataFile.metaFlag != 0 && meta.u64(DataFile.metaTransactionID) == 0
             && pageSize >= 512 && UInt64(file.st_size) < 2 * pageSize
     }
 }
