@@ -89,7 +89,8 @@ public final class Environment: @unchecked Sendable {
     ///   (cannot write there; `detail` names the file, `lock.mdb` or
     ///   `data.mdb`, that the process may not open as it must), `.invalid` (the directory holds a file that
     ///   is not an LMDB environment, or, not to be created, an empty one),
-    ///   `.truncated` (the data file lacks pages in use), `.versionMismatch`,
+    ///   `.truncated` (the data file lacks pages in use, or its second meta
+    ///   page), `.metaPageDamaged` (one meta page sound, the other not), `.versionMismatch`,
     ///   `.noSpace` (no room for a new lock file), `.invalidArgument` (a
     ///   count of databases or readers that LMDB cannot take).
     public init(path: String, options: Options = Options()) throws {
@@ -123,7 +124,7 @@ public final class Environment: @unchecked Sendable {
                 // environment that anyone can be using, so the lock file made
                 // for it is ours to take back: a refused directory is left
                 // as it was found.
-                if error.code == .invalid || error.code == .truncated || error.code == .corrupted, !hadLockFile { unlink(lockFile) }
+                if error.code == .invalid || error.code == .truncated || error.code == .metaPageDamaged, !hadLockFile { unlink(lockFile) }
                 Environment.unregister(resolved)
                 throw error
             }

@@ -47,6 +47,9 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
         /// The data file is shorter than the pages its metadata says are in
         /// use: reading the missing ones would kill the process (SIGBUS).
         public static let truncated = Code(rawValue: -40_004)
+        /// One of the data file's two meta pages is damaged while the other
+        /// is sound: LMDB opens a file only when both are.
+        public static let metaPageDamaged = Code(rawValue: -40_005)
 
         public var description: String {
             switch self {
@@ -54,6 +57,7 @@ public struct LMDBError: Error, Equatable, Sendable, CustomStringConvertible {
             case .environmentFailed: "environment failed after an unsuccessful commit or map growth; reopen it"
             case .closed: "environment is closed"
             case .truncated: "data file truncated"
+            case .metaPageDamaged: "a meta page of the data file is damaged"
             default: String(cString: mdb_strerror(rawValue))
             }
         }

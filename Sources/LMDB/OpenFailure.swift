@@ -20,7 +20,7 @@ enum OpenFailure {
         var error = LMDBError(code: LMDBError.Code(rawValue: result), operation: "mdb_env_open", path: directory)
         if result == MDB_INVALID, let problem = DataFile.metaPageProblem(in: directory) {
             // An LMDB file cut short or damaged: not a file of another kind.
-            throw LMDBError(code: problem.missing ? .truncated : .corrupted, operation: "mdb_env_open", path: directory, detail: problem.detail)
+            throw LMDBError(code: problem.missing ? .truncated : .metaPageDamaged, operation: "mdb_env_open", path: directory, detail: problem.detail)
         }
         guard result > 0 else { throw error }
         let lock = ("lock.mdb", O_RDWR, "every process that opens the environment, a read-only one too, writes its reader slot there")

@@ -692,7 +692,7 @@ extension EnvironmentTests {
         bytes[page * pageSize + 16] ^= 0x01
         try bytes.write(to: URL(fileURLWithPath: file))
         let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path) }
-        #expect(error?.code == .corrupted, "\(String(describing: error))")
+        #expect(error?.code == .metaPageDamaged, "\(String(describing: error))")
         let detail = error?.detail ?? ""
         #expect(detail.contains("\(file): meta page \(page) is damaged"), "\(detail)")
         #expect(detail.contains("meta page \(1 - page) is sound (transaction "), "\(detail)")
