@@ -9,7 +9,8 @@ import Testing
 /// The damaged pages are found by reading the file here, not through the
 /// check.
 @Suite struct PageCheckTests {
-    private static let pageSize = 4096
+    /// LMDB makes its pages the size of the system's.
+    private static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
     private static let keyCount = 3_000
 
     private static func key(_ n: Int) -> [UInt8] { Array("key-\(String(format: "%05d", n))".utf8) }
