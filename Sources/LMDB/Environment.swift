@@ -228,17 +228,9 @@ public final class Environment: @unchecked Sendable {
     /// file does hold is beyond what this can show.
     private static func checkDataFileSize(_ env: OpaquePointer, path: String) throws(LMDBError) {
         var info = MDB_envinfo()
-        var statistics = MDB_stat()
-        var descriptor: mdb_filehandle_t = -1
         try check(mdb_env_info(env, &info), "mdb_env_info", path: path)
-        try check(mdb_env_stat(env, &statistics), "mdb_env_stat", path: path)
-        try check(mdb_env_get_fd(env, &descriptor), "mdb_env_get_fd", path: path)
-        var file = stat()
-        guard fstat(descriptor, &file) == 0 else {
-            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
-        }
-        let pageSize = Int(statistics.ms_psize)
-        let size = Int(file.st_size)
+        let reader = try dataFileReader(env, path: path)
+        let (pageSize, size) = (reader.pageSize, reader.fileSize)
         // The metadata is not checksummed: a damaged page number must not
         // trap here either.
         let lastPage = UInt64(info.me_last_pgno)
@@ -248,8 +240,7 @@ public final class Environment: @unchecked Sendable {
         // A page the file holds only in part is missing too.
         let firstMissing = UInt64(size / pageSize)
         if !pagesOverflow, !neededOverflow,
-            let free = FreePages.read(
-                descriptor: descriptor, pageSize: pageSize, transactionID: UInt64(info.me_last_txnid), fileSize: size),
+            let free = FreePages.read(reader, transactionID: UInt64(info.me_last_txnid)),
             lastPage - firstMissing < UInt64(free.count), (firstMissing...lastPage).allSatisfy(free.contains)
         {
             return
@@ -258,6 +249,20 @@ public final class Environment: @unchecked Sendable {
         throw LMDBError(
             code: .truncated, operation: "open", path: path,
             detail: "\(path)/data.mdb is \(size) bytes; its metadata says pages 0...\(info.me_last_pgno) of \(pageSize) bytes are in use\(bytes)")
+    }
+
+    /// A reader of `env`'s data file as it is now: LMDB's descriptor, page
+    /// size and the file's size.
+    static func dataFileReader(_ env: OpaquePointer, path: String) throws(LMDBError) -> DataFile.PageReader {
+        var statistics = MDB_stat()
+        var descriptor: mdb_filehandle_t = -1
+        try check(mdb_env_stat(env, &statistics), "mdb_env_stat", path: path)
+        try check(mdb_env_get_fd(env, &descriptor), "mdb_env_get_fd", path: path)
+        var file = stat()
+        guard fstat(descriptor, &file) == 0 else {
+            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
+        }
+        return DataFile.PageReader(descriptor: descriptor, pageSize: Int(statistics.ms_psize), fileSize: Int(file.st_size))
     }
 
     private static func register(_ path: String) throws(LMDBError) {

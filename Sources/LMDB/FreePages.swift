@@ -24,9 +24,9 @@ enum FreePages {
     /// transaction `transactionID`; nil when the file does not hold that
     /// list whole (a page of it is missing or does not read as one), so
     /// that nothing can be said to be free.
-    static func read(descriptor: Int32, pageSize: Int, transactionID: UInt64, fileSize: Int) -> Set<UInt64>? {
+    static func read(_ reader: DataFile.PageReader, transactionID: UInt64) -> Set<UInt64>? {
+        let (pageSize, fileSize) = (reader.pageSize, reader.fileSize)
         guard MemoryLayout<Int>.size == 8, pageSize >= 256 else { return nil }
-        let reader = PageReader(descriptor: descriptor, pageSize: pageSize, fileSize: fileSize)
         // Of the two meta pages, the one LMDB opened with.
         guard let meta = reader.meta(transactionID: transactionID) else { return nil }
         var free: Set<UInt64> = []

@@ -31,15 +31,7 @@ extension Environment {
     /// `checkPages` in the snapshot of `txn`; nil when the meta page it
     /// began from is no longer in the file.
     private func checkPages(_ txn: borrowing Transaction, problemCountMax: Int) throws -> PageCheckReport? {
-        var descriptor: mdb_filehandle_t = -1
-        var statistics = MDB_stat()
-        try check(mdb_env_get_fd(handle, &descriptor), "mdb_env_get_fd", path: path)
-        try check(mdb_env_stat(handle, &statistics), "mdb_env_stat", path: path)
-        var file = stat()
-        guard fstat(descriptor, &file) == 0 else {
-            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
-        }
-        let reader = DataFile.PageReader(descriptor: descriptor, pageSize: Int(statistics.ms_psize), fileSize: Int(file.st_size))
+        let reader = try Environment.dataFileReader(handle, path: path)
         return PageWalk.check(reader, transactionID: UInt64(mdb_txn_id(txn.handle)), problemCountMax: problemCountMax)
     }
 }

@@ -520,7 +520,8 @@ import Testing
         let size = try #require(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
         let descriptor = open(file, O_RDONLY)
         let free = try #require(
-            FreePages.read(descriptor: descriptor, pageSize: info.pageSize, transactionID: UInt64(info.lastTransactionID), fileSize: size))
+            FreePages.read(
+                DataFile.PageReader(descriptor: descriptor, pageSize: info.pageSize, fileSize: size), transactionID: UInt64(info.lastTransactionID)))
         close(descriptor)
         var tail = UInt64(info.usedBytes / info.pageSize)
         while tail > 0, free.contains(tail - 1) { tail -= 1 }
