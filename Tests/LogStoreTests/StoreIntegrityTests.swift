@@ -464,12 +464,7 @@ import Testing
 
     /// Damage to an outbox row makes the outbox unreadable; verify reports it.
     @Test func verifyFindsADamagedOutboxRow() async throws {
-        let directory = try TemporaryDirectory("integrity-outbox")
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            store.close()
-        }
+        let directory = try await Self.storeOfEmptyEntities("integrity-outbox", ids: ["a"])
         // Status 7 is no status (storage.md, section 15, "outbox").
         try putRaw(directory.path, database: "outbox", key: key(1), value: [7] + [UInt8](repeating: 0, count: 16))
         do {
@@ -489,14 +484,8 @@ import Testing
     /// hidden and its intent never pushed, and the summary counted it. A
     /// rebuild writes the rows from the log and leaves it out.
     @Test func anOutboxKeyThatIsNotAnOffsetIsNamed() async throws {
-        let directory = try TemporaryDirectory("integrity-outbox-key")
+        let directory = try await Self.storeOfEmptyEntities("integrity-outbox-key", ids: ["a", "b"])
         defer { directory.remove() }
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            try await store.create(type: "te", id: "b", fields: [:])
-            store.close()
-        }
         // Nine bytes, in its initial state: it sorts between rows 1 and 2.
         try putRaw(directory.path, database: "outbox", key: key(1) + [0], value: [UInt8](repeating: 0, count: 17))
         let store = try Store(path: directory.path, options: .init(durability: .process))
@@ -548,12 +537,7 @@ import Testing
     /// damaged outbox row. Replay cannot compare the table (it is not
     /// derived from the log), so verify reported the store sound.
     @Test func verifyFindsADamagedAwaitedFeedRow() async throws {
-        let directory = try TemporaryDirectory("integrity-awaited")
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            store.close()
-        }
+        let directory = try await Self.storeOfEmptyEntities("integrity-awaited", ids: ["a"])
         // A row is 16 bytes: the ack's offset and the server version (storage.md, section 15).
         try putRaw(directory.path, database: "awaited-feed", key: Array("te\0a".utf8), value: [1, 2, 3])
         let scratch = try TemporaryDirectory("integrity-awaited-scratch")
@@ -721,12 +705,7 @@ import Testing
     /// forged data: the API marks an intent failed long before) is counted
     /// once more without a trap, and the intent is marked failed.
     @Test func anAttemptCountAtItsMaximumDoesNotTrap() async throws {
-        let directory = try TemporaryDirectory("integrity-attempts")
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            store.close()
-        }
+        let directory = try await Self.storeOfEmptyEntities("integrity-attempts", ids: ["a"])
         // Pending, attempts 0xFFFFFFFF, due now, no error (storage.md, section 15, "outbox").
         let row: [UInt8] = [0] + [0xFF, 0xFF, 0xFF, 0xFF] + [UInt8](repeating: 0, count: 8) + [0, 0, 0, 0]
         try putRaw(directory.path, database: "outbox", key: key(1), value: row)
@@ -838,6 +817,16 @@ import Testing
 }
 
 extension StoreIntegrityTests {
+    /// A closed store holding the entities te/`ids`, with no fields, each
+    /// created by an intent of its own (offsets 1, 2, ...).
+    static func storeOfEmptyEntities(_ name: String, ids: [String]) async throws -> TemporaryDirectory {
+        let directory = try TemporaryDirectory(name)
+        let store = try Store(path: directory.path, options: .init(durability: .process))
+        defer { store.close() }
+        for id in ids { try await store.create(type: "te", id: id, fields: [:]) }
+        return directory
+    }
+
     /// A store holding te/a (n: 1) and te/b (n: 2), whose `entities` table
     /// `damage` then changes with LMDB alone.
     private static func storeOfTwoEntities(
@@ -892,13 +881,8 @@ extension StoreIntegrityTests {
     /// `verify` quotes it as it is, as `name` says, rather than name an
     /// entity `stray/` that has no empty id.
     @Test func verifyQuotesAnEntityKeyWithNoZeroByte() async throws {
-        let directory = try TemporaryDirectory("integrity-verify-entity-key")
+        let directory = try await Self.storeOfEmptyEntities("integrity-verify-entity-key", ids: ["a"])
         defer { directory.remove() }
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            store.close()
-        }
         try putRaw(directory.path, database: "entities", key: Array("stray".utf8), value: [0])
         let scratch = try TemporaryDirectory("integrity-verify-entity-key-scratch")
         defer { scratch.remove() }
@@ -1037,13 +1021,8 @@ extension StoreIntegrityTests {
     /// from a replay, the first in key order: one stray idempotency row
     /// more than that is reported as that many, the last left out.
     @Test func verifyReportsAtMostProblemCountMaxDifferingRows() async throws {
-        let directory = try TemporaryDirectory("integrity-verify-row-count")
+        let directory = try await Self.storeOfEmptyEntities("integrity-verify-row-count", ids: ["a"])
         defer { directory.remove() }
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            store.close()
-        }
         // Zero-padded, so key order is number order.
         let names = (0...EventLog.problemCountMax).map { "stray-" + String(String($0 + 10_000).dropFirst()) }
         do {
@@ -1069,14 +1048,8 @@ extension StoreIntegrityTests {
     /// each of two damaged awaited-feed rows, is reported. Stopped after
     /// the first row, it reported the store sound, or named one row of two.
     @Test func verifyNamesEveryDamagedOutboxAndAwaitedFeedRow() async throws {
-        let directory = try TemporaryDirectory("integrity-verify-damaged-rows")
+        let directory = try await Self.storeOfEmptyEntities("integrity-verify-damaged-rows", ids: ["a", "b"])
         defer { directory.remove() }
-        do {
-            let store = try Store(path: directory.path, options: .init(durability: .process))
-            try await store.create(type: "te", id: "a", fields: [:])
-            try await store.create(type: "te", id: "b", fields: [:])
-            store.close()
-        }
         // Status 7 is no status (storage.md, section 15, "outbox"); an
         // awaited-feed row is 16 bytes.
         try putRaw(directory.path, database: "outbox", key: key(2), value: [7] + [UInt8](repeating: 0, count: 16))
