@@ -180,7 +180,7 @@ extension SyncServerProcessTests {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-client-store")
         let client = directory.appending("client")
-        let made = try ToolRun.run(
+        let made = try await ToolRun.running(
             ToolRun.builtProduct("demo", root: Self.root), ["--path", client, "--writers", "1", "--entries-per-writer", "1"])
         #expect(made.status == 0, "\(made.errors)")
         let dataFile = URL(fileURLWithPath: client).appendingPathComponent("data.mdb")
@@ -204,7 +204,7 @@ extension SyncServerProcessTests {
     @Test func anInfiniteRateLimitIsAUsageError() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-rate-limit")
-        let run = try ToolRun.run(
+        let run = try await ToolRun.running(
             Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--rate-limit", "inf"])
         #expect(run.status == 64, "\(run.status): \(run.errors)")
         #expect(run.errors.contains("--rate-limit must be a finite number"), "\(run.errors)")
@@ -224,7 +224,7 @@ extension SyncServerProcessTests {
             (["--rate-limit", "-1"], "--rate-limit must be a finite number >= 0"), (["--push-buffer-mib", "-2"], "--push-buffer-mib must be"),
         ]
         for (arguments, message) in cases {
-            let run = try ToolRun.run(Self.executable.path, ["--data", directory.appending("data"), "--token", "t:alice", "--stop-at-stdin-end"] + arguments)
+            let run = try await ToolRun.running(Self.executable.path, ["--data", directory.appending("data"), "--token", "t:alice", "--stop-at-stdin-end"] + arguments)
             #expect(run.status == 64, "\(arguments): \(run.status): \(run.errors)")
             #expect(run.errors.contains(message) && !run.errors.contains("Missing value"), "\(arguments): \(run.errors)")
         }
@@ -238,7 +238,7 @@ extension SyncServerProcessTests {
     @Test func aTokensFileThatIsADirectoryIsNamedAsOne() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-tokens-directory")
-        let run = try ToolRun.run(
+        let run = try await ToolRun.running(
             Self.executable.path, ["--data", directory.appending("data"), "--tokens-file", directory.path, "--stop-at-stdin-end"])
         #expect(run.status == 64, "\(run.status): \(run.errors)")
         #expect(run.errors.contains("cannot read --tokens-file \(directory.path): it is a directory"), "\(run.errors)")
@@ -250,19 +250,19 @@ extension SyncServerProcessTests {
     /// given without --data with that option: the parser reported the
     /// required --data missing first ("Missing expected argument '--data
     /// <data>'"), of a user who had typed it.
-    @Test func aMisspelledOptionIsNamedWithTheOneMeant() throws {
+    @Test func aMisspelledOptionIsNamedWithTheOneMeant() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-misspelled")
-        let run = try ToolRun.run(Self.executable.path, ["--dta", directory.appending("data"), "--stop-at-stdin-end"])
+        let run = try await ToolRun.running(Self.executable.path, ["--dta", directory.appending("data"), "--stop-at-stdin-end"])
         #expect(run.status == 64, "\(run.status): \(run.errors)")
         #expect(run.errors.contains("Unknown option '--dta'. Did you mean '--data'?"), "\(run.errors)")
         #expect(!run.errors.contains("Missing"), "\(run.errors)")
         // The directory without its option is named with the option.
-        let bare = try ToolRun.run(Self.executable.path, [directory.appending("data"), "--stop-at-stdin-end"])
+        let bare = try await ToolRun.running(Self.executable.path, [directory.appending("data"), "--stop-at-stdin-end"])
         #expect(bare.status == 64, "\(bare.status): \(bare.errors)")
         #expect(bare.errors.contains("Unexpected argument '\(directory.appending("data"))': is it the --data option's value? (--data \(directory.appending("data")))"), "\(bare.errors)")
         // With --data given, a misspelling was already named.
-        let other = try ToolRun.run(Self.executable.path, ["--data", directory.appending("data"), "--prot", "1", "--stop-at-stdin-end"])
+        let other = try await ToolRun.running(Self.executable.path, ["--data", directory.appending("data"), "--prot", "1", "--stop-at-stdin-end"])
         #expect(other.status == 64 && other.errors.contains("Unknown option '--prot'. Did you mean '--port'?"), "\(other.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
     }
@@ -273,7 +273,7 @@ extension SyncServerProcessTests {
     /// "--rate-limit must be a finite number >= 0 and --burst > 0", of a
     /// user who had given no --rate-limit, and an empty `--data` failed at
     /// start (status 1) with "mkdir (): No such file or directory [2]".
-    @Test func anOptionRefusedIsNamedAlone() throws {
+    @Test func anOptionRefusedIsNamedAlone() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-option-refused")
         let cases = [
@@ -281,7 +281,7 @@ extension SyncServerProcessTests {
             (["--data", ""], "Error: --data must name a directory\n"),
         ]
         for (arguments, message) in cases {
-            let run = try ToolRun.run(Self.executable.path, arguments + ["--stop-at-stdin-end"])
+            let run = try await ToolRun.running(Self.executable.path, arguments + ["--stop-at-stdin-end"])
             #expect(run.status == 64, "\(arguments): \(run.status): \(run.errors)")
             #expect(run.errors.hasPrefix(message), "\(arguments): \(run.errors)")
         }
@@ -291,11 +291,11 @@ extension SyncServerProcessTests {
     /// A --data whose parent directory is missing (a path mistyped) is
     /// named as that (status 1): it said "mkdir (DIR): No such file or
     /// directory [2]", naming neither the option nor the missing parent.
-    @Test func aDataDirectoryWhoseParentIsMissingIsNamed() throws {
+    @Test func aDataDirectoryWhoseParentIsMissingIsNamed() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-no-parent")
         let data = directory.appending("missing/data")
-        let run = try ToolRun.run(Self.executable.path, ["--data", data, "--port", "0", "--stop-at-stdin-end"])
+        let run = try await ToolRun.running(Self.executable.path, ["--data", data, "--port", "0", "--stop-at-stdin-end"])
         #expect(run.status == 1, "\(run.status): \(run.errors)")
         #expect(
             run.errors.contains("cannot make --data \(data): \(directory.appending("missing")) does not exist; only the store's own directory is made"),
@@ -695,8 +695,8 @@ extension SyncServerProcessTests {
 /// it gave none, though a server that cannot start ends with 1 and a usage
 /// mistake with 64.
 @Suite struct SyncServerHelpTests {
-    @Test func theHelpGivesTheExitStatuses() throws {
-        let help = try ToolRun.run(SyncServerProcessTests.executable.path, ["--help"])
+    @Test func theHelpGivesTheExitStatuses() async throws {
+        let help = try await ToolRun.running(SyncServerProcessTests.executable.path, ["--help"])
         #expect(help.status == 0)
         let text = help.output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         // Each option's value is named for what it is, not for the option.
@@ -804,7 +804,7 @@ extension SyncServerProcessTests {
     /// the token not) is refused at start, naming both places (status 64):
     /// the last one won, silently, so the first user's client pulled the
     /// other's data and pushed into it. The same user twice is no conflict.
-    @Test func aTokenGivenToTwoUsersIsRefusedAtStart() throws {
+    @Test func aTokenGivenToTwoUsersIsRefusedAtStart() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-token-twice")
         let (twice, once) = (directory.appending("twice"), directory.appending("once"))
@@ -816,13 +816,13 @@ extension SyncServerProcessTests {
             (["--tokens-file", once], "\(once):4: the token given to alice at \(once):1 is given to alice (read-only) too"),
         ]
         for (arguments, message) in cases {
-            let run = try ToolRun.run(Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--stop-at-stdin-end"] + arguments)
+            let run = try await ToolRun.running(Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--stop-at-stdin-end"] + arguments)
             #expect(run.status == 64 && run.errors.contains(message), "\(arguments): \(run.status): \(run.errors)")
         }
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
         // The same token for the same user twice, in the file and by --token, starts.
         try Data("shared alice\nother carol\nother carol\n".utf8).write(to: URL(fileURLWithPath: once))
-        let same = try ToolRun.run(
+        let same = try await ToolRun.running(
             Self.executable.path,
             ["--data", directory.appending("data"), "--port", "0", "--stop-at-stdin-end", "--tokens-file", once, "--token", "shared:alice"])
         #expect(same.status == 0, "\(same.errors)")
@@ -834,7 +834,7 @@ extension SyncServerProcessTests {
     /// (status 64), naming where it was given: the admin token names no
     /// user (`theAdminTokenIsNoUserTokenEvenWhenAUserHasIt`), so the
     /// server started, and that user's every push and pull was 401.
-    @Test func aUserTokenThatIsTheAdminTokenIsRefusedAtStart() throws {
+    @Test func aUserTokenThatIsTheAdminTokenIsRefusedAtStart() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-admin-token-user")
         let tokens = directory.appending("tokens")
@@ -844,7 +844,7 @@ extension SyncServerProcessTests {
             (["--tokens-file", tokens], "\(tokens):2: the token given to alice is the --admin-token"),
         ]
         for (arguments, message) in cases {
-            let run = try ToolRun.run(
+            let run = try await ToolRun.running(
                 Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--stop-at-stdin-end", "--admin-token", "admin"] + arguments)
             #expect(run.status == 64 && run.errors.contains(message), "\(arguments): \(run.status): \(run.errors)")
         }

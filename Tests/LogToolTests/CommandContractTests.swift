@@ -27,11 +27,11 @@ import Testing
 
     /// Imports `lines` (written to `file`) as the new store `copy`, and
     /// expects its entries to be `source`'s, as `dump --json` shows them.
-    private static func expectImportedAsIs(_ lines: [String], file: String, copy: String, source: String) throws {
-        let imported = try Tool.importLines(lines, file: file, into: copy)
+    private static func expectImportedAsIs(_ lines: [String], file: String, copy: String, source: String) async throws {
+        let imported = try await Tool.importLines(lines, file: file, into: copy)
         #expect(imported.status == 0, "\(imported.errors)")
-        let dumped = try Tool.run(["dump", source, "--json"]).output
-        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
+        let dumped = try await Tool.run(["dump", source, "--json"]).output
+        let dumpedCopy = try await Tool.run(["dump", copy, "--json"]).output
         #expect(!dumped.isEmpty && dumped == dumpedCopy)
     }
 
@@ -43,14 +43,14 @@ import Testing
         let source = directory.appending("source")
         try await Self.makeStore(at: source)
         let file = directory.appending("export.jsonl")
-        #expect(try Tool.run(["export", source, "--output", file]).status == 0)
-        let before = try Tool.run(["dump", source, "--json"]).output
-        let onStore = try Tool.run(["import", file, source])
+        #expect(try await Tool.run(["export", source, "--output", file]).status == 0)
+        let before = try await Tool.run(["dump", source, "--json"]).output
+        let onStore = try await Tool.run(["import", file, source])
         #expect(onStore.status == 2 && onStore.errors == "logtool: \(source) exists; import makes a new store\n", "\(onStore.errors)")
-        #expect(try Tool.run(["dump", source, "--json"]).output == before)
+        #expect(try await Tool.run(["dump", source, "--json"]).output == before)
         let empty = directory.appending("empty")
         try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
-        let onEmpty = try Tool.run(["import", file, empty])
+        let onEmpty = try await Tool.run(["import", file, empty])
         #expect(onEmpty.status == 2 && onEmpty.errors == "logtool: \(empty) exists; import makes a new store\n", "\(onEmpty.errors)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: empty).isEmpty)
         #expect(try Self.names(in: directory, startingWith: "empty.") == [] && Self.names(in: directory, startingWith: "source.") == [])
@@ -68,7 +68,7 @@ import Testing
             ("past.jsonl", LogToolExportTests.resyncExport(count: 3, last: 2), "past.jsonl:4: "),
         ]
         for (name, changed, message) in cases {
-            let imported = try Tool.importLines(changed, file: directory.appending(name), into: directory.appending("copy"))
+            let imported = try await Tool.importLines(changed, file: directory.appending(name), into: directory.appending("copy"))
             #expect(imported.status == 2 && imported.errors.contains(message), "\(name): \(imported.errors)")
             #expect(try Self.names(in: directory, startingWith: "copy") == [], "\(name)")
         }
@@ -84,12 +84,12 @@ import Testing
         try Tool.damageEntry(at: 2, inStore: source)
         let file = directory.appending("export.jsonl")
         try "an older export\n".write(toFile: file, atomically: true, encoding: .utf8)
-        let exported = try Tool.run(["export", source, "--output", file])
+        let exported = try await Tool.run(["export", source, "--output", file])
         #expect(exported.status == 2 && exported.errors.contains(source) && exported.errors.contains("2"), "\(exported.errors)")
         #expect(try String(contentsOfFile: file, encoding: .utf8) == "an older export\n")
         #expect(try Self.names(in: directory, startingWith: "export.jsonl") == ["export.jsonl"])
         let fresh = directory.appending("fresh.jsonl")
-        #expect(try Tool.run(["export", source, "--output", fresh]).status == 2)
+        #expect(try await Tool.run(["export", source, "--output", fresh]).status == 2)
         #expect(try Self.names(in: directory, startingWith: "fresh") == [])
     }
 
@@ -106,10 +106,10 @@ import Testing
                 cursor: "c")  // 2...7
             store.close()
         }
-        let dry = try #require(try Tool.run(["compact", directory.path, "--below", "7", "--dry-run", "--json"]).objects().first)
+        let dry = try #require(try await Tool.run(["compact", directory.path, "--below", "7", "--dry-run", "--json"]).objects().first)
         #expect(dry["watermark"] as? Int == 7 && dry["entries_before"] as? Int == 6, "\(dry)")
         #expect(dry["entries_removed"] as? Int == 5 && dry["entries_kept"] as? Int == 1 && dry["snapshots_written"] as? Int == 2, "\(dry)")
-        let done = try Tool.run(["compact", directory.path, "--below", "7"])
+        let done = try await Tool.run(["compact", directory.path, "--below", "7"])
         #expect(done.status == 0 && done.output == "below #7: 6 entries; removed 5, wrote 2 snapshots, kept 1\n", "\(done.output)")
     }
 
@@ -129,11 +129,11 @@ import Testing
             store.close()
         }
         let copy = directory.appending("copy")
-        let copied = try #require(try Tool.run(["compact", path, "--copy", copy, "--json"]).objects().first)
+        let copied = try #require(try await Tool.run(["compact", path, "--copy", copy, "--json"]).objects().first)
         let before = try #require(copied["bytes_before"] as? Int)
         let after = try #require(copied["bytes_after"] as? Int)
         #expect(after < before, "\(copied)")
-        #expect(try Tool.run(["diff", path, copy]).status == 0)
+        #expect(try await Tool.run(["diff", path, copy]).status == 0)
     }
 
     /// `replay --to` takes offsets 1 to the log's last: 0 is refused as
@@ -143,15 +143,15 @@ import Testing
         let path = directory.appending("store")
         try await Self.makeStore(at: path)
         let zero = directory.appending("zero")
-        let refused = try Tool.run(["replay", path, "--to", "0", "--output", zero])
+        let refused = try await Tool.run(["replay", path, "--to", "0", "--output", zero])
         #expect(refused.status == 2 && refused.errors.contains("--to 0 is outside the log (1...4)"), "\(refused.output)\(refused.errors)")
         #expect(!FileManager.default.fileExists(atPath: zero))
         let last = directory.appending("last")
-        let replayed = try Tool.run(["replay", path, "--to", "4", "--output", last])
+        let replayed = try await Tool.run(["replay", path, "--to", "4", "--output", last])
         #expect(replayed.status == 0, "\(replayed.errors)")
-        let diff = try Tool.run(["diff", path, last])
+        let diff = try await Tool.run(["diff", path, last])
         #expect(diff.status == 0 && diff.errors.contains("3 and 3 entities, 0 differ"), "\(diff.errors)")
-        #expect(try Tool.run(["cursors", last]).lines == ["pull                  c1", "projection watermark  4"])
+        #expect(try await Tool.run(["cursors", last]).lines == ["pull                  c1", "projection watermark  4"])
     }
 
     /// `--to` without `--output` (or the other way round) is a usage error:
@@ -161,7 +161,7 @@ import Testing
         let path = directory.appending("store")
         try await Self.makeStore(at: path)
         for arguments in [["--to", "2"], ["--output", directory.appending("out")]] {
-            let run = try Tool.run(["replay", path] + arguments)
+            let run = try await Tool.run(["replay", path] + arguments)
             #expect(run.status == 2 && run.errors.contains("--to and --output go together"), "\(arguments): \(run.errors)")
             #expect(run.output.isEmpty, "\(arguments): \(run.output)")
         }
@@ -186,11 +186,11 @@ import Testing
             try await store.create(type: "te", id: "only-second", fields: [:])
             store.close()
         }
-        let json = try Tool.run(["diff", first, second, "--json"])
+        let json = try await Tool.run(["diff", first, second, "--json"])
         #expect(json.status == 1, "\(json.errors)")
         let rows = try json.objects().map { "\($0["entity"] as? String ?? "?"): \($0["difference"] as? String ?? "?")" }
         #expect(rows == ["te/both: differs", "te/only-first: only in \(first)", "te/only-second: only in \(second)"], "\(rows)")
-        let text = try Tool.run(["diff", first, second])
+        let text = try await Tool.run(["diff", first, second])
         #expect(text.status == 1 && text.errors.contains("2 and 2 entities, 3 differ"), "\(text.errors)")
         #expect(text.lines.first == "te/both: differs" && text.lines.count == 5, "\(text.output)")
         #expect(text.lines.dropFirst().first?.contains("1") == true && text.lines.dropFirst(2).first?.contains("2") == true, "\(text.output)")
@@ -208,10 +208,10 @@ import Testing
             try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1, fields: [:])], cursor: "c")  // 4
             store.close()
         }
-        let offsets = { (arguments: [String]) in try Tool.run(["dump", directory.path, "--json"] + arguments).objects().map { $0["offset"] as? Int } }
-        #expect(try offsets(["--id", "a"]) == [1, 2, 4])
-        #expect(try offsets(["--type", "te"]) == [1, 3, 4])
-        #expect(try offsets(["--type", "te", "--id", "a"]) == [1, 4])
+        let offsets = { (arguments: [String]) in try await Tool.run(["dump", directory.path, "--json"] + arguments).objects().map { $0["offset"] as? Int } }
+        #expect(try await offsets(["--id", "a"]) == [1, 2, 4])
+        #expect(try await offsets(["--type", "te"]) == [1, 3, 4])
+        #expect(try await offsets(["--type", "te", "--id", "a"]) == [1, 4])
     }
 
     /// `entities TYPE ID` of an entity the store does not have is an error
@@ -219,9 +219,9 @@ import Testing
     @Test func entitiesOfAMissingIdIsAnError() async throws {
         let directory = try TemporaryDirectory("logtool-contract-entities-missing")
         try await Self.makeStore(at: directory.path)
-        let run = try Tool.run(["entities", directory.path, "te", "zz"])
+        let run = try await Tool.run(["entities", directory.path, "te", "zz"])
         #expect(run.status == 2 && run.errors == "logtool: no te/zz\n" && run.output.isEmpty, "\(run.errors)")
-        let found = try Tool.run(["entities", directory.path, "te", "a", "--json"]).objects()
+        let found = try await Tool.run(["entities", directory.path, "te", "a", "--json"]).objects()
         #expect(found.count == 1 && (found.first?["fields"] as? [String: Any])?["n"] as? Int == 3 && found.first?["pending_intents"] as? Int == 2)
     }
 
@@ -239,7 +239,7 @@ import Testing
             (["replay", path, "--to", "2", "--output", existing], "logtool: \(existing) exists; --output names a new directory\n"),
         ]
         for (arguments, message) in cases {
-            let run = try Tool.run(arguments)
+            let run = try await Tool.run(arguments)
             #expect(run.status == 2 && run.errors == message, "\(arguments): \(run.errors)")
             #expect(try FileManager.default.contentsOfDirectory(atPath: existing) == ["note"], "\(arguments)")
         }
@@ -275,7 +275,7 @@ import Testing
             try await store.resync(reason: "test")
             store.close()
         }
-        let lines = try Tool.run(["export", source]).lines
+        let lines = try await Tool.run(["export", source]).lines
         for variant in [
             #""operation":"delete","time""#, #""outcome":"duplicate""#, #""kind":"reject""#, #""server_deleted":true"#,
             #""resolution":"merged""#, #""deleted":true"#, #""kind":"resync""#,
@@ -283,14 +283,14 @@ import Testing
             #expect(lines.contains { $0.contains(variant) }, "no line has \(variant): \(lines)")
         }
         let copy = directory.appending("copy")
-        try Self.expectImportedAsIs(lines, file: directory.appending("export.jsonl"), copy: copy, source: source)
-        #expect(try Tool.run(["diff", source, copy]).status == 0)
-        #expect(try Tool.run(["verify", copy]).status == 0)
+        try await Self.expectImportedAsIs(lines, file: directory.appending("export.jsonl"), copy: copy, source: source)
+        #expect(try await Tool.run(["diff", source, copy]).status == 0)
+        #expect(try await Tool.run(["verify", copy]).status == 0)
 
         let index = try #require(lines.firstIndex { $0.contains(#""outcome":"duplicate""#) })
         var damaged = lines
         damaged[index] = damaged[index].replacingOccurrences(of: #""outcome":"duplicate""#, with: #""outcome":"twice""#)
-        let refused = try Tool.importLines(damaged, file: directory.appending("outcome.jsonl"), into: directory.appending("refused"))
+        let refused = try await Tool.importLines(damaged, file: directory.appending("outcome.jsonl"), into: directory.appending("refused"))
         #expect(refused.status == 2 && refused.errors.contains("outcome.jsonl:\(index + 1): ") && refused.errors.contains("outcome"), "\(refused.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("refused")))
     }
@@ -306,7 +306,7 @@ import Testing
             try await store.markFailed(offsets: [1], error: "permanent")
             store.close()
         }
-        let rows = try Tool.run(["outbox", directory.path, "--json"]).objects()
+        let rows = try await Tool.run(["outbox", directory.path, "--json"]).objects()
         #expect(rows.map { $0["attempts"] as? Int } == [1, 0], "\(rows)")
         #expect(rows.map { $0["last_error"] as? String } == ["permanent", ""], "\(rows)")
     }
@@ -316,7 +316,7 @@ import Testing
     @Test func entitiesTextMarksPendingIntentsOnlyWhenThereAreSome() async throws {
         let directory = try TemporaryDirectory("logtool-contract-entities-text")
         try await Self.makeStore(at: directory.path)
-        let run = try Tool.run(["entities", directory.path, "te"])
+        let run = try await Tool.run(["entities", directory.path, "te"])
         #expect(run.status == 0 && run.lines == ["a  v0 +2 pending  [n: 3]", "b  v0 +1 pending  [n: 2]", "pulled  v1  [n: 4]"], "\(run.output)")
     }
 
@@ -332,9 +332,9 @@ import Testing
             #"{"kind":"conflict","offset":3,"timestamp":196608,"intent_offset":2,"entity_type":"te","entity_id":"a","server_version":2,"server_fields":{},"resolution":"pending","resolved_fields":{}}"#,
         ]
         let store = directory.appending("store")
-        let imported = try Tool.importLines(lines, file: directory.appending("forms.jsonl"), into: store)
+        let imported = try await Tool.importLines(lines, file: directory.appending("forms.jsonl"), into: store)
         #expect(imported.status == 0, "\(imported.errors)")
-        let entries = try Tool.run(["dump", store, "--json"]).objects()
+        let entries = try await Tool.run(["dump", store, "--json"]).objects()
         #expect(entries.count == 3)
         #expect(entries.first?["deleted"] as? Bool == false && entries.last?["server_deleted"] as? Bool == false, "\(entries)")
         #expect(entries.dropFirst().first?["base_version"] as? Int == 0, "\(entries)")
@@ -361,22 +361,22 @@ import Testing
             try await store.resolveConflict(intentOffset: pending[1], .keepRemote)
             store.close()
         }
-        let dumped = try Tool.run(["dump", source, "--kind", "conflict", "--json"])
+        let dumped = try await Tool.run(["dump", source, "--kind", "conflict", "--json"])
         let resolutions = try dumped.objects().map { $0["resolution"] as? String ?? "?" }
         #expect(resolutions.contains("keep_local") && resolutions.contains("keep_remote"), "\(resolutions)")
         #expect(!dumped.output.contains("keepLocal") && !dumped.output.contains("keepRemote"), "\(dumped.output)")
         // The text listing names them so too.
-        let text = try Tool.run(["dump", source, "--kind", "conflict"]).output
+        let text = try await Tool.run(["dump", source, "--kind", "conflict"]).output
         #expect(text.contains("server v5 keep_local") && text.contains("server v5 keep_remote"), "\(text)")
-        let lines = try Tool.run(["export", source]).lines
+        let lines = try await Tool.run(["export", source]).lines
         #expect(lines.contains { $0.contains(#""resolution":"keep_local""#) }, "\(lines)")
-        try Self.expectImportedAsIs(lines, file: directory.appending("export.jsonl"), copy: directory.appending("copy"), source: source)
+        try await Self.expectImportedAsIs(lines, file: directory.appending("export.jsonl"), copy: directory.appending("copy"), source: source)
         let older = lines.map {
             $0.replacingOccurrences(of: #""resolution":"keep_local""#, with: #""resolution":"keepLocal""#)
                 .replacingOccurrences(of: #""resolution":"keep_remote""#, with: #""resolution":"keepRemote""#)
         }
         #expect(older != lines)
-        try Self.expectImportedAsIs(older, file: directory.appending("older.jsonl"), copy: directory.appending("older"), source: source)
+        try await Self.expectImportedAsIs(older, file: directory.appending("older.jsonl"), copy: directory.appending("older"), source: source)
     }
 
     /// `cursors` of a store that has never pulled says so, in text ("none")
@@ -388,9 +388,9 @@ import Testing
             try await store.create(type: "te", id: "a", fields: [:])
             store.close()
         }
-        let text = try Tool.run(["cursors", directory.path])
+        let text = try await Tool.run(["cursors", directory.path])
         #expect(text.status == 0 && text.lines == ["pull                  none", "projection watermark  1"], "\(text.output)")
-        let json = try Tool.run(["cursors", directory.path, "--json"]).objects()
+        let json = try await Tool.run(["cursors", directory.path, "--json"]).objects()
         #expect(json.first?["pull"] as? String == "" && json.first?["projection_watermark"] as? Int == 1, "\(json)")
     }
 }

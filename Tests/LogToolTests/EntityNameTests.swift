@@ -23,13 +23,13 @@ import Testing
         let (first, second) = (directory.appending("first"), directory.appending("second"))
         try await makeStore(first, ids: [Self.precomposed])
         try await makeStore(second, ids: [Self.decomposed])
-        let diff = try Tool.run(["diff", first, second, "--json"])
+        let diff = try await Tool.run(["diff", first, second, "--json"])
         #expect(diff.status == 1, "\(diff.errors)")
         #expect(try diff.objects().compactMap { $0["difference"] as? String } == ["only in \(second)", "only in \(first)"])
         // One store with both: two entities, not one.
         let both = directory.appending("both")
         try await makeStore(both, ids: [Self.precomposed, Self.decomposed])
-        let same = try Tool.run(["diff", both, first])
+        let same = try await Tool.run(["diff", both, first])
         #expect(same.status == 1 && same.errors.contains("2 and 1 entities, 1 differ"), "\(same.errors)")
     }
 
@@ -37,7 +37,7 @@ import Testing
         let directory = try TemporaryDirectory("logtool-dump-id")
         try await makeStore(directory.path, ids: [Self.precomposed, Self.decomposed])
         for (id, offset) in [(Self.precomposed, 1), (Self.decomposed, 2)] {
-            let dump = try Tool.run(["dump", directory.path, "--id", id, "--json"])
+            let dump = try await Tool.run(["dump", directory.path, "--id", id, "--json"])
             #expect(dump.status == 0, "\(dump.errors)")
             #expect(try dump.objects().compactMap { $0["offset"] as? Int } == [offset])
         }
@@ -50,10 +50,10 @@ import Testing
         let source = directory.appending("store")
         try await makeStore(source, ids: [Self.decomposed, Self.precomposed])
         let bundle = directory.appending("bundle")
-        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
+        let run = try await Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
         #expect(run.status == 0, "\(run.errors)")
-        let entities = try Tool.run(["entities", bundle, "te", "--json"]).objects()
+        let entities = try await Tool.run(["entities", bundle, "te", "--json"]).objects()
         #expect(entities.count == 1 && (entities.first?["fields"] as? [String: Any])?["n"] as? Int == 1, "\(entities)")
-        #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [2])
+        #expect(try await Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [2])
     }
 }

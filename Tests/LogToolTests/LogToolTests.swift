@@ -13,15 +13,19 @@ enum Tool {
 
     static func path(_ name: String) -> String { ToolRun.builtProduct(name, root: root) }
 
-    static func run(_ arguments: [String], executable: String = "logtool") throws -> ToolRun {
-        try ToolRun.run(path(executable), arguments)
+    /// Runs the tool to its end, waited for off the cooperative pool
+    /// (`ToolRun.running`): the suite's tests all start at once on a pool
+    /// of a thread per core, and a test blocked in a child's wait would
+    /// hold one of them.
+    static func run(_ arguments: [String], executable: String = "logtool") async throws -> ToolRun {
+        try await ToolRun.running(path(executable), arguments)
     }
 
     /// Writes `lines` as the export file `file`, then imports it into the
     /// new store `store`.
-    static func importLines(_ lines: some Sequence<String>, file: String, into store: String) throws -> ToolRun {
+    static func importLines(_ lines: some Sequence<String>, file: String, into store: String) async throws -> ToolRun {
         try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
-        return try run(["import", file, store])
+        return try await run(["import", file, store])
     }
 
     /// The `export` lines of a new store at `source`, after `write` has
@@ -30,7 +34,7 @@ enum Tool {
         let store = try Store(path: source, options: .init(durability: .process))
         try await write(store)
         store.close()
-        return try run(["export", source]).lines
+        return try await run(["export", source]).lines
     }
 
     /// Flips a bit of the last byte of the entry at `offset` in the closed
@@ -49,16 +53,11 @@ enum Tool {
     /// `run` as a user whom file permissions stop: nobody (by `setpriv`)
     /// when this process runs as root, whom they do not stop; this user
     /// otherwise.
-    static func runUnprivileged(_ arguments: [String]) throws -> ToolRun {
-        guard geteuid() == 0 else { return try run(arguments) }
+    static func runUnprivileged(_ arguments: [String]) async throws -> ToolRun {
+        guard geteuid() == 0 else { return try await run(arguments) }
         let setpriv = "/usr/bin/setpriv"
         try #require(FileManager.default.isExecutableFile(atPath: setpriv))
-        return try ToolRun.run(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups", path("logtool")] + arguments)
-    }
-
-    /// `run`, waited for off the cooperative pool (`ToolRun.running`).
-    static func runOffThePool(_ arguments: [String]) async throws -> ToolRun {
-        try await ToolRun.running(path("logtool"), arguments)
+        return try await ToolRun.running(setpriv, ["--reuid=65534", "--regid=65534", "--clear-groups", path("logtool")] + arguments)
     }
 }
 
@@ -96,13 +95,13 @@ extension ToolRun {
         let directory = try await makeStore("logtool-commands")
         let path = directory.path
 
-        let stat = try Tool.run(["stat", path, "--json"])
+        let stat = try await Tool.run(["stat", path, "--json"])
         #expect(stat.status == 0, "\(stat.errors)")
         let report = try #require(try stat.objects().first)
         #expect(report["last_offset"] as? Int == 6 && report["entries"] as? Int == 6)
         #expect((report["kinds"] as? [String: Int]) == ["intent": 3, "ack": 1, "reject": 1, "remote": 1])
         #expect(report["outbox"] as? Int == 1 && report["cursor"] as? String == "c-1")
-        #expect(try Tool.run(["stat", path]).output.contains("offsets     1...6"))
+        #expect(try await Tool.run(["stat", path]).output.contains("offsets     1...6"))
         // Each table's keys: 6 entries, the 2 entities left (the rejected
         // create is gone), the 1 pending intent, 3 idempotency keys, 1 type,
         // and the acked change, which no pull has shown.
@@ -119,38 +118,38 @@ extension ToolRun {
             // Whole pages, and none for an empty table.
             #expect(bytes % 4096 == 0 && (bytes > 0) == (entries > 0), "\(table)")
         }
-        #expect(try Tool.run(["stat", path]).output.contains("table       entities      2 keys, "))
+        #expect(try await Tool.run(["stat", path]).output.contains("table       entities      2 keys, "))
 
-        let dump = try Tool.run(["dump", path, "--json"])
+        let dump = try await Tool.run(["dump", path, "--json"])
         #expect(try dump.objects().map { $0["offset"] as? Int } == Array(1...6))
-        let intents = try Tool.run(["dump", path, "--kind", "intent", "--type", "te", "--id", "a", "--json"]).objects()
+        let intents = try await Tool.run(["dump", path, "--kind", "intent", "--type", "te", "--id", "a", "--json"]).objects()
         #expect(intents.map { $0["operation"] as? String } == ["create", "update"])
         #expect((intents.first?["fields"] as? [String: Any])?["title"] as? String == "CORRUPT-ME-42")
-        #expect(try Tool.run(["dump", path, "--from", "2", "--to", "3", "--json"]).objects().count == 2)
-        #expect(try Tool.run(["dump", path, "--from", "3", "--to", "3", "--json"]).objects().map { $0["offset"] as? Int } == [3])
+        #expect(try await Tool.run(["dump", path, "--from", "2", "--to", "3", "--json"]).objects().count == 2)
+        #expect(try await Tool.run(["dump", path, "--from", "3", "--to", "3", "--json"]).objects().map { $0["offset"] as? Int } == [3])
         // Each filter alone: the ack, then the one intent on a prj entity.
-        #expect(try Tool.run(["dump", path, "--kind", "ack", "--json"]).objects().map { $0["offset"] as? Int } == [5])
-        #expect(try Tool.run(["dump", path, "--type", "prj", "--json"]).objects().map { $0["offset"] as? Int } == [4])
-        #expect(try Tool.run(["dump", path, "--limit", "1"]).lines.count == 1)
+        #expect(try await Tool.run(["dump", path, "--kind", "ack", "--json"]).objects().map { $0["offset"] as? Int } == [5])
+        #expect(try await Tool.run(["dump", path, "--type", "prj", "--json"]).objects().map { $0["offset"] as? Int } == [4])
+        #expect(try await Tool.run(["dump", path, "--limit", "1"]).lines.count == 1)
 
-        let show = try Tool.run(["show", path, "5", "--json"]).objects()
+        let show = try await Tool.run(["show", path, "5", "--json"]).objects()
         #expect(show.first?["kind"] as? String == "ack" && show.first?["intent_offset"] as? Int == 2)
-        let shown = try Tool.run(["show", path, "5", "2", "--json"]).objects()
+        let shown = try await Tool.run(["show", path, "5", "2", "--json"]).objects()
         #expect(shown.map { $0["offset"] as? Int } == [5, 2])
-        #expect(try Tool.run(["show", path, "2", "99"]).output.isEmpty)
+        #expect(try await Tool.run(["show", path, "2", "99"]).output.isEmpty)
 
-        let entities = try Tool.run(["entities", path, "te", "--json"]).objects()
+        let entities = try await Tool.run(["entities", path, "te", "--json"]).objects()
         #expect(entities.map { $0["id"] as? String } == ["a", "pulled"])
-        #expect(try Tool.run(["entities", path, "te", "a", "--json"]).objects().first?["server_version"] as? Int == 1)
-        let none = try Tool.run(["entities", path, "prj", "--json"])
+        #expect(try await Tool.run(["entities", path, "te", "a", "--json"]).objects().first?["server_version"] as? Int == 1)
+        let none = try await Tool.run(["entities", path, "prj", "--json"])
         #expect(none.status == 0 && none.lines.isEmpty)
         // A mistyped type lists nothing too: the types that have entities are named.
         #expect(none.errors == "logtool entities: no entities of type prj (those with entities: te)\n", "\(none.errors)")
 
-        let outbox = try Tool.run(["outbox", path, "--json"]).objects()
+        let outbox = try await Tool.run(["outbox", path, "--json"]).objects()
         #expect(outbox.map { $0["offset"] as? Int } == [3])
-        #expect(try Tool.run(["cursors", path, "--json"]).objects().first?["pull"] as? String == "c-1")
-        let verify = try Tool.run(["verify", path])
+        #expect(try await Tool.run(["cursors", path, "--json"]).objects().first?["pull"] as? String == "c-1")
+        let verify = try await Tool.run(["verify", path])
         #expect(verify.status == 0 && verify.errors.contains("6 entries checked, 0 problems"))
     }
 
@@ -165,7 +164,7 @@ extension ToolRun {
             #expect(try store.conflicts().map(\.conflict.serverVersion) == [3])
             store.close()
         }
-        let waiting = try Tool.run(["conflicts", directory.path, "--json"])
+        let waiting = try await Tool.run(["conflicts", directory.path, "--json"])
         #expect(waiting.status == 0, "\(waiting.errors)")
         #expect(try waiting.objects().map { $0["server_version"] as? Int } == [3])
     }
@@ -186,7 +185,7 @@ extension ToolRun {
             _ = try await log.append(.resync(reason: "raw"))
             log.close()
         }
-        let report = try #require(try Tool.run(["stat", directory.path, "--json"]).objects().first)
+        let report = try #require(try await Tool.run(["stat", directory.path, "--json"]).objects().first)
         #expect((report["projections"] as? String)?.hasPrefix("stale") == true)
         #expect(report["compacted_below"] as? Int == 2)
     }
@@ -208,15 +207,15 @@ extension ToolRun {
         }
         #expect(flipped >= 1)
         try bytes.write(to: URL(fileURLWithPath: file))
-        let verify = try Tool.run(["verify", directory.path])
+        let verify = try await Tool.run(["verify", directory.path])
         #expect(verify.status == 1)
         #expect(verify.output.contains("log at offset 2: bad checksum"), "\(verify.output)")
         // A damaged entry is a one-line error for the other commands, exit 2.
-        let dump = try Tool.run(["dump", directory.path])
+        let dump = try await Tool.run(["dump", directory.path])
         #expect(dump.status == 2 && dump.errors.contains("offset 2"))
         // An export that meets it fails and leaves no file that looks whole.
         let elsewhere = try TemporaryDirectory("logtool-flip-export")
-        let export = try Tool.run(["export", directory.path, "--output", elsewhere.appending("export.jsonl")])
+        let export = try await Tool.run(["export", directory.path, "--output", elsewhere.appending("export.jsonl")])
         #expect(export.status == 2 && export.errors.contains("offset 2"))
         #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path).isEmpty)
     }
@@ -253,7 +252,7 @@ extension ToolRun {
             }
             try bytes.write(to: URL(fileURLWithPath: file))
             // Off the cooperative pool: forty runs would hold a thread of it.
-            let verify = try await Tool.runOffThePool(["verify", directory.path])
+            let verify = try await Tool.run(["verify", directory.path])
             #expect(verify.status == 0 || verify.status == 1, "seed \(seed), page \(page): exit \(verify.status): \(verify.errors.suffix(300))")
             if verify.output.contains(" page \(page): ") { pageProblems += 1 }
         }
@@ -272,11 +271,11 @@ extension ToolRun {
             store.close()
         }
         try Tool.damageEntry(at: 2, inStore: directory.path)
-        let verify = try Tool.run(["verify", directory.path])
+        let verify = try await Tool.run(["verify", directory.path])
         #expect(verify.status == 1, "exit \(verify.status): \(verify.errors)")
         #expect(verify.output.contains("log at offset 2: bad checksum"), "\(verify.output)")
         // The other commands still refuse it, naming the offset.
-        let stat = try Tool.run(["stat", directory.path])
+        let stat = try await Tool.run(["stat", directory.path])
         #expect(stat.status == 2 && stat.errors.contains("at offset 2: corrupt entry"), "\(stat.errors)")
     }
 
@@ -293,7 +292,7 @@ extension ToolRun {
             try handle.truncate(atOffset: UInt64(size))
             try handle.close()
             for command in [["stat"], ["dump"], ["verify"], ["compact", "--copy", elsewhere.appending("copy")]] {
-                let run = try Tool.run([command[0], directory.path] + command.dropFirst())
+                let run = try await Tool.run([command[0], directory.path] + command.dropFirst())
                 #expect(run.status == 2, "\(command) at \(size) bytes: exit \(run.status)")
                 #expect(run.errors.contains("data file truncated") && run.errors.contains("\(file) is \(size) bytes"), "\(run.errors)")
             }
@@ -311,7 +310,7 @@ extension ToolRun {
             }
             environment.close()
         }
-        let verify = try Tool.run(["verify", directory.path, "--json"])
+        let verify = try await Tool.run(["verify", directory.path, "--json"])
         #expect(verify.status == 1)
         let problems = try verify.objects()
         #expect(problems.contains { ($0["message"] as? String)?.contains("te/ghost") == true && $0["table"] as? String == "entities" })
@@ -320,17 +319,17 @@ extension ToolRun {
     @Test func errorsAreOneLineWithExitTwo() async throws {
         let directory = try TemporaryDirectory("logtool-errors")
         _ = FileManager.default.createFile(atPath: directory.appending("notes.txt"), contents: Data("x".utf8))
-        let notAStore = try Tool.run(["stat", directory.path])
+        let notAStore = try await Tool.run(["stat", directory.path])
         #expect(notAStore.status == 2 && notAStore.errors.contains("not a sync store"))
         // A missing path is named as no store, not by LMDB's call: it said
         // "open (PATH): No such file or directory [2]".
-        let missing = try Tool.run(["stat", directory.appending("missing")])
+        let missing = try await Tool.run(["stat", directory.appending("missing")])
         #expect(missing.status == 2 && missing.errors == "logtool: \(directory.appending("missing")): not a sync store: no such directory\n", "\(missing.errors)")
         // A file is named as what it is, not as a directory without a store.
-        let file = try Tool.run(["stat", directory.appending("notes.txt")])
+        let file = try await Tool.run(["stat", directory.appending("notes.txt")])
         #expect(file.status == 2 && file.errors.contains("Not a directory") && !file.errors.contains("no data.mdb"))
-        #expect(try Tool.run(["dump", directory.path, "--kind", "nope"]).status == 2)
-        #expect(try Tool.run(["frobnicate"]).status == 2)
+        #expect(try await Tool.run(["dump", directory.path, "--kind", "nope"]).status == 2)
+        #expect(try await Tool.run(["frobnicate"]).status == 2)
         // Nothing was created in a directory that is not a store.
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data.mdb")))
     }
@@ -345,13 +344,13 @@ extension ToolRun {
         var seen: [Int] = []
         for round in 0..<4 {
             try await store.create(type: "te", id: "t\(round)", fields: ["round": .int(Int64(round))])
-            let stat = try Tool.run(["stat", directory.path, "--json"])
+            let stat = try await Tool.run(["stat", directory.path, "--json"])
             #expect(stat.status == 0, "\(stat.errors)")
             seen.append(try #require(try stat.objects().first?["entries"] as? Int))
-            #expect(try Tool.run(["entities", directory.path, "te", "--json"]).objects().count == round + 1)
+            #expect(try await Tool.run(["entities", directory.path, "te", "--json"]).objects().count == round + 1)
         }
         #expect(seen == [1, 2, 3, 4])
-        #expect(try Tool.run(["verify", directory.path]).status == 0)
+        #expect(try await Tool.run(["verify", directory.path]).status == 0)
     }
 
     /// Reads made while another process writes must each describe one
@@ -385,7 +384,7 @@ extension ToolRun {
             // on a thread of its own, so it does not hold one of them.
             let before = written.load(ordering: .acquiring)
             while written.load(ordering: .acquiring) == before { try await Task.sleep(for: .milliseconds(1)) }
-            let run = try await Tool.runOffThePool(command == "stat" ? ["stat", directory.path, "--json"] : ["verify", directory.path])
+            let run = try await Tool.run(command == "stat" ? ["stat", directory.path, "--json"] : ["verify", directory.path])
             #expect(run.status == 0, "\(run.output)\(run.errors)")
             if command == "stat" {
                 let report = try #require(try run.objects().first)
@@ -410,13 +409,13 @@ extension ToolRun {
             defer { store.close() }
             try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "a", serverVersion: 1)], cursor: "c")
             try await store.create(type: "te", id: "b", fields: [:])
-            let refused = try Tool.run(["compact", directory.path, "--below", "2"])
+            let refused = try await Tool.run(["compact", directory.path, "--below", "2"])
             #expect(refused.status == 2)
             #expect(refused.errors.contains("another process has the store open for writing (pid \(getpid()))"), "\(refused.errors)")
-            #expect(try Tool.run(["replay", directory.path]).status == 2)
-            #expect(try Tool.run(["stat", directory.path]).status == 0)
+            #expect(try await Tool.run(["replay", directory.path]).status == 2)
+            #expect(try await Tool.run(["stat", directory.path]).status == 0)
         }
-        let compacted = try Tool.run(["compact", directory.path, "--below", "2"])
+        let compacted = try await Tool.run(["compact", directory.path, "--below", "2"])
         #expect(compacted.status == 0, "\(compacted.errors)")
     }
 
@@ -431,13 +430,13 @@ extension ToolRun {
         try await store.applyPulledPage(
             (0..<10).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0 % 4)", serverVersion: UInt64($0 + 1)) }, cursor: "c")
         try await store.create(type: "te", id: "mine", fields: [:])
-        let dry = try Tool.run(["compact", directory.path, "--below", "10", "--dry-run"])
+        let dry = try await Tool.run(["compact", directory.path, "--below", "10", "--dry-run"])
         #expect(dry.status == 0, "\(dry.errors)")
         #expect(dry.output.contains("below #10: 9 entries; would remove 9, would write 4 snapshots, would keep 0"), "\(dry.output)")
-        let json = try Tool.run(["compact", directory.path, "--below", "10", "--dry-run", "--json"]).objects().first
+        let json = try await Tool.run(["compact", directory.path, "--below", "10", "--dry-run", "--json"]).objects().first
         #expect(json?["entries_removed"] as? Int == 9 && json?["snapshots_written"] as? Int == 4, "\(json ?? [:])")
         // Out of range, the value is named by the option the user gave it as.
-        let outside = try Tool.run(["compact", directory.path, "--below", "99", "--dry-run"])
+        let outside = try await Tool.run(["compact", directory.path, "--below", "99", "--dry-run"])
         #expect(outside.status == 2 && outside.errors.contains(": --below 99: compaction watermark 99 is outside"), "\(outside.errors)")
         #expect(try store.log.lastOffset() == 11)
         #expect(try store.compactedBelow() == 0)
@@ -485,11 +484,11 @@ extension ToolRun {
             #"{"kind":"resync","offset":18446744073709551615,"reason":"r","timestamp":5}"#,
         ]
         let store = directory.appending("store")
-        let imported = try Tool.importLines(lines, file: directory.appending("top.jsonl"), into: store)
+        let imported = try await Tool.importLines(lines, file: directory.appending("top.jsonl"), into: store)
         #expect(imported.status == 0, "\(imported.errors)")
-        let none = try Tool.run(["tail", store, "-n", "0"])
+        let none = try await Tool.run(["tail", store, "-n", "0"])
         #expect(none.status == 0 && none.output.isEmpty, "exit \(none.status): \(none.errors.prefix(300))")
-        let one = try Tool.run(["tail", store, "-n", "1", "--json"])
+        let one = try await Tool.run(["tail", store, "-n", "1", "--json"])
         #expect(try one.objects().map { $0["offset"] as? UInt64 } == [.max], "\(one.output)\(one.errors)")
     }
 
@@ -500,7 +499,7 @@ extension ToolRun {
     @Test func tailOfALogWithAWatermarkPastItsEndPrintsTheLastEntries() async throws {
         let directory = try TemporaryDirectory("logtool-tail-watermark")
         let store = directory.appending("store")
-        let imported = try Tool.importLines(LogToolExportTests.resyncExport(count: 3), file: directory.appending("three.jsonl"), into: store)
+        let imported = try await Tool.importLines(LogToolExportTests.resyncExport(count: 3), file: directory.appending("three.jsonl"), into: store)
         #expect(imported.status == 0, "\(imported.errors)")
         do {
             let environment = try Environment(path: store)
@@ -508,7 +507,7 @@ extension ToolRun {
             let meta = try #require(try environment.openDatabase("meta", create: false))
             try environment.write { txn in try txn.put(meta, key: Array("compacted-below".utf8), value: UInt64(10).bigEndianBytes) }
         }
-        let two = try Tool.run(["tail", store, "-n", "2", "--json"])
+        let two = try await Tool.run(["tail", store, "-n", "2", "--json"])
         #expect(try two.objects().map { $0["offset"] as? UInt64 } == [2, 3], "exit \(two.status): \(two.output)\(two.errors.prefix(300))")
     }
 
@@ -572,7 +571,9 @@ extension ToolRun {
         let mapBefore = reader.log.mapUsage().mapSize
         try reader.read { snapshot in
             #expect(try snapshot.get(type: "blob", id: "b0") != nil)
-            let replay = try Tool.run(["replay", directory.path])
+            // Run to its end inside the read, so waited for on this thread:
+            // a read transaction is never held across an await.
+            let replay = try ToolRun.run(Tool.path("logtool"), ["replay", directory.path])
             #expect(replay.status == 0, "exit \(replay.status): \(replay.errors)")
             let error = #expect(throws: LMDBError.self) { try reader.get(type: "blob", id: "b1") }
             #expect(error?.code == .mapResized, "\(String(describing: error))")
@@ -594,7 +595,7 @@ extension ToolRun {
         let reader = try Environment(path: directory.path, options: options)
         defer { reader.close() }
         let mapBefore = reader.info().mapSize
-        let replay = try Tool.run(["replay", directory.path])
+        let replay = try await Tool.run(["replay", directory.path])
         #expect(replay.status == 0, "exit \(replay.status): \(replay.errors)")
         #expect(try reader.openDatabase("log", create: false) != nil)
         #expect(try reader.openDatabase("no-such-database", create: false) == nil)
@@ -605,21 +606,21 @@ extension ToolRun {
     /// reads it); a path with no store there is refused as the read commands
     /// refuse it, not made into a new, empty store reported as a success.
     @Test(arguments: [["replay"], ["compact", "--below", "1"], ["compact", "--below", "1", "--dry-run"]])
-    func aWritingCommandOnAPathWithNoStoreIsRefused(_ command: [String]) throws {
+    func aWritingCommandOnAPathWithNoStoreIsRefused(_ command: [String]) async throws {
         let directory = try TemporaryDirectory("logtool-no-store")
         let missing = directory.appending("typo")
-        let run = try Tool.run([command[0], missing] + command.dropFirst())
+        let run = try await Tool.run([command[0], missing] + command.dropFirst())
         #expect(run.status == 2 && run.errors.contains(missing), "exit \(run.status): \(run.output)\(run.errors)")
         #expect(!FileManager.default.fileExists(atPath: missing))
         let empty = directory.appending("empty")
         try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false)
-        let inEmpty = try Tool.run([command[0], empty] + command.dropFirst())
+        let inEmpty = try await Tool.run([command[0], empty] + command.dropFirst())
         #expect(inEmpty.status == 2 && inEmpty.errors.contains("not a sync store"), "exit \(inEmpty.status): \(inEmpty.errors)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: empty).isEmpty)
         // An empty LMDB environment is not a store to take over either.
         let bare = directory.appending("bare")
         try Environment(path: bare).close()
-        let inBare = try Tool.run([command[0], bare] + command.dropFirst())
+        let inBare = try await Tool.run([command[0], bare] + command.dropFirst())
         #expect(inBare.status == 2 && inBare.errors.contains("not a sync store"), "exit \(inBare.status): \(inBare.errors)")
         #expect(!FileManager.default.fileExists(atPath: bare + "/writer.lock"))
     }
@@ -632,27 +633,27 @@ extension ToolRun {
             try await store.create(type: "te", id: "mine", fields: [:])
             store.close()
         }
-        let dry = try Tool.run(["compact", directory.path, "--below", "200", "--dry-run", "--json"]).objects().first
+        let dry = try await Tool.run(["compact", directory.path, "--below", "200", "--dry-run", "--json"]).objects().first
         #expect(dry?["entries_removed"] as? Int == 199 && dry?["snapshots_written"] as? Int == 20)
-        let dryText = try Tool.run(["compact", directory.path, "--below", "200", "--dry-run"])
+        let dryText = try await Tool.run(["compact", directory.path, "--below", "200", "--dry-run"])
         #expect(dryText.status == 0 && dryText.output.contains("would remove 199, would write 20 snapshots"))
-        #expect(try Tool.run(["stat", directory.path, "--json"]).objects().first?["entries"] as? Int == 201)
-        let done = try Tool.run(["compact", directory.path, "--below", "200"])
+        #expect(try await Tool.run(["stat", directory.path, "--json"]).objects().first?["entries"] as? Int == 201)
+        let done = try await Tool.run(["compact", directory.path, "--below", "200"])
         #expect(done.status == 0 && done.output.contains("removed 199, wrote 20 snapshots"))
-        #expect(try Tool.run(["stat", directory.path, "--json"]).objects().first?["entries"] as? Int == 22)
-        #expect(try Tool.run(["verify", directory.path]).status == 0)
+        #expect(try await Tool.run(["stat", directory.path, "--json"]).objects().first?["entries"] as? Int == 22)
+        #expect(try await Tool.run(["verify", directory.path]).status == 0)
         let copy = directory.appending("copy")
-        let copied = try Tool.run(["compact", directory.path, "--copy", copy, "--json"]).objects().first
+        let copied = try await Tool.run(["compact", directory.path, "--copy", copy, "--json"]).objects().first
         let before = try #require(copied?["bytes_before"] as? Int)
         let after = try #require(copied?["bytes_after"] as? Int)
         #expect(after <= before)
-        #expect(try Tool.run(["entities", copy, "te", "--json"]).objects().count == 21)
+        #expect(try await Tool.run(["entities", copy, "te", "--json"]).objects().count == 21)
         let textCopy = directory.appending("text-copy")
-        let copiedText = try Tool.run(["compact", directory.path, "--copy", textCopy])
+        let copiedText = try await Tool.run(["compact", directory.path, "--copy", textCopy])
         #expect(copiedText.status == 0)
         #expect(copiedText.output == "copied to \(textCopy): data.mdb \(before) bytes -> \(after) bytes\n")
-        #expect(try Tool.run(["compact", directory.path, "--copy", copy]).status == 2)
-        #expect(try Tool.run(["compact", directory.path]).status == 2)
+        #expect(try await Tool.run(["compact", directory.path, "--copy", copy]).status == 2)
+        #expect(try await Tool.run(["compact", directory.path]).status == 2)
     }
 }
 
@@ -673,13 +674,13 @@ extension ToolRun {
             }
             store.close()
         }
-        let listed = try Tool.run(["entities", directory.path, "te", "--json"])
+        let listed = try await Tool.run(["entities", directory.path, "te", "--json"])
         #expect(listed.status == 0, "\(listed.errors)")
         #expect(try listed.objects().map { $0["id"] as? String } == ids)
         let copy = directory.appending("copy")
         try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: false)
         try FileManager.default.copyItem(atPath: directory.appending("data.mdb"), toPath: copy + "/data.mdb")
-        let same = try Tool.run(["diff", directory.path, copy, "--json"])
+        let same = try await Tool.run(["diff", directory.path, copy, "--json"])
         #expect(same.status == 0 && same.errors.contains("\(count + 5) and \(count + 5) entities, 0 differ"), "\(same.errors)")
     }
 }
@@ -702,28 +703,28 @@ extension ToolRun {
             _ = try environment.write { txn in try txn.delete(entities, key: Array("te".utf8) + [0] + Array("b".utf8)) }
             environment.close()
         }
-        #expect(try Tool.run(["verify", path]).status == 1)
-        let replay = try Tool.run(["replay", path])
+        #expect(try await Tool.run(["verify", path]).status == 1)
+        let replay = try await Tool.run(["replay", path])
         #expect(replay.status == 0 && replay.output.contains("through offset 3"), "\(replay.errors)")
-        #expect(try Tool.run(["verify", path]).status == 0)
+        #expect(try await Tool.run(["verify", path]).status == 0)
 
         // As of offset 2: a exists with n = 2, b does not yet.
         let past = directory.appending("past")
-        #expect(try Tool.run(["replay", path, "--to", "2", "--output", past]).status == 0)
-        let entities = try Tool.run(["entities", past, "te", "--json"]).objects()
+        #expect(try await Tool.run(["replay", path, "--to", "2", "--output", past]).status == 0)
+        let entities = try await Tool.run(["entities", past, "te", "--json"]).objects()
         #expect(entities.map { $0["id"] as? String } == ["a"])
         #expect((entities.first?["fields"] as? [String: Any])?["n"] as? Int == 2)
-        #expect(try Tool.run(["verify", past]).status == 0)
+        #expect(try await Tool.run(["verify", past]).status == 0)
 
-        let diff = try Tool.run(["diff", path, past, "--json"])
+        let diff = try await Tool.run(["diff", path, past, "--json"])
         #expect(diff.status == 1)
         #expect(try diff.objects().map { $0["entity"] as? String } == ["te/b"])
-        #expect(try Tool.run(["diff", path, path]).status == 0)
-        #expect(try Tool.run(["replay", path, "--to", "9", "--output", directory.appending("future")]).status == 2)
+        #expect(try await Tool.run(["diff", path, path]).status == 0)
+        #expect(try await Tool.run(["replay", path, "--to", "9", "--output", directory.appending("future")]).status == 2)
         // A refused command leaves no directory in the way of the next try,
         // and a missing parent is named.
         #expect(!FileManager.default.fileExists(atPath: directory.appending("future")))
-        let orphan = try Tool.run(["bundle", path, "--output", directory.appending("missing/bundle")])
+        let orphan = try await Tool.run(["bundle", path, "--output", directory.appending("missing/bundle")])
         #expect(orphan.status == 2 && orphan.errors.contains("cannot make \(directory.appending("missing/bundle")): No such file"))
     }
 
@@ -742,20 +743,20 @@ extension ToolRun {
             _ = try await store.compact(below: 6)
             store.close()
         }
-        #expect(try Tool.run(["stat", path, "--json"]).objects().first?["compacted_below"] as? Int == 6)
+        #expect(try await Tool.run(["stat", path, "--json"]).objects().first?["compacted_below"] as? Int == 6)
         let past = directory.appending("past")
-        let refused = try Tool.run(["replay", path, "--to", "1", "--output", past])
+        let refused = try await Tool.run(["replay", path, "--to", "1", "--output", past])
         #expect(refused.status == 2 && refused.errors.contains("compaction watermark 6"), "\(refused.output)\(refused.errors)")
         #expect(!FileManager.default.fileExists(atPath: past))
         // Past the log's end there is no such state either.
-        let beyond = try Tool.run(["replay", path, "--to", "8", "--output", past])
+        let beyond = try await Tool.run(["replay", path, "--to", "8", "--output", past])
         #expect(beyond.status == 2 && beyond.errors.contains("--to 8 is outside the log (1...7)"), "\(beyond.output)\(beyond.errors)")
         #expect(!FileManager.default.fileExists(atPath: past))
         // From the watermark on, the log is as it was.
-        let kept = try Tool.run(["replay", path, "--to", "6", "--output", past])
+        let kept = try await Tool.run(["replay", path, "--to", "6", "--output", past])
         #expect(kept.status == 0, "\(kept.errors)")
-        #expect(try Tool.run(["entities", past, "te", "--json"]).objects().count == 3)
-        #expect(try Tool.run(["verify", past]).status == 0)
+        #expect(try await Tool.run(["entities", past, "te", "--json"]).objects().count == 3)
+        #expect(try await Tool.run(["verify", past]).status == 0)
     }
 }
 
@@ -784,14 +785,14 @@ extension ToolRun {
             store.close()
         }
         let file = directory.appending("export.jsonl")
-        let exported = try Tool.run(["export", source, "--output", file])
+        let exported = try await Tool.run(["export", source, "--output", file])
         #expect(exported.status == 0, "\(exported.errors)")
         let copy = directory.appending("copy")
-        let imported = try Tool.run(["import", file, copy])
+        let imported = try await Tool.run(["import", file, copy])
         #expect(imported.status == 0, "\(imported.errors)")
-        #expect(try Tool.run(["diff", source, copy]).status == 0)
-        let a = try Tool.run(["dump", source, "--json"])
-        let b = try Tool.run(["dump", copy, "--json"])
+        #expect(try await Tool.run(["diff", source, copy]).status == 0)
+        let a = try await Tool.run(["dump", source, "--json"])
+        let b = try await Tool.run(["dump", copy, "--json"])
         #expect(!a.output.isEmpty && a.output == b.output)
         for (x, y) in zip(a.lines, b.lines) where x != y {
             Issue.record("first difference:\n\(x)\n\(y)")
@@ -799,32 +800,32 @@ extension ToolRun {
         }
         #expect(a.output.contains(#""negative-zero":{"$double":-0}"#))
         #expect(a.output.contains("\"kind\":\"snapshot\"") && a.output.contains("\"kind\":\"conflict\""))
-        #expect(try Tool.run(["verify", copy]).status == 0)
-        #expect(try Tool.run(["stat", copy, "--json"]).objects().first?["compacted_below"] as? Int == 10)
+        #expect(try await Tool.run(["verify", copy]).status == 0)
+        #expect(try await Tool.run(["stat", copy, "--json"]).objects().first?["compacted_below"] as? Int == 10)
         // Both wait for the app, as `Store.conflicts()` lists them: only a
         // conflict entry with a resolution settles a conflict (storage.md,
         // section 15), not an ack of its intent.
-        let waiting = try Tool.run(["conflicts", copy, "--json"]).objects()
+        let waiting = try await Tool.run(["conflicts", copy, "--json"]).objects()
         #expect(waiting.map { $0["server_version"] as? Int } == [2, 3])
-        #expect(try Tool.run(["conflicts", copy, "--all", "--json"]).objects().count == 2)
+        #expect(try await Tool.run(["conflicts", copy, "--all", "--json"]).objects().count == 2)
         // A new store named by one character, relative to the working
         // directory (Foundation's `deletingLastPathComponent` traps on it).
         let short = try ToolRun.run("/bin/sh", ["-c", #"cd "$1" && "$0" import export.jsonl d"#, Tool.path("logtool"), directory.path])
         #expect(short.status == 0, "\(short.errors)")
-        #expect(try Tool.run(["diff", source, directory.appending("d")]).status == 0)
+        #expect(try await Tool.run(["diff", source, directory.appending("d")]).status == 0)
         // A second import into the same directory is refused; so is garbage.
-        #expect(try Tool.run(["import", file, copy]).status == 2)
+        #expect(try await Tool.run(["import", file, copy]).status == 2)
         // The new store first and the file after it: it said "FILE exists;
         // import makes a new store".
-        let swapped = try Tool.run(["import", directory.appending("new"), file])
+        let swapped = try await Tool.run(["import", directory.appending("new"), file])
         #expect(swapped.status == 2, "\(swapped.errors)")
         #expect(swapped.errors == "logtool: \(directory.appending("new")) does not exist and \(file) is a file: the export file comes first (logtool import \(file) \(directory.appending("new")))\n", "\(swapped.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("new")))
         try "not json\n".write(toFile: directory.appending("bad.jsonl"), atomically: true, encoding: .utf8)
-        let bad = try Tool.run(["import", directory.appending("bad.jsonl"), directory.appending("bad")])
+        let bad = try await Tool.run(["import", directory.appending("bad.jsonl"), directory.appending("bad")])
         #expect(bad.status == 2 && bad.errors.contains("bad.jsonl:1"))
         // Only the store's own directory is made: a missing parent is named.
-        let deep = try Tool.run(["import", file, directory.appending("missing/new")])
+        let deep = try await Tool.run(["import", file, directory.appending("missing/new")])
         #expect(deep.status == 2)
         #expect(deep.errors == "logtool: \(directory.appending("missing")) does not exist; import makes only the store's own directory\n")
     }
@@ -834,32 +835,32 @@ extension LogToolExportTests {
     /// `export STORE FILE`, the file where `import FILE STORE` takes it,
     /// is refused with the option that names it (status 2): the parser said
     /// only "Unexpected argument 'FILE'". Nothing is written.
-    @Test func anOutputFileWithoutItsOptionIsPointedToOutput() throws {
+    @Test func anOutputFileWithoutItsOptionIsPointedToOutput() async throws {
         let directory = try TemporaryDirectory("logtool-export-positional")
         let file = directory.appending("out.jsonl")
-        let run = try Tool.run(["export", directory.appending("store"), file])
+        let run = try await Tool.run(["export", directory.appending("store"), file])
         #expect(run.status == 2, "\(run.status): \(run.errors)")
         #expect(run.errors.contains("export writes to --output FILE or to standard output: logtool export \(directory.appending("store")) --output \(file)"), "\(run.errors)")
         #expect(!FileManager.default.fileExists(atPath: file))
         // A misspelled option is named as such.
-        let misspelled = try Tool.run(["export", directory.appending("store"), "--ouput", file])
+        let misspelled = try await Tool.run(["export", directory.appending("store"), "--ouput", file])
         #expect(misspelled.status == 2 && misspelled.errors.contains("Unknown option '--ouput'. Did you mean '--output'?"), "\(misspelled.errors)")
         // The help names what --output takes, and import's help the export.
-        let help = try Tool.run(["export", "--help"]).output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        let help = try await Tool.run(["export", "--help"]).output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         #expect(help.contains("-o, --output <file> The file to write (default: standard output); 'logtool import FILE NEWSTORE' reads it back."), "\(help)")
-        let importHelp = try Tool.run(["import", "--help"]).output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        let importHelp = try await Tool.run(["import", "--help"]).output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         #expect(importHelp.contains("as 'logtool export STORE --output FILE' writes it"), "\(importHelp)")
         // import's paths are positional: an --output or --input, export's
         // form mirrored, is named with the line without it.
         for option in ["--output", "-o", "--input"] {
             let arguments = option == "--input" ? [option, file, directory.appending("new")] : [file, option, directory.appending("new")]
-            let mirrored = try Tool.run(["import"] + arguments)
+            let mirrored = try await Tool.run(["import"] + arguments)
             #expect(mirrored.status == 2, "\(option): \(mirrored.errors)")
             #expect(
                 mirrored.errors.contains("Unknown option '\(option)': import takes the export file, then the new store, by position: logtool import \(file) \(directory.appending("new"))"),
                 "\(option): \(mirrored.errors)")
         }
-        let two = try Tool.run(["export", directory.appending("store"), file, "more"])
+        let two = try await Tool.run(["export", directory.appending("store"), file, "more"])
         #expect(two.status == 2 && two.errors.contains("2 unexpected arguments: '\(file)', 'more'"), "\(two.errors)")
     }
 }
@@ -870,7 +871,7 @@ extension LogToolExportTests {
     /// the option missing first ("Missing expected argument '--output
     /// <output>'"). `replay STORE DIR` is named with --to and --output: the
     /// parser said only "Unexpected argument 'DIR'". Nothing is written.
-    @Test func aMistakeBehindAMissingOutputIsNamed() throws {
+    @Test func aMistakeBehindAMissingOutputIsNamed() async throws {
         let directory = try TemporaryDirectory("logtool-bundle-mistakes")
         let (store, out) = (directory.appending("store"), directory.appending("out"))
         let cases = [
@@ -879,15 +880,15 @@ extension LogToolExportTests {
             (["replay", store, out], "Unexpected argument '\(out)': replay writes a new directory only with --to OFFSET --output DIR: logtool replay \(store) --to OFFSET --output \(out)"),
         ]
         for (arguments, message) in cases {
-            let run = try Tool.run(arguments)
+            let run = try await Tool.run(arguments)
             #expect(run.status == 2, "\(arguments): \(run.status): \(run.errors)")
             #expect(run.errors.contains(message) && !run.errors.contains("Missing"), "\(arguments): \(run.errors)")
         }
         // With --output given, a word too many is only that.
-        let extra = try Tool.run(["bundle", store, "--output", out, "more"])
+        let extra = try await Tool.run(["bundle", store, "--output", out, "more"])
         #expect(extra.status == 2 && extra.errors.contains("Unexpected argument 'more'\n"), "\(extra.errors)")
         // A missing --output alone is still named as missing.
-        #expect(try Tool.run(["bundle", store]).errors.contains("Missing expected argument '--output <dir>'"))
+        #expect(try await Tool.run(["bundle", store]).errors.contains("Missing expected argument '--output <dir>'"))
         #expect(!FileManager.default.fileExists(atPath: out))
     }
 }
@@ -900,7 +901,7 @@ extension LogToolExportTests {
         let directory = try TemporaryDirectory("logtool-export-no-directory")
         _ = try await Tool.exportOfNewStore(at: directory.appending("store")) { _ in }
         let file = directory.appending("missing/out.jsonl")
-        let run = try Tool.run(["export", directory.appending("store"), "--output", file])
+        let run = try await Tool.run(["export", directory.appending("store"), "--output", file])
         #expect(run.status == 2, "\(run.status): \(run.errors)")
         #expect(run.errors == "logtool: cannot create \(file): No such file or directory\n", "\(run.errors)")
     }
@@ -909,14 +910,14 @@ extension LogToolExportTests {
 extension LogToolTests {
     /// compact's options refused say which: both --below and --copy said
     /// "give one of --below or --copy", as did --dry-run alone.
-    @Test func compactsOptionsRefusedAreNamed() throws {
+    @Test func compactsOptionsRefusedAreNamed() async throws {
         let cases = [
             (["--below", "2", "--copy", "/tmp/never"], "Error: --below and --copy go apart: give one of them\n"),
             (["--dry-run"], "Error: --dry-run goes with --below\n"),
             ([], "Error: give one of --below N or --copy DIR\n"),
         ]
         for (arguments, message) in cases {
-            let run = try Tool.run(["compact", "/tmp/never-a-store"] + arguments)
+            let run = try await Tool.run(["compact", "/tmp/never-a-store"] + arguments)
             #expect(run.status == 2 && run.errors.hasPrefix(message), "\(arguments): \(run.errors)")
         }
     }
@@ -939,13 +940,13 @@ extension LogToolExportTests {
         for (name, line, replacement, message) in cases {
             var lines = exported
             lines[line] = lines[line].replacingOccurrences(of: #""offset":\#(line),"#, with: replacement)
-            let imported = try Tool.importLines(lines, file: directory.appending(name), into: directory.appending("copy"))
+            let imported = try await Tool.importLines(lines, file: directory.appending(name), into: directory.appending("copy"))
             #expect(imported.status == 2 && imported.errors.contains(name) && imported.errors.contains(message), "\(imported.errors)")
             let left = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix("copy") }
             #expect(left.isEmpty, "\(name) left \(left)")
         }
         // A file cut short (its last entry lost) falls short of its header.
-        let imported = try Tool.importLines(exported.dropLast(), file: directory.appending("cut.jsonl"), into: directory.appending("copy"))
+        let imported = try await Tool.importLines(exported.dropLast(), file: directory.appending("cut.jsonl"), into: directory.appending("copy"))
         #expect(imported.status == 2 && imported.errors.contains("the entries end at offset 2, the header says 3"), "\(imported.errors)")
     }
 }
@@ -961,7 +962,7 @@ extension LogToolExportTests {
         }
         #expect(lines.first?.contains(#""compacted_below":0,"#) == true, "\(lines)")
         lines[0] = lines[0].replacingOccurrences(of: #""compacted_below":0,"#, with: #""compacted_below":100,"#)
-        let imported = try Tool.importLines(lines, file: directory.appending("watermark.jsonl"), into: directory.appending("copy"))
+        let imported = try await Tool.importLines(lines, file: directory.appending("watermark.jsonl"), into: directory.appending("copy"))
         #expect(imported.status == 2 && imported.errors.contains("compaction watermark 100"), "\(imported.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
     }
@@ -997,7 +998,7 @@ extension LogToolExportTests {
             }
             var changed = lines
             changed[index] = changed[index].replacingOccurrences(of: good, with: bad)
-            let imported = try Tool.importLines(
+            let imported = try await Tool.importLines(
                 changed, file: directory.appending("\(field).jsonl"), into: directory.appending("copy-\(field)"))
             #expect(imported.status == 2 && imported.errors.contains("\(field).jsonl:\(index + 1)"), "\(imported.errors)")
             #expect(imported.errors.contains(field), "\(imported.errors)")
@@ -1021,18 +1022,18 @@ extension LogToolExportTests {
             store.close()
         }
         let bundle = directory.appending("bundle")
-        let run = try Tool.run(["bundle", source, "--tail", "2", "--output", bundle])
+        let run = try await Tool.run(["bundle", source, "--tail", "2", "--output", bundle])
         #expect(run.status == 0, "\(run.errors)")
         #expect(run.output == "bundled offsets 53...54 and 1 entity into \(bundle)\n", "\(run.output)")
-        #expect(try Tool.run(["verify", bundle]).status == 0)
-        let entities = try Tool.run(["entities", bundle, "te", "--json"]).objects()
+        #expect(try await Tool.run(["verify", bundle]).status == 0)
+        let entities = try await Tool.run(["entities", bundle, "te", "--json"]).objects()
         #expect(entities.map { $0["id"] as? String } == ["bug"])
         #expect((entities.first?["fields"] as? [String: Any])?["n"] as? Int == 3)
         #expect(entities.first?["server_version"] as? Int == 1)
-        let offsets = try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int }
+        let offsets = try await Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int }
         #expect(Array(offsets.suffix(2)) == [53, 54])
-        #expect(try Tool.run(["outbox", bundle, "--json"]).objects().count == 2)
-        #expect(try !Tool.run(["dump", bundle]).output.contains("secret"))
+        #expect(try await Tool.run(["outbox", bundle, "--json"]).objects().count == 2)
+        #expect(try await !Tool.run(["dump", bundle]).output.contains("secret"))
     }
 
     /// A damaged entry that `bundle` meets in its copy of the store is the
@@ -1049,7 +1050,7 @@ extension LogToolExportTests {
         }
         try Tool.damageEntry(at: 3, inStore: source)
         let output = directory.appending("out")
-        let run = try Tool.run(["bundle", source, "--tail", "\(tail)", "-o", output])
+        let run = try await Tool.run(["bundle", source, "--tail", "\(tail)", "-o", output])
         #expect(run.status == 2)
         #expect(run.errors.contains("\(source) at offset 3: corrupt entry") && !run.errors.contains(output), "\(run.errors)")
         #expect(!FileManager.default.fileExists(atPath: output))
@@ -1067,7 +1068,7 @@ extension LogToolExportTests {
             store.close()
         }
         let output = directory.appending("out")
-        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", output, "--json"])
+        let run = try await Tool.run(["bundle", source, "--tail", "1", "-o", output, "--json"])
         #expect(run.status == 0, "\(run.errors)")
         let report = try #require(try run.objects().first, "\(run.output)")
         #expect(report["path"] as? String == output && report["entities"] as? Int == 1)
@@ -1090,11 +1091,11 @@ extension LogToolExportTests {
             store.close()
         }
         let bundle = directory.appending("bundle")
-        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
+        let run = try await Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
         #expect(run.status == 0, "\(run.errors)")
         #expect(run.output == "bundled offsets 3...3 and 1 entity into \(bundle)\n", "\(run.output)")
-        #expect(try Tool.run(["verify", bundle]).status == 0)
-        let intents = try Tool.run(["dump", bundle, "--kind", "intent", "--json"]).objects()
+        #expect(try await Tool.run(["verify", bundle]).status == 0)
+        let intents = try await Tool.run(["dump", bundle, "--kind", "intent", "--json"]).objects()
         #expect(intents.map { $0["offset"] as? Int } == [1] && intents.map { $0["entity_id"] as? String } == ["answered"], "\(intents)")
     }
 
@@ -1114,10 +1115,10 @@ extension LogToolExportTests {
             store.close()
         }
         let bundle = directory.appending("bundle")
-        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
+        let run = try await Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
         #expect(run.status == 0, "\(run.errors)")
-        #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [4])
-        #expect(try Tool.run(["entities", bundle, "te", "--json"]).objects().map { $0["id"] as? String } == ["tail"])
+        #expect(try await Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [4])
+        #expect(try await Tool.run(["entities", bundle, "te", "--json"]).objects().map { $0["id"] as? String } == ["tail"])
     }
 
     /// A resync below the tail names no entity, and stays: compaction
@@ -1142,12 +1143,12 @@ extension LogToolExportTests {
             store.close()
         }
         let bundle = directory.appending("bundle")
-        let run = try Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
+        let run = try await Tool.run(["bundle", source, "--tail", "1", "-o", bundle])
         #expect(run.status == 0, "\(run.errors)")
-        #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [1, 2, 3, 4])
-        #expect(try Tool.run(["conflicts", bundle, "--json"]).objects().map { $0["intent_offset"] as? Int } == [1])
-        #expect(try Tool.run(["entities", source, "te", "--json"]).output.isEmpty)
-        #expect(try Tool.run(["entities", bundle, "te", "--json"]).output.isEmpty)
+        #expect(try await Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [1, 2, 3, 4])
+        #expect(try await Tool.run(["conflicts", bundle, "--json"]).objects().map { $0["intent_offset"] as? Int } == [1])
+        #expect(try await Tool.run(["entities", source, "te", "--json"]).output.isEmpty)
+        #expect(try await Tool.run(["entities", bundle, "te", "--json"]).output.isEmpty)
     }
 
     /// A hole in the log (an offset missing above the compaction
@@ -1169,7 +1170,7 @@ extension LogToolExportTests {
             _ = try environment.write { txn in try txn.delete(log, key: UInt64(3).bigEndianBytes) }
         }
         let output = directory.appending("out")
-        let run = try Tool.run(["bundle", source, "--tail", "2", "-o", output])
+        let run = try await Tool.run(["bundle", source, "--tail", "2", "-o", output])
         #expect(run.status == 2)
         #expect(run.errors.contains(source) && !run.errors.contains(output), "\(run.errors)")
         #expect(!FileManager.default.fileExists(atPath: output))
@@ -1186,7 +1187,7 @@ extension LogToolExportTests {
             store.close()
         }
         let output = directory.appending("out")
-        let run = try Tool.run(["bundle", source, "--tail", "0", "-o", output])
+        let run = try await Tool.run(["bundle", source, "--tail", "0", "-o", output])
         #expect(run.status == 2 && run.errors.contains("--tail must be at least 1"), "\(run.status) \(run.errors)")
         #expect(!FileManager.default.fileExists(atPath: output))
     }
@@ -1216,21 +1217,21 @@ extension LogToolExportTests {
             try await store.restore(entries, compactedBelow: top - 2)
             store.close()
         }
-        let lines = try Tool.run(["export", source]).lines
+        let lines = try await Tool.run(["export", source]).lines
         #expect(lines.count == 4 && lines[3].contains(#""server_version":18446744073709551615"#), "\(lines)")
         let copy = directory.appending("copy")
-        let imported = try Tool.importLines(lines, file: directory.appending("top.jsonl"), into: copy)
+        let imported = try await Tool.importLines(lines, file: directory.appending("top.jsonl"), into: copy)
         #expect(imported.status == 0, "\(imported.errors)")
-        let dumped = try Tool.run(["dump", source, "--json"]).output
-        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
+        let dumped = try await Tool.run(["dump", source, "--json"]).output
+        let dumpedCopy = try await Tool.run(["dump", copy, "--json"]).output
         #expect(!dumped.isEmpty && dumped == dumpedCopy)
-        #expect(try Tool.run(["verify", copy]).status == 0)
+        #expect(try await Tool.run(["verify", copy]).status == 0)
         for field in ["server_version", "offset", "timestamp"] {
             let over = lines.enumerated().map { index, line in
                 index == 3 ? line.replacingOccurrences(of: #""\#(field)":18446744073709551615"#, with: #""\#(field)":18446744073709551616"#) : line
             }
             #expect(over[3] != lines[3], "\(field)")
-            let refused = try Tool.importLines(over, file: directory.appending("over.jsonl"), into: directory.appending("over"))
+            let refused = try await Tool.importLines(over, file: directory.appending("over.jsonl"), into: directory.appending("over"))
             #expect(refused.status == 2 && refused.errors.contains("over.jsonl:4: \(field)"), "\(refused.errors)")
             #expect(!FileManager.default.fileExists(atPath: directory.appending("over")))
         }
@@ -1244,7 +1245,7 @@ extension LogToolTests {
     func tailRefusesSecondsItCannotWaitFor(seconds: String) async throws {
         let directory = try TemporaryDirectory("logtool-tail-seconds")
         try EventLog(path: directory.path, options: .init(durability: .process)).close()
-        let run = try Tool.run(["tail", directory.path, "--follow", "--seconds", seconds])
+        let run = try await Tool.run(["tail", directory.path, "--follow", "--seconds", seconds])
         #expect(run.status == 2 && run.errors.contains("--seconds"), "exit \(run.status): \(run.errors.prefix(300))")
     }
 }
@@ -1261,7 +1262,7 @@ extension LogToolExportTests {
             (#"{"format":"something-else","version":1,"entry_format":1,"compacted_below":0,"last_offset":0}"#, "v2.jsonl:1: not a syncstore export"),
         ]
         for (header, message) in cases {
-            let run = try Tool.importLines([header], file: directory.appending("v2.jsonl"), into: directory.appending("copy"))
+            let run = try await Tool.importLines([header], file: directory.appending("v2.jsonl"), into: directory.appending("copy"))
             #expect(run.status == 2 && run.errors.contains(message), "\(run.errors)")
             #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
         }
@@ -1280,10 +1281,10 @@ extension LogToolExportTests {
             try await store.update(type: "te", id: "a", changes: ["n": 1])
         }
         let copy = directory.appending("copy")
-        let imported = try Tool.importLines(lines.map { $0 + "\r" }, file: directory.appending("crlf.jsonl"), into: copy)
+        let imported = try await Tool.importLines(lines.map { $0 + "\r" }, file: directory.appending("crlf.jsonl"), into: copy)
         #expect(imported.status == 0, "\(imported.errors)")
-        let dumped = try Tool.run(["dump", source, "--json"]).output
-        let dumpedCopy = try Tool.run(["dump", copy, "--json"]).output
+        let dumped = try await Tool.run(["dump", source, "--json"]).output
+        let dumpedCopy = try await Tool.run(["dump", copy, "--json"]).output
         #expect(!dumped.isEmpty && dumped == dumpedCopy)
     }
 }
@@ -1303,11 +1304,11 @@ extension LogToolExportTests {
         let link = directory.appending("link.jsonl")
         try String(repeating: "x", count: 100_000).write(toFile: file, atomically: true, encoding: .utf8)
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: file)
-        let exported = try Tool.run(["export", source, "-o", link])
+        let exported = try await Tool.run(["export", source, "-o", link])
         #expect(exported.status == 0, "\(exported.errors)")
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: link) == file)
         #expect(try String(contentsOfFile: file, encoding: .utf8) == lines.joined(separator: "\n") + "\n")
-        #expect(try Tool.run(["import", link, directory.appending("copy")]).status == 0)
+        #expect(try await Tool.run(["import", link, directory.appending("copy")]).status == 0)
     }
 }
 
@@ -1325,21 +1326,21 @@ extension LogToolTests {
             #"{"kind":"resync","offset":1,"reason":"first","timestamp":5}"#,
             #"{"kind":"resync","offset":20,"reason":"last","timestamp":6}"#,
         ]
-        let imported = try Tool.importLines(lines, file: directory.appending("holes.jsonl"), into: store)
+        let imported = try await Tool.importLines(lines, file: directory.appending("holes.jsonl"), into: store)
         #expect(imported.status == 0, "\(imported.errors)")
         for (count, offsets) in [(1, [20]), (2, [1, 20]), (5, [1, 20])] {
-            let tail = try Tool.run(["tail", store, "-n", "\(count)", "--json"])
+            let tail = try await Tool.run(["tail", store, "-n", "\(count)", "--json"])
             #expect(try tail.objects().compactMap { $0["offset"] as? Int } == offsets, "-n \(count): \(tail.errors)")
         }
         // `show` of a hole says what made it, not that the log ends at 20.
-        let hole = try Tool.run(["show", store, "5"])
+        let hole = try await Tool.run(["show", store, "5"])
         #expect(hole.status == 2 && hole.errors == "logtool: no entry at offset 5 (compaction below 20 removed it)\n", "\(hole.errors)")
-        let past = try Tool.run(["show", store, "21"])
+        let past = try await Tool.run(["show", store, "21"])
         #expect(past.status == 2 && past.errors == "logtool: no entry at offset 21 (the log ends at 20)\n", "\(past.errors)")
         let bundle = directory.appending("bundle")
-        let bundled = try Tool.run(["bundle", store, "--tail", "2", "-o", bundle])
+        let bundled = try await Tool.run(["bundle", store, "--tail", "2", "-o", bundle])
         #expect(bundled.status == 0, "\(bundled.errors)")
-        #expect(try Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [1, 20])
+        #expect(try await Tool.run(["dump", bundle, "--json"]).objects().compactMap { $0["offset"] as? Int } == [1, 20])
     }
 }
 
@@ -1359,13 +1360,13 @@ extension LogToolTests {
             store.close()
         }
         for command in [["dump"], ["tail"], ["entities", "te"], ["outbox"]] {
-            let run = try Tool.run([command[0], directory.path] + command.dropFirst())
+            let run = try await Tool.run([command[0], directory.path] + command.dropFirst())
             #expect(run.status == 0, "\(command): \(run.errors)")
             let expected = ["dump": 3, "tail": 3, "entities": 1, "outbox": 1][command[0]]
             #expect(run.lines.count == expected, "\(command): \(run.output)")
             #expect(!run.output.unicodeScalars.contains { $0.properties.generalCategory == .control && $0 != "\n" }, "\(command)")
         }
-        let dump = try Tool.run(["dump", directory.path]).output
+        let dump = try await Tool.run(["dump", directory.path]).output
         #expect(dump.contains(#"te/id\nwith a break [a\tb: 1, text: "two\nlines \u{1B}[31mred"]"#), "\(dump)")
         #expect(dump.contains(#"VALIDATION_ERROR: bad\r\nanswer\u{85}"#), "\(dump)")
     }
@@ -1396,7 +1397,7 @@ extension LogToolExportTests {
         ]
         for (name, changed, message) in cases {
             #expect(changed != lines)
-            let imported = try Tool.importLines(changed, file: directory.appending(name), into: directory.appending("copy"))
+            let imported = try await Tool.importLines(changed, file: directory.appending(name), into: directory.appending("copy"))
             #expect(imported.status == 2 && imported.errors.contains("\(name): \(message)"), "\(imported.errors)")
             #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
         }
@@ -1411,10 +1412,10 @@ extension LogToolExportTests {
         let directory = try TemporaryDirectory("logtool-export-json")
         let source = directory.appending("source")
         _ = try await Tool.exportOfNewStore(at: source) { store in try await store.create(type: "te", id: "a", fields: [:]) }
-        let refused = try Tool.run(["export", source, "--json"])
+        let refused = try await Tool.run(["export", source, "--json"])
         #expect(refused.status == 2 && refused.errors.contains("--json"), "exit \(refused.status): \(refused.errors)")
         #expect(refused.output.isEmpty)
-        let help = try Tool.run(["export", "--help"])
+        let help = try await Tool.run(["export", "--help"])
         let offered = help.lines.filter { $0.contains("[--json]") || $0.trimmingCharacters(in: .whitespaces).hasPrefix("--json") }
         #expect(help.status == 0 && offered.isEmpty, "\(help.output)")
     }
@@ -1436,18 +1437,18 @@ extension LogToolExportTests {
         let directory = try TemporaryDirectory("logtool-import-large")
         let big = Self.resyncExport(count: 24, reason: String(repeating: "x", count: 3 << 20))
         let bigStore = directory.appending("big")
-        let imported = try Tool.importLines(big, file: directory.appending("big.jsonl"), into: bigStore)
+        let imported = try await Tool.importLines(big, file: directory.appending("big.jsonl"), into: bigStore)
         #expect(imported.status == 0 && imported.output.contains("imported 24 entries"), "\(imported.errors)")
-        let report = try #require(try Tool.run(["stat", bigStore, "--json"]).objects().first)
+        let report = try #require(try await Tool.run(["stat", bigStore, "--json"]).objects().first)
         #expect(report["entries"] as? Int == 24 && report["last_offset"] as? Int == 24)
         // The map grew past its first 64 MiB: the transaction ran again, reading the file again from its first entry.
         #expect((report["map_bytes"] as? Int ?? 0) > 64 << 20, "\(report)")
-        let reason = try #require(try Tool.run(["show", bigStore, "24", "--json"]).objects().first?["reason"] as? String)
+        let reason = try #require(try await Tool.run(["show", bigStore, "24", "--json"]).objects().first?["reason"] as? String)
         #expect(reason.utf8.count == 3 << 20)
 
         var long = Self.resyncExport(count: 20_000)
         long[15_000] = #"{"kind":"resync","offset":15000,"timestamp":1}"#
-        let refused = try Tool.importLines(long, file: directory.appending("long.jsonl"), into: directory.appending("long"))
+        let refused = try await Tool.importLines(long, file: directory.appending("long.jsonl"), into: directory.appending("long"))
         #expect(refused.status == 2 && refused.errors.contains("long.jsonl:15001: "), "\(refused.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("long")))
     }
@@ -1462,10 +1463,10 @@ extension LogToolExportTests {
         lines.insert("", at: 3)
         lines.insert("", at: 3)
         // header, blank, entry 1, blank, blank, entry 2, damaged entry 3
-        let imported = try Tool.importLines(lines, file: directory.appending("blank.jsonl"), into: directory.appending("copy"))
+        let imported = try await Tool.importLines(lines, file: directory.appending("blank.jsonl"), into: directory.appending("copy"))
         #expect(imported.status == 2 && imported.errors.contains("blank.jsonl:7: "), "\(imported.errors)")
         lines[6] = #"{"kind":"resync","offset":3,"reason":"r","timestamp":196608}"#
-        let fine = try Tool.importLines(lines, file: directory.appending("blank.jsonl"), into: directory.appending("copy"))
+        let fine = try await Tool.importLines(lines, file: directory.appending("blank.jsonl"), into: directory.appending("copy"))
         #expect(fine.status == 0 && fine.output.contains("imported 3 entries"), "\(fine.errors)")
     }
 }
@@ -1478,11 +1479,11 @@ extension LogToolExportTests {
     @Test func anImportWithEntriesPastTheHeadersLastOffsetIsRefused() async throws {
         let directory = try TemporaryDirectory("logtool-import-past")
         let lines = Self.resyncExport(count: 3, last: 2)
-        let imported = try Tool.importLines(lines, file: directory.appending("past.jsonl"), into: directory.appending("copy"))
+        let imported = try await Tool.importLines(lines, file: directory.appending("past.jsonl"), into: directory.appending("copy"))
         #expect(imported.status == 2, "exit \(imported.status): \(imported.output)")
         #expect(imported.errors.contains("past.jsonl:4: ") && imported.errors.contains("last_offset 2"), "\(imported.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("copy")))
-        let exact = try Tool.importLines(lines.dropLast(), file: directory.appending("exact.jsonl"), into: directory.appending("copy"))
+        let exact = try await Tool.importLines(lines.dropLast(), file: directory.appending("exact.jsonl"), into: directory.appending("copy"))
         #expect(exact.status == 0, "\(exact.errors)")
     }
 }
@@ -1493,13 +1494,13 @@ extension LogToolTests {
     /// printed theirs (and replay's seconds) as strings.
     @Test func offsetsAreJSONNumbersInEveryCommand() async throws {
         let directory = try await makeStore("logtool-json-numbers")
-        let cursors = try #require(try Tool.run(["cursors", directory.path, "--json"]).objects().first)
+        let cursors = try #require(try await Tool.run(["cursors", directory.path, "--json"]).objects().first)
         #expect(cursors["projection_watermark"] as? Int == 6, "\(cursors)")
-        let replay = try #require(try Tool.run(["replay", directory.path, "--json"]).objects().first)
+        let replay = try #require(try await Tool.run(["replay", directory.path, "--json"]).objects().first)
         #expect(replay["watermark"] as? Int == 6, "\(replay)")
         #expect(replay["seconds"] is NSNumber, "\(replay)")
         try Tool.damageEntry(at: 2, inStore: directory.path)
-        let verify = try Tool.run(["verify", directory.path, "--json"])
+        let verify = try await Tool.run(["verify", directory.path, "--json"])
         #expect(verify.status == 1)
         #expect(try verify.objects().first?["offset"] as? Int == 2, "\(verify.output)")
     }
@@ -1520,11 +1521,12 @@ extension LogToolTests {
             #expect(try store.conflicts().map(\.conflict.serverVersion) == [3, 5])
             store.close()
         }
-        let json = try Tool.run(["conflicts", directory.path, "--json"]).objects()
+        let json = try await Tool.run(["conflicts", directory.path, "--json"]).objects()
         #expect(json.map { $0["server_version"] as? Int } == [3, 5])
         let offsets = json.compactMap { $0["offset"] as? Int }
-        let text = try Tool.run(["conflicts", directory.path])
-        let shown = try offsets.flatMap { try Tool.run(["show", directory.path, "\($0)"]).lines }
+        let text = try await Tool.run(["conflicts", directory.path])
+        var shown: [String] = []
+        for offset in offsets { shown += try await Tool.run(["show", directory.path, "\(offset)"]).lines }
         #expect(text.status == 0 && offsets.count == 2 && text.lines == shown, "\(text.output)")
     }
 }
@@ -1542,13 +1544,13 @@ extension LogToolTests {
             try await store.markFailed(offsets: [1], error: "permanent")
             store.close()
         }
-        let text = try Tool.run(["stat", directory.path])
+        let text = try await Tool.run(["stat", directory.path])
         #expect(text.output.contains("outbox      2 pending, 1 failed"), "\(text.output)")
-        let report = try #require(try Tool.run(["stat", directory.path, "--json"]).objects().first)
+        let report = try #require(try await Tool.run(["stat", directory.path, "--json"]).objects().first)
         #expect(report["outbox"] as? Int == 3 && report["outbox_failed"] as? Int == 1, "\(report)")
-        let outbox = try Tool.run(["outbox", directory.path, "--json"]).objects()
+        let outbox = try await Tool.run(["outbox", directory.path, "--json"]).objects()
         #expect(outbox.map { $0["status"] as? String } == ["failed", "pending", "pending"], "\(outbox)")
-        let listed = try Tool.run(["outbox", directory.path]).lines
+        let listed = try await Tool.run(["outbox", directory.path]).lines
         #expect(listed.first == "#1  failed, 1 attempts  create te/a  last error: permanent")
     }
 
@@ -1563,9 +1565,9 @@ extension LogToolTests {
             try await store.markFailed(offsets: [1], error: "permanent")
             store.close()
         }
-        let report = try #require(try Tool.run(["stat", directory.path, "--json"]).objects().first)
+        let report = try #require(try await Tool.run(["stat", directory.path, "--json"]).objects().first)
         #expect(report["outbox_failed"] as? Int == 1 && report["oldest_pending_seconds"] == nil, "\(report)")
-        #expect(!(try Tool.run(["stat", directory.path]).output.contains("oldest pending")))
+        #expect(!(try await Tool.run(["stat", directory.path]).output.contains("oldest pending")))
     }
 }
 
@@ -1575,14 +1577,14 @@ extension LogToolTests {
     @Test func verifyTakesAScratchDirectory() async throws {
         let directory = try await makeStore("logtool-verify-scratch")
         let scratch = try TemporaryDirectory("logtool-verify-scratch-dir")
-        let verify = try Tool.run(["verify", directory.path, "--scratch", scratch.path])
+        let verify = try await Tool.run(["verify", directory.path, "--scratch", scratch.path])
         #expect(verify.status == 0 && verify.errors.contains("6 entries checked, 0 problems"), "\(verify.errors)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.path).isEmpty)
         let file = scratch.appending("file")
         _ = FileManager.default.createFile(atPath: file, contents: Data())
-        let refused = try Tool.run(["verify", directory.path, "--scratch", file])
+        let refused = try await Tool.run(["verify", directory.path, "--scratch", file])
         #expect(refused.status == 2 && refused.errors.contains(file), "exit \(refused.status): \(refused.errors)")
-        #expect(try Tool.run(["verify", "--help"]).output.contains("--scratch"))
+        #expect(try await Tool.run(["verify", "--help"]).output.contains("--scratch"))
     }
 }
 
@@ -1627,7 +1629,7 @@ extension LogToolTests {
     @Test func aDataFileThatCannotBeLookedAtIsNotCalledMissing() async throws {
         let directory = try TemporaryDirectory("logtool-unlookable")
         try FileManager.default.createSymbolicLink(atPath: directory.appending("data.mdb"), withDestinationPath: "data.mdb")
-        let run = try Tool.run(["stat", directory.path])
+        let run = try await Tool.run(["stat", directory.path])
         #expect(run.status == 2)
         #expect(run.errors.contains("Too many levels of symbolic links") && !run.errors.contains("no data.mdb"), "\(run.errors)")
         #expect(run.errors.split(separator: "\n").count == 1, "\(run.errors)")
@@ -1669,7 +1671,7 @@ extension LogToolTests {
             (["show", path, "0"], "no entry at offset 0 (offsets start at 1)"),
         ]
         for (arguments, message) in cases {
-            let run = try Tool.run(arguments)
+            let run = try await Tool.run(arguments)
             #expect(run.status == 2 && run.errors.contains(message) && !run.errors.contains("Missing value"), "\(arguments): \(run.errors)")
         }
         #expect(!FileManager.default.fileExists(atPath: directory.appending("bundle")))
@@ -1690,12 +1692,12 @@ extension LogToolTests {
             (["3", "x"], "Error: The value 'x' is invalid for '<offset>'"),
         ]
         for (arguments, message) in cases {
-            let run = try Tool.run(["show", directory.path] + arguments)
+            let run = try await Tool.run(["show", directory.path] + arguments)
             #expect(run.status == 2 && run.errors.hasPrefix(message + "\n"), "\(arguments): \(run.errors)")
         }
         // The offset first and the store after it: it said "The value
         // 'STORE' is invalid for '<offset>'".
-        let swapped = try Tool.run(["show", "3", directory.path])
+        let swapped = try await Tool.run(["show", "3", directory.path])
         let message = "Error: '\(directory.path)' is a directory and '3' an offset: the store comes first (logtool show \(directory.path) 3)"
         #expect(swapped.status == 2 && swapped.errors.hasPrefix(message + "\n"), "\(swapped.errors)")
     }
@@ -1708,7 +1710,7 @@ extension LogToolTests {
         let directory = try await makeStore("logtool-export-directory")
         let target = directory.appending("a-directory")
         try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: false)
-        let run = try Tool.run(["export", directory.path, "-o", target])
+        let run = try await Tool.run(["export", directory.path, "-o", target])
         #expect(run.status == 2)
         #expect(run.errors.contains("cannot write to \(target): Is a directory"), "\(run.errors)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty)
@@ -1751,12 +1753,12 @@ extension LogToolExportTests {
         try Store(path: killed, options: .init(durability: .process)).close()
         let live = copy + ".importing-\(getpid())"
         try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
-        let imported = try Tool.importLines(lines, file: directory.appending("export.jsonl"), into: copy)
+        let imported = try await Tool.importLines(lines, file: directory.appending("export.jsonl"), into: copy)
         #expect(imported.status == 0, "\(imported.errors)")
         #expect(!FileManager.default.fileExists(atPath: killed))
         #expect(imported.errors.contains("removed \(killed), left by an import that was killed"), "\(imported.errors)")
         #expect(FileManager.default.fileExists(atPath: live))
-        #expect(try Tool.run(["diff", source, copy]).status == 0)
+        #expect(try await Tool.run(["diff", source, copy]).status == 0)
     }
 }
 
@@ -1771,13 +1773,13 @@ extension LogToolTests {
         #expect(chmod(path, 0o755) == 0)
         #expect(chmod(directory.appending("lock.mdb"), 0o444) == 0)
         for arguments in [["stat", path], ["show", path, "1"], ["cursors", path], ["replay", path]] {
-            let run = try Tool.runUnprivileged(arguments)
+            let run = try await Tool.runUnprivileged(arguments)
             #expect(run.status == 2, "\(arguments): \(run.errors)")
             #expect(run.errors.contains("Permission denied [13]: lock.mdb: every process that opens the environment, a read-only one too"), "\(arguments): \(run.errors)")
         }
         #expect(chmod(directory.appending("lock.mdb"), 0o666) == 0)
         #expect(chmod(directory.appending("data.mdb"), 0o000) == 0)
-        let unreadable = try Tool.runUnprivileged(["stat", path])
+        let unreadable = try await Tool.runUnprivileged(["stat", path])
         #expect(unreadable.status == 2 && unreadable.errors.contains("Permission denied [13]: data.mdb: a read-only open reads it"), "\(unreadable.errors)")
     }
 }
@@ -1803,13 +1805,13 @@ extension LogToolExportTests {
         ]
         let store = directory.appending("store")
         for (name, line, message) in cases {
-            let imported = try Tool.importLines([header, first, line], file: directory.appending(name), into: store)
+            let imported = try await Tool.importLines([header, first, line], file: directory.appending(name), into: store)
             #expect(imported.status == 2 && imported.errors.contains("\(name): the entry on line 3, at offset 2: \(message)"), "\(imported.errors)")
             #expect(!FileManager.default.fileExists(atPath: store))
         }
-        let imported = try Tool.importLines([header, first, remote("c1")], file: directory.appending("fine.jsonl"), into: store)
+        let imported = try await Tool.importLines([header, first, remote("c1")], file: directory.appending("fine.jsonl"), into: store)
         #expect(imported.status == 0, "\(imported.errors)")
-        #expect(try Tool.run(["cursors", store]).lines.first == "pull                  c1")
+        #expect(try await Tool.run(["cursors", store]).lines.first == "pull                  c1")
     }
 }
 
@@ -1825,7 +1827,7 @@ extension LogToolTests {
         let meta = try #require(try environment.openDatabase("meta", create: true))
         try environment.write { txn in try txn.put(meta, key: Array("server-id".utf8), value: [UInt8](repeating: 1, count: 16)) }
         environment.close()
-        let run = try Tool.run(["stat", directory.path])
+        let run = try await Tool.run(["stat", directory.path])
         #expect(run.status == 2, "\(run.errors)")
         #expect(run.errors.contains("not a sync store: the meta database has no format marker but a server id: a sync server's data directory (syncserver --data), not a client's store"), "\(run.errors)")
     }
@@ -1842,11 +1844,11 @@ extension LogToolTests {
             (["frobnicate"], "Error: Unknown command 'frobnicate'; the commands are stat, dump, show, tail,"),
         ]
         for (arguments, message) in cases {
-            let run = try Tool.run(arguments)
+            let run = try await Tool.run(arguments)
             #expect(run.status == 2 && run.errors.hasPrefix(message), "\(arguments): \(run.errors)")
             #expect(run.errors.contains("See 'logtool --help'"), "\(arguments): \(run.errors)")
         }
-        #expect(try Tool.run(["help", "show"]).status == 0)
+        #expect(try await Tool.run(["help", "show"]).status == 0)
     }
 }
 
@@ -1864,10 +1866,10 @@ extension LogToolExportTests {
         try FileManager.default.createSymbolicLink(atPath: directory.appending("link.mdb"), withDestinationPath: source + "/data.mdb")
         for (name, output) in [("data.mdb", source + "/data.mdb"), ("lock.mdb", source + "/lock.mdb"), ("data.mdb", directory.appending("link.mdb"))] {
             let data = try Data(contentsOf: URL(fileURLWithPath: source + "/data.mdb"))
-            let exported = try Tool.run(["export", source, "-o", output])
+            let exported = try await Tool.run(["export", source, "-o", output])
             #expect(exported.status == 2 && exported.errors.contains("is the store's own \(name)"), "\(output): \(exported.errors)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: source + "/data.mdb")) == data, "\(output)")
-            #expect(try Tool.run(["export", source]).lines == lines, "\(output)")
+            #expect(try await Tool.run(["export", source]).lines == lines, "\(output)")
         }
     }
 }
@@ -1901,7 +1903,7 @@ extension LogToolExportTests {
         let directory = try TemporaryDirectory("logtool-import-bom")
         var lines = Self.resyncExport(count: 2)
         lines[0] = "\u{FEFF}" + lines[0]
-        let imported = try Tool.importLines(lines, file: directory.appending("bom.jsonl"), into: directory.appending("copy"))
+        let imported = try await Tool.importLines(lines, file: directory.appending("bom.jsonl"), into: directory.appending("copy"))
         #expect(imported.status == 0 && imported.output.contains("imported 2 entries"), "\(imported.errors)")
     }
 }
@@ -1917,7 +1919,7 @@ extension LogToolTests {
         let link = parent.appending("link")
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: directory.path)
         for (first, second) in [(directory.path, link), (link, directory.path)] {
-            let diff = try Tool.run(["diff", first, second])
+            let diff = try await Tool.run(["diff", first, second])
             #expect(diff.status == 0 && diff.errors.contains("the same store, 0 differ"), "\(first) \(second): \(diff.errors)")
         }
     }
@@ -1934,9 +1936,9 @@ extension LogToolExportTests {
         let directory = try TemporaryDirectory("logtool-import-path")
         let file = directory.appending("export.jsonl")
         try (Self.resyncExport(count: 2).joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
-        let empty = try Tool.run(["import", file, ""])
+        let empty = try await Tool.run(["import", file, ""])
         #expect(empty.status == 2 && empty.errors == "logtool: the new store's path is empty\n", "\(empty.errors)")
-        let underAFile = try Tool.run(["import", file, file + "/new"])
+        let underAFile = try await Tool.run(["import", file, file + "/new"])
         #expect(underAFile.status == 2 && underAFile.errors == "logtool: \(file) is not a directory\n", "\(underAFile.errors)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["export.jsonl"])
     }

@@ -8,8 +8,8 @@ import Testing
 /// every write with ENOSPC, as a full disk does.
 @Suite struct LogToolOutputFailureTests {
     /// `logtool` with its standard output sent to `/dev/full`.
-    private func runIntoFullDevice(_ arguments: [String]) throws -> ToolRun {
-        try ToolRun.run("/bin/sh", ["-c", #"exec "$0" "$@" > /dev/full"#, Tool.path("logtool")] + arguments)
+    private func runIntoFullDevice(_ arguments: [String]) async throws -> ToolRun {
+        try await ToolRun.running("/bin/sh", ["-c", #"exec "$0" "$@" > /dev/full"#, Tool.path("logtool")] + arguments)
     }
 
     private func makeStore(_ name: String) async throws -> TemporaryDirectory {
@@ -23,14 +23,14 @@ import Testing
     @Test(arguments: [["dump", "--json"], ["dump"], ["stat"], ["entities", "te"], ["export"]])
     func aCommandWhoseOutputCannotBeWrittenFails(command: [String]) async throws {
         let directory = try await makeStore("logtool-stdout-full")
-        let run = try runIntoFullDevice([command[0], directory.path] + command.dropFirst())
+        let run = try await runIntoFullDevice([command[0], directory.path] + command.dropFirst())
         #expect(run.status == 2, "\(command): \(run.errors)")
         #expect(run.errors.contains("standard output: No space left on device"), "\(command): \(run.errors)")
     }
 
     @Test func anExportToAFullDeviceNamesIt() async throws {
         let directory = try await makeStore("logtool-export-full")
-        let run = try Tool.run(["export", directory.path, "-o", "/dev/full"])
+        let run = try await Tool.run(["export", directory.path, "-o", "/dev/full"])
         #expect(run.status == 2)
         #expect(run.errors == "logtool: cannot write /dev/full: No space left on device\n", "\(run.errors)")
     }
