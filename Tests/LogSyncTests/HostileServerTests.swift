@@ -309,7 +309,7 @@ import Testing
             let sent = Atomic<Int>(0)
             return .stream(headers: Self.protocolHeaders, contentLength: nil) {
                 // A client that does not cut it off gets a whole page after
-                // 10 minutes, long past its 2 s even when a loaded machine
+                // 10 minutes, long past its 10 s even when a loaded machine
                 // runs the client's timer late (after 30 s, the page came first).
                 switch sent.add(1, ordering: .relaxed).oldValue {
                 case 0: return Self.paddedPage(padding: 0)
@@ -321,9 +321,12 @@ import Testing
             }
         }
         defer { server.stop() }
+        // A byte every 0.1 s is far inside requestTimeout. Both bounds leave
+        // a loaded machine seconds to bring the status line: one that came
+        // after either would be no answer (`.noAnswer`), not this.
         var options = loopback
-        options.requestTimeout = 1
-        options.resourceTimeout = 2
+        options.requestTimeout = 5
+        options.resourceTimeout = 10
         let error = try #require(await pullFailure(server, options: options))
         #expect(error.isRetryable, "\(error)")
         #expect(error.kind == .network && error.message.contains("resourceTimeout"), "\(error)")
