@@ -33,6 +33,9 @@ enum DataFile {
     /// size (`mm_psize`).
     static let freeDatabaseRecord = 16 + 24
     static let mainDatabaseRecord = freeDatabaseRecord + databaseRecordSize
+    /// The map size a meta page records (`mm_mapsize`, after the magic
+    /// number, the version and the map's address).
+    static let metaMapSize = pageHeaderSize + 16
     /// `MDB_meta`'s last page in use and transaction id.
     static let metaLastPage = mainDatabaseRecord + databaseRecordSize
     static let metaTransactionID = metaLastPage + 8
@@ -117,9 +120,21 @@ enum DataFile {
         /// The meta page (0 or 1) written by transaction `transactionID`:
         /// the one a read transaction with that id began from.
         func meta(transactionID: UInt64) -> Bytes? {
-            [0, 1].lazy.compactMap { page($0) }.first { page in
+            metaPages.first { $0.u64(metaTransactionID) == transactionID }
+        }
+
+        /// The meta page (0 or 1) of the newer transaction: the one a read
+        /// transaction begun now would begin from. Nil when the file holds
+        /// neither.
+        func newestMeta() -> Bytes? {
+            metaPages.max { $0.u64(metaTransactionID) < $1.u64(metaTransactionID) }
+        }
+
+        /// Meta pages 0 and 1, those the file holds with LMDB's magic
+        /// number and version.
+        private var metaPages: [Bytes] {
+            [0, 1].compactMap { page($0) }.filter { page in
                 page.u32(pageHeaderSize) == magic && page.u32(pageHeaderSize + 4) == dataVersion
-                    && page.u64(metaTransactionID) == transactionID
             }
         }
     }

@@ -56,6 +56,10 @@ public final class Environment: @unchecked Sendable {
     let handle: OpaquePointer
     public let path: String
     public let options: Options
+    /// LMDB's page size for this file, read at open: `mdb_env_stat` reads
+    /// it from a meta page through the map, which `checkDataFileWhole`
+    /// must not touch.
+    private let pageSize: Int
     private let resizeLock = ReadWriteLock()
     private let state: Mutex<State>
     private let openDatabaseLock = Mutex(())
@@ -99,6 +103,7 @@ public final class Environment: @unchecked Sendable {
         let resolved = try Environment.prepareDirectory(path, options: options)
         self.path = resolved
         var env: OpaquePointer?
+        var pageSize = 0
         try check(mdb_env_create(&env), "mdb_env_create", path: resolved)
         guard let env else { preconditionFailure("mdb_env_create returned no environment") }
         do {
@@ -116,7 +121,7 @@ public final class Environment: @unchecked Sendable {
                 }
                 let opened = mdb_env_open(env, resolved, Environment.flags(options), 0o644)
                 try OpenFailure.check(opened, directory: resolved, readOnly: options.readOnly)
-                try Environment.checkDataFileSize(env, path: resolved)
+                pageSize = try Environment.checkDataFileSize(env, path: resolved)
             } catch {
                 // LMDB makes the lock file before it reads the data file. A
                 // data file that is not LMDB's, lacks pages or has a damaged
@@ -133,6 +138,7 @@ public final class Environment: @unchecked Sendable {
             throw error
         }
         handle = env
+        self.pageSize = pageSize
         state = Mutex(State())
         clearDeadReaders()
     }
@@ -222,33 +228,115 @@ public final class Environment: @unchecked Sendable {
     /// truncate, a disk that filled during a copy). LMDB reads pages through
     /// a map of the file, and a read of a page past its end kills the
     /// process with SIGBUS; checked here, at open, it is an error instead.
-    /// The file may end before the last page the metadata counts
-    /// (`me_last_pgno`) when the pages past its end are free ones LMDB never
-    /// wrote (`FreePages`): that file is whole. Damage inside a page the
-    /// file does hold is beyond what this can show.
-    private static func checkDataFileSize(_ env: OpaquePointer, path: String) throws(LMDBError) {
+    /// Damage inside a page the file does hold is beyond what this can show.
+    /// - Returns: LMDB's page size.
+    private static func checkDataFileSize(_ env: OpaquePointer, path: String) throws(LMDBError) -> Int {
         var info = MDB_envinfo()
         try check(mdb_env_info(env, &info), "mdb_env_info", path: path)
         let reader = try dataFileReader(env, path: path)
+        try checkHoldsPages(
+            through: UInt64(info.me_last_pgno), transactionID: UInt64(info.me_last_txnid), reader, operation: "open", path: path)
+        return reader.pageSize
+    }
+
+    /// Throws `.truncated` when `data.mdb` no longer holds every page in
+    /// use: a file cut short by another process while this one has it
+    /// open, which the next read through the map would meet as SIGBUS. It
+    /// reads the file with `pread` alone, never through the map (where
+    /// LMDB reads even the meta pages). A process that reads for long,
+    /// such as `logtool tail --follow`, checks before each read; a cut
+    /// between the check and the read is still fatal.
+    ///
+    /// A cut found fails the environment, as a failed commit does: every
+    /// later transaction throws this error rather than read the map, and
+    /// `info()` gives the numbers of the newest meta page the file still
+    /// held (zero when it held none). Reopening gives the open's own
+    /// `.truncated`.
+    /// - Throws: `.closed` once the environment is closed.
+    public func checkDataFileWhole() throws(LMDBError) {
+        try resizeLock.withShared { () throws(LMDBError) in
+            try checkUsable("check data.mdb")
+            var descriptor: mdb_filehandle_t = -1
+            try check(mdb_env_get_fd(handle, &descriptor), "mdb_env_get_fd", path: path)
+            // A commit between reading the newest meta page and reading
+            // the free list it names writes over one of them: begin again.
+            var attempts = 0
+            while true {
+                attempts += 1
+                let meta = try dataFile(descriptor).newestMeta()
+                guard let meta else {
+                    let size = try dataFile(descriptor).fileSize
+                    throw failCut(
+                        meta: nil, detail: "\(path)/data.mdb is \(size) bytes: it no longer holds a sound meta page")
+                }
+                // Sized after the meta page is read: a writer writes the
+                // pages a meta page counts before that page.
+                let reader = try dataFile(descriptor)
+                do throws(LMDBError) {
+                    return try Self.checkHoldsPages(
+                        through: meta.u64(DataFile.metaLastPage), transactionID: meta.u64(DataFile.metaTransactionID), reader,
+                        operation: "read", path: path)
+                } catch {
+                    guard attempts < Self.pageCheckAttemptsMax, reader.newestMeta()?.bytes != meta.bytes else {
+                        throw failCut(meta: meta, detail: error.detail ?? "")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fails the environment for a data file cut short, keeping for
+    /// `info()` the numbers of `meta`, the newest meta page the file held.
+    /// Needs the resize lock.
+    /// - Returns: the error every later use throws.
+    private func failCut(meta: DataFile.Bytes?, detail: String) -> LMDBError {
+        let error = LMDBError(code: .truncated, operation: "read", path: path, detail: detail)
+        let lastPage = meta.map { Int(truncatingIfNeeded: $0.u64(DataFile.metaLastPage)) }
+        let info = Info(
+            mapSize: meta.map { Int(truncatingIfNeeded: $0.u64(DataFile.metaMapSize)) } ?? 0,
+            usedBytes: lastPage.map { ($0 &+ 1) &* pageSize } ?? 0, pageSize: pageSize, maxReaders: options.maxReaders,
+            readersUsed: 0, lastTransactionID: meta.map { Int(truncatingIfNeeded: $0.u64(DataFile.metaTransactionID)) } ?? 0)
+        state.withLock {
+            if $0.failed == nil { $0.failed = error }
+            if $0.closedInfo == nil { $0.closedInfo = info }
+            usable.store(false, ordering: .releasing)
+        }
+        return error
+    }
+
+    /// A reader of the data file at `descriptor`, with its size now.
+    private func dataFile(_ descriptor: mdb_filehandle_t) throws(LMDBError) -> DataFile.PageReader {
+        var file = stat()
+        guard fstat(descriptor, &file) == 0 else {
+            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
+        }
+        return DataFile.PageReader(descriptor: descriptor, pageSize: pageSize, fileSize: Int(file.st_size))
+    }
+
+    /// Throws `.truncated` unless the file `reader` reads holds pages
+    /// 0...`lastPage`. It may end before the last of them when the pages
+    /// past its end are free ones LMDB never wrote (the free list of
+    /// transaction `transactionID`, `FreePages`): that file is whole.
+    private static func checkHoldsPages(
+        through lastPage: UInt64, transactionID: UInt64, _ reader: DataFile.PageReader, operation: String, path: String
+    ) throws(LMDBError) {
         let (pageSize, size) = (reader.pageSize, reader.fileSize)
         // The metadata is not checksummed: a damaged page number must not
         // trap here either.
-        let lastPage = UInt64(info.me_last_pgno)
         let (pages, pagesOverflow) = lastPage.addingReportingOverflow(1)
         let (needed, neededOverflow) = pages.multipliedReportingOverflow(by: UInt64(pageSize))
         guard pagesOverflow || neededOverflow || UInt64(size) < needed else { return }
         // A page the file holds only in part is missing too.
         let firstMissing = UInt64(size / pageSize)
-        if !pagesOverflow, !neededOverflow,
-            let free = FreePages.read(reader, transactionID: UInt64(info.me_last_txnid)),
+        if !pagesOverflow, !neededOverflow, let free = FreePages.read(reader, transactionID: transactionID),
             lastPage - firstMissing < UInt64(free.count), (firstMissing...lastPage).allSatisfy(free.contains)
         {
             return
         }
         let bytes = pagesOverflow || neededOverflow ? "" : " (\(needed) bytes)"
         throw LMDBError(
-            code: .truncated, operation: "open", path: path,
-            detail: "\(path)/data.mdb is \(size) bytes; its metadata says pages 0...\(info.me_last_pgno) of \(pageSize) bytes are in use\(bytes)")
+            code: .truncated, operation: operation, path: path,
+            detail: "\(path)/data.mdb is \(size) bytes; its metadata says pages 0...\(lastPage) of \(pageSize) bytes are in use\(bytes)")
     }
 
     /// A reader of `env`'s data file as it is now: LMDB's descriptor, page

@@ -735,6 +735,95 @@ extension EnvironmentTests {
         #expect(try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int == pageSize)
     }
 
+    /// A data file cut short while the environment is open (by another
+    /// process) is named by `checkDataFileWhole`, which reads the file
+    /// with pread alone: LMDB's next read through the map would have died
+    /// of SIGBUS. Cut below its meta pages, it says so.
+    @Test func aDataFileCutWhileOpenIsNamedBeforeAnyRead() throws {
+        let directory = try TemporaryDirectory("lmdb-cut-while-open")
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in
+            for n in 0..<200 { try txn.put(table, key: key(n), value: [UInt8](repeating: 7, count: 1_000)) }
+        }
+        try environment.checkDataFileWhole()
+        let file = directory.appending("data.mdb")
+        let pageSize = environment.info().pageSize
+        let lastPage = environment.info().usedBytes / pageSize - 1
+        let handle = try #require(FileHandle(forUpdatingAtPath: file))
+        defer { try? handle.close() }
+
+        try handle.truncate(atOffset: UInt64(4 * pageSize))
+        let cut = #expect(throws: LMDBError.self) { try environment.checkDataFileWhole() }
+        #expect(cut?.code == .truncated && cut?.operation == "read", "\(String(describing: cut))")
+        #expect(
+            cut?.detail == "\(directory.path)/data.mdb is \(4 * pageSize) bytes; its metadata says pages 0...\(lastPage) of "
+                + "\(pageSize) bytes are in use (\((lastPage + 1) * pageSize) bytes)", "\(String(describing: cut))")
+
+        // Failed: a read names the cut rather than meet it in the map, and
+        // the numbers are the meta page's (closing reads none either).
+        let read = #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(table, key: key(0)) } }
+        #expect(read?.code == .truncated && read?.detail == cut?.detail, "\(String(describing: read))")
+        #expect(environment.info().usedBytes == (lastPage + 1) * pageSize && environment.info().lastTransactionID == 2)
+    }
+
+    /// A data file cut below its meta pages: nothing in it says what was in
+    /// use.
+    @Test func aDataFileCutToNothingWhileOpenIsNamedBeforeAnyRead() throws {
+        let directory = try TemporaryDirectory("lmdb-cut-to-nothing")
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        try environment.write { txn in try txn.put(table, key: key(1), value: [1]) }
+        try #require(FileHandle(forUpdatingAtPath: directory.appending("data.mdb"))).truncate(atOffset: 0)
+        let empty = #expect(throws: LMDBError.self) { try environment.checkDataFileWhole() }
+        #expect(empty?.code == .truncated, "\(String(describing: empty))")
+        #expect(
+            empty?.detail == "\(directory.path)/data.mdb is 0 bytes: it no longer holds a sound meta page", "\(String(describing: empty))")
+        #expect(environment.info().usedBytes == 0)
+        #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(table, key: key(1)) } }
+    }
+
+    /// Checks while another thread commits find the file whole every time:
+    /// a commit between the check's reads of the meta page and of the
+    /// file's size, or of the free list, is no cut.
+    @Test func aDataFileBeingWrittenIsWhole() throws {
+        let directory = try TemporaryDirectory("lmdb-whole-while-written")
+        var options = Environment.Options()
+        options.durability = .process
+        let environment = try Environment(path: directory.path, options: options)
+        defer { environment.close() }
+        let table = try #require(try environment.openDatabase("t"))
+        let done = Atomic<Bool>(false)
+        let writer = Thread {
+            defer { done.store(true, ordering: .releasing) }
+            // Values of 2 to 3 pages, some deleted again: overflow pages
+            // are freed and reused, and the file grows.
+            for round in 0..<400 {
+                _ = try? environment.write { txn in
+                    try txn.put(table, key: key(round), value: [UInt8](repeating: 1, count: 9_000))
+                    if round % 3 == 0 { _ = try txn.delete(table, key: key(round / 2)) }
+                }
+            }
+        }
+        writer.start()
+        var checks = 0
+        while !done.load(ordering: .acquiring) || checks == 0 {
+            try environment.checkDataFileWhole()
+            checks += 1
+        }
+        #expect(try environment.read { txn in try txn.get(table, key: key(399)) }?.count == 9_000)
+    }
+
+    @Test func checkingTheDataFileOfAClosedEnvironmentIsAnError() throws {
+        let directory = try TemporaryDirectory("lmdb-whole-closed")
+        let environment = try Environment(path: directory.path)
+        environment.close()
+        let error = #expect(throws: LMDBError.self) { try environment.checkDataFileWhole() }
+        #expect(error?.code == .closed, "\(String(describing: error))")
+    }
+
     /// A read-only environment opens the databases it has whatever
     /// `create` says (it can make none): a missing one is nil.
     @Test func aReadOnlyEnvironmentOpensDatabasesWithoutWriting() throws {
