@@ -1965,3 +1965,23 @@ extension LogToolTests {
         #expect(run.errors.contains("data.mdb was removed or replaced while it was followed"), "\(run.errors)")
     }
 }
+
+extension LogToolBundleTests {
+    /// A store with no entries is said to have none, as `stat` counts "0
+    /// entries": `bundle` said "bundled offsets 1...0" and `replay --to`
+    /// "outside the log (1...0)"; `show` words it alike.
+    @Test func aStoreWithNoEntriesIsSaidToHaveNone() async throws {
+        let directory = try TemporaryDirectory("logtool-no-entries")
+        let path = directory.appending("store")
+        try Store(path: path, options: .init(durability: .process)).close()
+        let bundle = directory.appending("bundle")
+        let bundled = try await Tool.run(["bundle", path, "-o", bundle])
+        #expect(bundled.status == 0 && bundled.output == "bundled no entries into \(bundle): the store has no entries\n", "\(bundled.output)\(bundled.errors)")
+        let report = try #require(try await Tool.run(["bundle", path, "-o", directory.appending("json"), "--json"]).objects().first)
+        #expect(report["first_offset"] == nil && report["last_offset"] as? Int == 0, "\(report)")
+        let replayed = try await Tool.run(["replay", path, "--to", "1", "--output", directory.appending("past")])
+        #expect(replayed.status == 2 && replayed.errors == "logtool: --to 1 is outside the log (the store has no entries)\n", "\(replayed.errors)")
+        let shown = try await Tool.run(["show", path, "1"])
+        #expect(shown.status == 2 && shown.errors == "logtool: no entry at offset 1 (the store has no entries)\n", "\(shown.errors)")
+    }
+}

@@ -29,10 +29,12 @@ struct Bundle: AsyncParsableCommand {
     private func writeBundle() async throws {
         let source: String
         let first: UInt64
+        let ending: String
         do {
             let log = try store.openLog()
             defer { log.close() }
             source = log.path
+            ending = try log.endInWords()
             // --tail is at least 1, so there is always a first offset.
             guard let start = try log.startOfLast(tail) else { preconditionFailure("--tail 0 passed validate()") }
             first = start
@@ -49,7 +51,8 @@ struct Bundle: AsyncParsableCommand {
             throw error
         }
         if store.json { return try Output.line(report) }
-        print("bundled offsets \(report.firstOffset)...\(report.lastOffset) and \(report.entities) entit\(report.entities == 1 ? "y" : "ies") into \(output)")
+        guard let firstOffset = report.firstOffset else { return print("bundled no entries into \(output): \(ending)") }
+        print("bundled offsets \(firstOffset)...\(report.lastOffset) and \(report.entities) entit\(report.entities == 1 ? "y" : "ies") into \(output)")
     }
 
     /// Trims the copy at `output` to the entries from `first` on and what
@@ -84,14 +87,17 @@ struct Bundle: AsyncParsableCommand {
         let trimmed = try Store(path: output, options: .init(durability: .full))
         defer { trimmed.close() }
         try await trimmed.rebuildProjections()
-        return Report(path: output, firstOffset: first, lastOffset: try trimmed.log.lastOffset(), entities: touched.count)
+        let last = try trimmed.log.lastOffset()
+        // An empty store bundles as one: no tail, so no first offset.
+        return Report(path: output, firstOffset: last == 0 ? nil : first, lastOffset: last, entities: touched.count)
     }
 
     /// What a bundle holds: the offsets of the tail it kept and how many
-    /// entities that tail touches.
+    /// entities that tail touches. No first offset (and last offset 0)
+    /// when the store has no entries, as `stat` reports it.
     struct Report: Encodable {
         var path: String
-        var firstOffset: UInt64
+        var firstOffset: UInt64?
         var lastOffset: UInt64
         var entities: Int
         enum CodingKeys: String, CodingKey {

@@ -193,7 +193,7 @@ struct Show: ParsableCommand {
                 let compactedBelow = try log.compactedBelow()
                 let why = offset == 0 ? "offsets start at 1"
                     : offset < compactedBelow
-                    ? "compaction below \(compactedBelow) removed it" : "the log ends at \(try log.lastOffset())"
+                    ? "compaction below \(compactedBelow) removed it" : try log.endInWords()
                 throw LogToolError("no entry at offset \(offset) (\(why))")
             }
             return entry

@@ -100,6 +100,13 @@ struct StoreOptions: ParsableArguments {
 }
 
 extension EventLog {
+    /// Where the log ends, in words for a message: "the log ends at N", or
+    /// "the store has no entries", which a range said as "1...0".
+    func endInWords() throws -> String {
+        let last = try lastOffset()
+        return last == 0 ? "the store has no entries" : "the log ends at \(last)"
+    }
+
     /// The offset to read from for the last `count` entries (1 when the log
     /// holds fewer); nil when `count` is 0 and the log ends at the last
     /// offset there is, 2^64 - 1, after which no entry can come.

@@ -197,8 +197,11 @@ struct Replay: AsyncParsableCommand {
         do {
             let log = try store.openLog()
             defer { log.close() }
-            guard offset >= 1, offset <= (try log.lastOffset()) else {
-                throw LogToolError("--to \(offset) is outside the log (1...\(try log.lastOffset()))")
+            let last = try log.lastOffset()
+            guard offset >= 1, offset <= last else {
+                // An empty log has no range to name: "1...0" said it poorly.
+                let bounds = last == 0 ? try log.endInWords() : "1...\(last)"
+                throw LogToolError("--to \(offset) is outside the log (\(bounds))")
             }
             // Below the watermark the log holds snapshots of the state there,
             // not the entries that made it: no earlier state can be rebuilt.
