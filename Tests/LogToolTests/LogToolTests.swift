@@ -1985,3 +1985,23 @@ extension LogToolBundleTests {
         #expect(shown.status == 2 && shown.errors == "logtool: no entry at offset 1 (the store has no entries)\n", "\(shown.errors)")
     }
 }
+
+extension LogToolTests {
+    /// `dump --from` past the log's last offset is refused (status 2),
+    /// naming both, as `show` names an offset past the end: it printed
+    /// nothing with status 0, as if no entry had matched. A store with no
+    /// entries, --from not given, still dumps as nothing.
+    @Test func dumpFromPastTheEndIsRefused() async throws {
+        let directory = try await makeStore("logtool-dump-past-end")
+        let past = try await Tool.run(["dump", directory.path, "--from", "7"])
+        #expect(past.status == 2 && past.errors == "logtool: no entry at --from 7 or after it (the log ends at 6)\n", "\(past.errors)")
+        #expect(past.output.isEmpty)
+        #expect(try await Tool.run(["dump", directory.path, "--from", "6", "--json"]).objects().map { $0["offset"] as? Int } == [6])
+        let empty = directory.appending("empty")
+        try Store(path: empty, options: .init(durability: .process)).close()
+        let all = try await Tool.run(["dump", empty])
+        #expect(all.status == 0 && all.output.isEmpty && all.errors.isEmpty, "\(all.errors)")
+        let first = try await Tool.run(["dump", empty, "--from", "1"])
+        #expect(first.status == 2 && first.errors == "logtool: no entry at --from 1 or after it (the store has no entries)\n", "\(first.errors)")
+    }
+}

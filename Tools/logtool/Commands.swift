@@ -111,7 +111,9 @@ struct Dump: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Print entries, oldest first, with filters.")
 
     @OptionGroup var store: StoreOptions
-    @Option(parsing: .unconditional, help: "The first offset.") var from: UInt64 = 1
+    /// Nil when not given: a store with no entries dumps as nothing, but an
+    /// offset given past the end is named, as `show` names one.
+    @Option(parsing: .unconditional, help: "The first offset (default: 1).") var from: UInt64?
     @Option(parsing: .unconditional, help: "The last offset.") var to: UInt64?
     @Option(help: "Only entries of this kind (intent, ack, reject, remote, conflict, resync, snapshot).") var kind: String?
     @Option(help: "Only entries about this entity type.") var type: String?
@@ -121,13 +123,18 @@ struct Dump: ParsableCommand {
     func validate() throws {
         if let kind, EntryKind(name: kind) == nil { throw ValidationError("--kind \(kind) is not a kind") }
         if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
-        if let to, to < from { throw ValidationError("--to is before --from") }
+        if let to, to < from ?? 1 { throw ValidationError("--to is before --from") }
     }
 
     func run() throws {
         let log = try store.openLog()
         defer { log.close() }
-        var scanner = log.entries(from: from, through: to)
+        // Printing nothing with status 0 said that no entry matched the
+        // filters, where the offset was the mistake.
+        if let from, from > (try log.lastOffset()) {
+            throw LogToolError("no entry at --from \(from) or after it (\(try log.endInWords()))")
+        }
+        var scanner = log.entries(from: from ?? 1, through: to)
         var printed = 0
         let wanted = kind.flatMap(EntryKind.init(name:))
         while printed < (limit ?? Int.max), let entry = try scanner.next() {
