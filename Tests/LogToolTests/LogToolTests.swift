@@ -2005,3 +2005,17 @@ extension LogToolTests {
         #expect(first.status == 2 && first.errors == "logtool: no entry at --from 1 or after it (the store has no entries)\n", "\(first.errors)")
     }
 }
+
+extension LogToolTests {
+    /// `tail --seconds` without --follow is refused as a usage mistake
+    /// (status 2), naming both: it was ignored, and tail printed the last
+    /// entries and ended at once, whatever the seconds asked for.
+    @Test func tailSecondsWithoutFollowIsRefused() async throws {
+        let directory = try await makeStore("logtool-tail-seconds-alone")
+        for seconds in ["5", "0"] {
+            let run = try await Tool.run(["tail", directory.path, "--seconds", seconds])
+            #expect(run.status == 2 && run.errors.hasPrefix("Error: --seconds goes with --follow\n"), "--seconds \(seconds): \(run.status): \(run.errors)")
+            #expect(run.output.isEmpty)
+        }
+    }
+}

@@ -17,10 +17,14 @@ struct Tail: AsyncParsableCommand {
     @OptionGroup var store: StoreOptions
     @Option(name: [.customShort("n"), .customLong("count")], parsing: .unconditional, help: "How many of the last entries.") var count = 10
     @Flag(help: "Keep running and print new entries (until interrupted).") var follow = false
-    @Option(parsing: .unconditional, help: "With --follow, stop after this many seconds (0: never).") var seconds = 0.0
+    /// Nil when not given, so that one given without --follow, which it
+    /// would not bound, is refused, not ignored.
+    @Option(parsing: .unconditional, help: "With --follow, stop after this many seconds (0: never).") var seconds: Double?
 
     func validate() throws {
         guard count >= 0 else { throw ValidationError("--count must be 0 or more") }
+        guard let seconds else { return }
+        guard follow else { throw ValidationError("--seconds goes with --follow") }
         guard seconds >= 0, seconds <= Tail.secondsMax else {
             throw ValidationError("--seconds must be from 0 (never stop) to \(Int(Tail.secondsMax))")
         }
@@ -38,7 +42,7 @@ struct Tail: AsyncParsableCommand {
         // the removed file was followed on, silently, for good.
         let dataFile = log.path + "/data.mdb"
         let followed = Tail.identity(of: dataFile)
-        let deadline = seconds > 0 ? ContinuousClock.now + .seconds(seconds) : nil
+        let deadline = seconds.flatMap { $0 > 0 ? ContinuousClock.now + .seconds($0) : nil }
         // Bounded by --seconds, or by the user's interrupt.
         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
             guard let next = following else { return }
