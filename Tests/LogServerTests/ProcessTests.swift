@@ -243,6 +243,29 @@ extension SyncServerProcessTests {
         #expect(run.status == 64, "\(run.status): \(run.errors)")
         #expect(run.errors.contains("cannot read --tokens-file \(directory.path): it is a directory"), "\(run.errors)")
     }
+
+    /// A `--tokens-file` that is not UTF-8 is named with where its first
+    /// byte outside UTF-8 is (status 64): the message was Foundation's "The
+    /// file isn't in the correct format", which named no place.
+    @Test func aTokensFileThatIsNotUTF8IsNamedWithItsFirstBadByte() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-tokens-not-utf8")
+        let tokens = directory.appending("tokens")
+        // A byte UTF-8 never uses, then a sequence cut short by the file's end.
+        let cases: [([UInt8], String)] = [
+            (Array("t1 alice\nt2 b".utf8) + [0xFF] + Array("ob\n".utf8), "the byte at offset 13 (line 2), 0xFF,"),
+            (Array("t1 caf".utf8) + [0xC3], "the byte at offset 6 (line 1), 0xC3,"),
+        ]
+        for (bytes, place) in cases {
+            try Data(bytes).write(to: URL(fileURLWithPath: tokens))
+            let run = try await ToolRun.running(
+                Self.executable.path, ["--data", directory.appending("data"), "--tokens-file", tokens, "--stop-at-stdin-end"])
+            #expect(run.status == 64, "\(run.status): \(run.errors)")
+            let message = "cannot read --tokens-file \(tokens): it is not UTF-8 text: \(place) begins no valid UTF-8 sequence"
+            #expect(run.errors.contains(message), "\(run.errors)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
 }
 
 extension SyncServerProcessTests {

@@ -192,12 +192,7 @@ struct SyncServerCommand: AsyncParsableCommand {
             places[token] = place
         }
         if let tokensFile {
-            let text: String
-            do {
-                text = try String(contentsOfFile: tokensFile, encoding: .utf8)
-            } catch {
-                throw ValidationError("cannot read --tokens-file \(tokensFile): \(SyncServerCommand.reason(error, reading: tokensFile))")
-            }
+            let text = try TokensFile.text(of: tokensFile)
             // Any line ending: "\r\n" is one Character, which a split on
             // "\n" leaves whole (and its user would end in "\r\n"). What
             // follows a "#" is a comment, a whole line's too (a split that
@@ -230,16 +225,6 @@ struct SyncServerCommand: AsyncParsableCommand {
             throw ValidationError("\(place): the token given to \(user) is the --admin-token, which names no user: every push and pull of \(user) would be refused (401)")
         }
         return tokens
-    }
-
-    /// Why `file` could not be read: Foundation's message, but for a
-    /// directory, of which it says only "NSCocoaErrorDomain error 256".
-    private static func reason(_ error: any Error, reading file: String) -> String {
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
-            return "it is a directory"
-        }
-        return error.localizedDescription
     }
 
     /// A longer name would make every push of its user fail (a 500).
