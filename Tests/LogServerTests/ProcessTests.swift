@@ -132,6 +132,26 @@ import Testing
         }
     }
 
+    /// A token may hold `#` (section 3 allows `!` to `~`), and a tokens
+    /// file can hold one: a `#` starts a comment only at a line's start or
+    /// after a space or a tab. Any `#` started one, so a token with `#`
+    /// was cut short and its line refused.
+    @Test func aTokenInATokensFileMayHoldAHash() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-tokens-hash")
+        let tokens = directory.appending("tokens")
+        let text = "# users\n  # an indented comment\nab#c alice # the first\n#t2 bob\nt3 carol\t#after a tab\nt4 dave read-only #\n"
+        try Data(text.utf8).write(to: URL(fileURLWithPath: tokens))
+        let (server, port) = try await Self.started(["--data", directory.appending("data"), "--port", "0", "--tokens-file", tokens])
+        defer { server.kill() }
+        for (token, status) in [("ab#c", 200), ("t3", 200), ("t4", 200), ("ab", 401), ("#t2", 401), ("t2", 401)] {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/pull")!)
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            let (_, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)
+            #expect((response as? HTTPURLResponse)?.statusCode == status, "\(token)")
+        }
+    }
+
     /// An address it cannot listen on ends it with status 1 and a message
     /// naming the address (the error alone named neither).
     @Test func anAddressItCannotListenOnIsNamed() async throws {

@@ -12,7 +12,8 @@ struct SyncServerCommand: AsyncParsableCommand {
         commandName: "syncserver",
         abstract: "Serve the sync protocol (Format/sync-protocol.md) over HTTP from a store directory.",
         discussion: """
-            Tokens map to users, one per line in --tokens-file: TOKEN USER [read-only]; '#' starts a comment. \
+            Tokens map to users, one per line in --tokens-file: TOKEN USER [read-only]; a '#' at a line's start or after \
+            a space or a tab starts a comment (inside a token it is part of it). \
             The server listens on 127.0.0.1 unless --host says otherwise, and stops cleanly on SIGTERM or SIGINT.
             Exit status: 0 stopped (SIGTERM, SIGINT, or stdin's end with --stop-at-stdin-end), 1 it could not start \
             (an address it cannot listen on, a --data refused), 64 usage (an option or a token refused).
@@ -194,12 +195,11 @@ struct SyncServerCommand: AsyncParsableCommand {
         if let tokensFile {
             let text = try TokensFile.text(of: tokensFile)
             // Any line ending: "\r\n" is one Character, which a split on
-            // "\n" leaves whole (and its user would end in "\r\n"). What
-            // follows a "#" is a comment, a whole line's too (a split that
-            // omits empty pieces took the comment for the line).
+            // "\n" leaves whole (and its user would end in "\r\n"). Empty
+            // lines are kept, so that each line's number is its place.
             for (number, line) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
                 let place = "\(tokensFile):\(number + 1)"
-                let words = line.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first?.split(whereSeparator: { $0 == " " || $0 == "\t" }) ?? []
+                let words = TokensFile.words(of: line)
                 guard !words.isEmpty else { continue }
                 guard words.count == 2 || (words.count == 3 && words[2] == "read-only") else {
                     throw ValidationError("\(place): expected TOKEN USER [read-only]")

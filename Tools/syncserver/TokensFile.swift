@@ -2,7 +2,8 @@ import ArgumentParser
 import Foundation
 
 /// The file `--tokens-file` names: bearer tokens, one per line as
-/// `TOKEN USER [read-only]`, in UTF-8.
+/// `TOKEN USER [read-only]`, in UTF-8, with comments from a `#` that starts
+/// a word.
 enum TokensFile {
     /// The text of the file at `path`.
     /// - Throws: `ValidationError` naming the file and why it cannot be
@@ -14,6 +15,15 @@ enum TokensFile {
         } catch {
             throw ValidationError("cannot read --tokens-file \(path): \(reason(error, reading: path))")
         }
+    }
+
+    /// The words of `line` before its comment, split at spaces and tabs. A
+    /// comment is a word that starts with `#` and the rest of the line: `#`
+    /// starts one at the line's start or after a space or a tab, and inside
+    /// a word is part of it, since a token may hold `#` (section 3 of the
+    /// protocol allows `!` to `~`), which a comment from any `#` on cut short.
+    static func words(of line: Substring) -> [Substring] {
+        Array(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).prefix { !$0.hasPrefix("#") })
     }
 
     /// Why `file` could not be read: Foundation's message, but for a
