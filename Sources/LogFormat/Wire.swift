@@ -62,6 +62,7 @@ public struct WireErrorCode: RawRepresentable, Hashable, Codable, Sendable, Cust
     public static let methodNotAllowed = WireErrorCode(rawValue: "METHOD_NOT_ALLOWED")
     public static let cursorInvalid = WireErrorCode(rawValue: "CURSOR_INVALID")
     public static let payloadTooLarge = WireErrorCode(rawValue: "PAYLOAD_TOO_LARGE")
+    public static let unsupportedMediaType = WireErrorCode(rawValue: "UNSUPPORTED_MEDIA_TYPE")
     public static let rateLimited = WireErrorCode(rawValue: "RATE_LIMITED")
     public static let internalError = WireErrorCode(rawValue: "INTERNAL_ERROR")
     public static let serviceUnavailable = WireErrorCode(rawValue: "SERVICE_UNAVAILABLE")
@@ -82,6 +83,7 @@ public struct WireErrorCode: RawRepresentable, Hashable, Codable, Sendable, Cust
         case .conflict: 409
         case .cursorInvalid: 410
         case .payloadTooLarge: 413
+        case .unsupportedMediaType: 415
         case .rateLimited: 429
         case .serviceUnavailable: 503
         default: 500

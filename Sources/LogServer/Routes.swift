@@ -114,9 +114,20 @@ struct Routes: Sendable {
         }
     }
 
+    /// Refuses a body in a content coding (section 2, "Bodies"): 415, as RFC
+    /// 9110 section 15.5.16 answers a coding the server does not support,
+    /// where such a body failed to parse and was answered 400, which blamed
+    /// its JSON. `identity` is no coding: the body as it is.
+    static func refuseContentCoding(_ headers: HTTPFields) throws {
+        let codings = headers[values: .contentEncoding].flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+        guard let coding = codings.first(where: { !$0.isEmpty && $0.lowercased() != "identity" }) else { return }
+        throw ServiceError(.unsupportedMediaType, "Content-Encoding \(coding.prefix(40)) is not supported: send the body as it is, not content-encoded")
+    }
+
     /// The body, refusing more than `Wire.requestBodyBytesMax` bytes; `take`
     /// is told the size of each part before it is kept, and may refuse it.
     private func collect(_ request: Request, taking take: (Int) throws -> Void = { _ in }) async throws -> Data {
+        try Routes.refuseContentCoding(request.headers)
         if let length = request.headers[.contentLength].flatMap(Int.init), length > Wire.requestBodyBytesMax {
             throw ServiceError(.payloadTooLarge, "the body is \(length) bytes; the limit is \(Wire.requestBodyBytesMax)")
         }

@@ -256,6 +256,8 @@ enum Reply {
         if let retryAfter = error.retryAfter { response.headers[.retryAfter] = String(retryAfter) }
         if let allow = error.allow { response.headers[.allow] = allow }
         if error.code == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
+        // The codings a body may be in (RFC 9110 section 15.5.16): none.
+        if error.code == .unsupportedMediaType { response.headers[.acceptEncoding] = "identity" }
         return response
     }
 

@@ -1822,3 +1822,28 @@ private func closedByServer(port: Int, sending data: Data) throws -> Bool {
     _ = try rawExchange(port: port, untilClosed: true, receiveTimeoutSeconds: 30, onEnd: { closed = $0 }) { sendAll in _ = sendAll(data) }
     return closed
 }
+
+extension ProtocolErrorTests {
+    /// A push or faults body in a content coding is answered 415
+    /// UNSUPPORTED_MEDIA_TYPE with `Accept-Encoding: identity` (RFC 9110
+    /// section 15.5.16), and nothing is applied: the header was ignored, so
+    /// a compressed body failed to parse (400, which blamed its JSON) and
+    /// one sent as it is under a coding's name was applied. `identity` is
+    /// the body as it is.
+    @Test func aContentEncodedBodyIsAnsweredUnsupportedMediaType() async throws {
+        let server = try await TestServer("content-encoding")
+        defer { Task { await server.stop() } }
+        let body = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "t1", [:])]))
+        for coding in ["gzip", "br", "identity, gzip", "GZIP"] {
+            let reply = try await server.send("POST", "/v1/push", body: body, headers: ["Content-Encoding": coding])
+            #expect(reply.status == 415 && reply.error?.error.code == .unsupportedMediaType, "\(coding): \(String(decoding: reply.body, as: UTF8.self))")
+            #expect(reply.error?.error.retryable == false)
+            #expect(reply.headers["accept-encoding"] == "identity" && reply.headers["sync-protocol-version"] == "1", "\(reply.headers)")
+        }
+        let faults = try await server.send("POST", "/v1/admin/faults", token: "admin-token", body: Data("{}".utf8), headers: ["Content-Encoding": "gzip"])
+        #expect(faults.status == 415 && faults.error?.error.code == .unsupportedMediaType)
+        #expect(try await server.pullAll().isEmpty, "a refused push applies nothing")
+        let identity = try await server.send("POST", "/v1/push", body: body, headers: ["Content-Encoding": "identity"])
+        #expect(identity.status == 200, "\(String(decoding: identity.body, as: UTF8.self))")
+    }
+}
