@@ -95,6 +95,16 @@ extension EventLog {
         try environment.read { txn in try compactedBelow(txn) }
     }
 
+    /// Throws `LMDBError` `.truncated` when `data.mdb` no longer holds
+    /// every page in use (another process cut it short), before a read
+    /// through LMDB's map meets the cut as SIGBUS; the log fails then, and
+    /// every later read throws the same. For a process that reads for
+    /// long, such as `logtool tail --follow`, between its reads
+    /// (`Environment.checkDataFileWhole`).
+    public func checkDataFileWhole() throws {
+        try environment.checkDataFileWhole()
+    }
+
     /// The LMDB map: its size and how much of it is in use.
     public func mapUsage() -> (mapSize: Int, usedBytes: Int) {
         let info = environment.info()

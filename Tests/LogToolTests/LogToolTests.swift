@@ -1964,6 +1964,27 @@ extension LogToolTests {
         #expect(run.status == 2, "\(run.status): \(run.errors)")
         #expect(run.errors.contains("data.mdb was removed or replaced while it was followed"), "\(run.errors)")
     }
+
+    /// A `data.mdb` cut short in place while `tail --follow` follows it
+    /// (a truncate; a copy restored over it) ends the follow with status 2,
+    /// naming the cut: its next read through LMDB's map died of SIGBUS.
+    /// Cut to its two meta pages, or to nothing.
+    @Test(arguments: [2, 0]) func tailFollowEndsWhenItsDataFileIsCutShort(keptPages: Int) async throws {
+        let directory = try await makeStore("logtool-tail-store-cut")
+        let outputDirectory = try TemporaryDirectory("logtool-tail-store-cut-output")
+        let output = outputDirectory.appending("out")
+        let keptBytes = keptPages * Int(sysconf(Int32(_SC_PAGESIZE)))
+        let script = """
+            "$0" tail "$1" -n 1 --follow --seconds 30 > "$2" & tail=$!
+            until [ -s "$2" ] || ! kill -0 $tail; do sleep 0.05; done
+            truncate -s "$3" "$1/data.mdb"
+            wait $tail
+            """
+        let run = try await ToolRun.running("/bin/bash", ["-c", script, Tool.path("logtool"), directory.path, output, "\(keptBytes)"])
+        #expect(run.status == 2, "\(run.status): \(run.errors)")
+        let cut = keptPages == 0 ? "is 0 bytes: it no longer holds a sound meta page" : "is \(keptBytes) bytes; its metadata says pages 0..."
+        #expect(run.errors.contains("data file truncated") && run.errors.contains("data.mdb \(cut)"), "\(run.errors)")
+    }
 }
 
 extension LogToolBundleTests {

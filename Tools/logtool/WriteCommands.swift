@@ -54,6 +54,9 @@ struct Tail: AsyncParsableCommand {
                 signal(SIGPIPE, SIG_DFL)
                 raise(SIGPIPE)
             }
+            // A file cut short in place (a truncate, a restore over it) is
+            // named before a read meets the cut in the map, as SIGBUS.
+            try log.checkDataFileWhole()
             following = try printEntries(log, from: next)
             guard Tail.identity(of: dataFile) == followed else {
                 throw LogToolError("\(dataFile) was removed or replaced while it was followed")
