@@ -140,11 +140,12 @@ import Testing
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-tokens-hash")
         let tokens = directory.appending("tokens")
-        let text = "# users\n  # an indented comment\nab#c alice # the first\n#t2 bob\nt3 carol\t#after a tab\nt4 dave read-only #\n"
+        // And ":", which `--token TOKEN:USER` cannot give (it splits there).
+        let text = "# users\n  # an indented comment\nab#c alice # the first\n#t2 bob\nt3 carol\t#after a tab\nt4 dave read-only #\ne:f erin\n"
         try Data(text.utf8).write(to: URL(fileURLWithPath: tokens))
         let (server, port) = try await Self.started(["--data", directory.appending("data"), "--port", "0", "--tokens-file", tokens])
         defer { server.kill() }
-        for (token, status) in [("ab#c", 200), ("t3", 200), ("t4", 200), ("ab", 401), ("#t2", 401), ("t2", 401)] {
+        for (token, status) in [("ab#c", 200), ("t3", 200), ("t4", 200), ("e:f", 200), ("ab", 401), ("#t2", 401), ("t2", 401), ("e", 401)] {
             var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/pull")!)
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
             let (_, response) = try await URLSession.shared.dataIgnoringCancellation(for: request)

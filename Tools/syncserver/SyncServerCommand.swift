@@ -31,7 +31,10 @@ struct SyncServerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("A file of bearer tokens: TOKEN USER [read-only] per line.", valueName: "file"))
     var tokensFile: String?
 
-    @Option(help: ArgumentHelp("A bearer token as TOKEN:USER (repeatable).", valueName: "token:user"))
+    @Option(
+        help: ArgumentHelp(
+            "A bearer token as TOKEN:USER (repeatable), split at the first ':': a token that holds ':' goes in --tokens-file.",
+            valueName: "token:user"))
     var token: [String] = []
 
     @Option(help: ArgumentHelp("The bearer token for /v1/admin endpoints (none: disabled).", valueName: "token"))
