@@ -263,15 +263,15 @@ public final class Environment: @unchecked Sendable {
             var attempts = 0
             while true {
                 attempts += 1
-                let meta = try dataFile(descriptor).newestMeta()
+                let meta = try Self.dataFileReader(descriptor: descriptor, pageSize: pageSize, path: path).newestMeta()
                 guard let meta else {
-                    let size = try dataFile(descriptor).fileSize
+                    let size = try Self.dataFileReader(descriptor: descriptor, pageSize: pageSize, path: path).fileSize
                     throw failCut(
                         meta: nil, detail: "\(path)/data.mdb is \(size) bytes: it no longer holds a sound meta page")
                 }
                 // Sized after the meta page is read: a writer writes the
                 // pages a meta page counts before that page.
-                let reader = try dataFile(descriptor)
+                let reader = try Self.dataFileReader(descriptor: descriptor, pageSize: pageSize, path: path)
                 do throws(LMDBError) {
                     return try Self.checkHoldsPages(
                         through: meta.u64(DataFile.metaLastPage), transactionID: meta.u64(DataFile.metaTransactionID), reader,
@@ -302,15 +302,6 @@ public final class Environment: @unchecked Sendable {
             usable.store(false, ordering: .releasing)
         }
         return error
-    }
-
-    /// A reader of the data file at `descriptor`, with its size now.
-    private func dataFile(_ descriptor: mdb_filehandle_t) throws(LMDBError) -> DataFile.PageReader {
-        var file = stat()
-        guard fstat(descriptor, &file) == 0 else {
-            throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
-        }
-        return DataFile.PageReader(descriptor: descriptor, pageSize: pageSize, fileSize: Int(file.st_size))
     }
 
     /// Throws `.truncated` unless the file `reader` reads holds pages
@@ -346,11 +337,18 @@ public final class Environment: @unchecked Sendable {
         var descriptor: mdb_filehandle_t = -1
         try check(mdb_env_stat(env, &statistics), "mdb_env_stat", path: path)
         try check(mdb_env_get_fd(env, &descriptor), "mdb_env_get_fd", path: path)
+        return try dataFileReader(descriptor: descriptor, pageSize: Int(statistics.ms_psize), path: path)
+    }
+
+    /// A reader of the data file at `descriptor`, LMDB's, with its size now.
+    private static func dataFileReader(descriptor: mdb_filehandle_t, pageSize: Int, path: String) throws(LMDBError)
+        -> DataFile.PageReader
+    {
         var file = stat()
         guard fstat(descriptor, &file) == 0 else {
             throw LMDBError(code: LMDBError.Code(rawValue: errno), operation: "fstat", path: path, detail: "data.mdb")
         }
-        return DataFile.PageReader(descriptor: descriptor, pageSize: Int(statistics.ms_psize), fileSize: Int(file.st_size))
+        return DataFile.PageReader(descriptor: descriptor, pageSize: pageSize, fileSize: Int(file.st_size))
     }
 
     private static func register(_ path: String) throws(LMDBError) {

@@ -28,6 +28,10 @@ extension Environment {
 
     static let pageCheckAttemptsMax = 5
 
+    /// How many of a page check's problems an error that refuses an open
+    /// names (`PageCheckReport.problemsInBrief`).
+    public static let pageProblemsShownMax = 3
+
     /// `checkPages` in the snapshot of `txn`; nil when the meta page it
     /// began from is no longer in the file.
     private func checkPages(_ txn: borrowing Transaction, problemCountMax: Int) throws -> PageCheckReport? {

@@ -25,6 +25,14 @@ public struct PageCheckReport: Sendable, Equatable {
     /// read on from stops at the first problem.
     public var problems: [Problem]
 
+    /// The first `countMax` problems on one line, then "; and more" when
+    /// the report holds more (run the check with a `problemCountMax` above
+    /// `countMax` to know): for an error message, where `logtool verify`
+    /// lists them all.
+    public func problemsInBrief(countMax: Int) -> String {
+        problems.prefix(countMax).map(\.description).joined(separator: "; ") + (problems.count > countMax ? "; and more" : "")
+    }
+
     /// The report of a check that read no table, for `why`.
     static func unread(_ why: String) -> Self {
         PageCheckReport(pagesChecked: 0, freePages: 0, pageCount: 0, problems: [Problem(table: "data.mdb", page: nil, message: why)])

@@ -37,8 +37,9 @@ final class ServerStorage: Sendable {
     /// directory (or one holding only `lost+found`: a mount point).
     /// - Throws: `SyncServer.ConfigurationError` when `path` holds files but
     ///   no store, holds an LMDB environment that is not a server's store, or
-    ///   another process serves it; `LMDBError` when the directory cannot be used.
-    init(path: String, durability: Environment.Durability) throws {
+    ///   another process serves it, or, with `checkPages`, a page of its
+    ///   `data.mdb` is damaged; `LMDBError` when the directory cannot be used.
+    init(path: String, durability: Environment.Durability, checkPages: Bool = false) throws {
         try ServerStorage.checkHoldsNoOtherFiles(path)
         var options = Environment.Options()
         options.durability = durability
@@ -47,6 +48,8 @@ final class ServerStorage: Sendable {
         // the lock released, and no lock file in a directory that is not a
         // server's store.
         do {
+            // Before LMDB reads a table through its map.
+            if checkPages { try ServerStorage.checkPages(environment, path: path) }
             try environment.read { txn in try ServerStorage.checkIsServerStore(txn, path: path) }
             lock = try DataDirectoryLock.take(directory: environment.path, named: path)
         } catch {
@@ -279,5 +282,18 @@ enum ChangeRow {
             throw ServiceError(.internalError, "change \(offset) is damaged: its idempotency key (\(key.count) bytes) is not UTF-8")
         }
         return (change, entry.timestamp, idempotencyKey)
+    }
+}
+
+extension ServerStorage {
+    /// Refuses a store with a damaged page (`Environment.checkPages`),
+    /// naming the first problems, where a request that reached the page
+    /// would crash the server, and every restart after it.
+    static func checkPages(_ environment: Environment, path: String) throws {
+        let report = try environment.checkPages(problemCountMax: Environment.pageProblemsShownMax + 1)
+        guard !report.problems.isEmpty else { return }
+        throw SyncServer.ConfigurationError(
+            "\(path): damaged pages in data.mdb: \(report.problemsInBrief(countMax: Environment.pageProblemsShownMax)) "
+                + "(logtool verify lists them; restore the store from a backup)")
     }
 }

@@ -25,6 +25,10 @@ public final class SyncServer: Sendable {
         /// under `.process` any commit, answered pushes included (and may
         /// corrupt the store). The other two are for tests and benchmarks.
         public var durability = LMDB.Environment.Durability.full
+        /// Check every page of the store's `data.mdb` at start
+        /// (`Environment.checkPages`): a damaged one refuses the start,
+        /// named. It reads the whole file, so it is off unless asked for.
+        public var checkPagesAtStart = false
         /// Bearer token -> who it is.
         public var tokens: [String: Identity] = [:]
         /// The token for /v1/admin (nil: no admin endpoints).
@@ -100,7 +104,8 @@ public final class SyncServer: Sendable {
     public init(configuration: Configuration) throws {
         try configuration.check()
         self.configuration = configuration
-        let storage = try ServerStorage(path: configuration.dataDirectory, durability: configuration.durability)
+        let storage = try ServerStorage(
+            path: configuration.dataDirectory, durability: configuration.durability, checkPages: configuration.checkPagesAtStart)
         service = SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }
         limiter = configuration.rateLimit.map { RateLimiter(rate: $0.rate, burst: $0.burst) }
         pushBuffer = PushBuffer(bytesMax: configuration.pushBufferBytesMax)

@@ -27,6 +27,14 @@ public final class EventLog: Sendable {
         /// The initial LMDB map size in bytes; it grows as needed. Not
         /// negative (0: LMDB's default).
         public var initialMapSize = 64 << 20
+        /// Check every page of `data.mdb` (`Environment.checkPages`) before
+        /// any table is read: damage inside a page, which LMDB follows
+        /// through its map unchecked and can crash on, then fails the open
+        /// with `.damagedPages`, naming the table and the page. It reads the
+        /// whole file (bench section 6 gives its rate), so it is off unless
+        /// asked for: by an app that has reason to doubt its storage, or a
+        /// server at its start (`syncserver --check-pages`).
+        public var checkPagesOnOpen = false
 
         public init(durability: Durability = .full, readOnly: Bool = false) {
             self.durability = durability
@@ -115,11 +123,31 @@ public final class EventLog: Sendable {
                 throw LogStoreError(.notAStore, path: path, "no data.mdb in the directory")
             }
         }
+        let environment: Environment
         do {
-            return try Environment(path: path, options: environmentOptions)
+            environment = try Environment(path: path, options: environmentOptions)
         } catch let error as LMDBError where error.code == .invalid {
             throw LogStoreError(.notAStore, path: error.path ?? path, error.detail ?? "data.mdb is not an LMDB file")
         }
+        if options.checkPagesOnOpen {
+            do {
+                try checkPages(environment)
+            } catch {
+                environment.close()
+                throw error
+            }
+        }
+        return environment
+    }
+
+    /// Throws `.damagedPages` naming the first problems the page check of
+    /// `environment` finds.
+    private static func checkPages(_ environment: Environment) throws {
+        let report = try environment.checkPages(problemCountMax: Environment.pageProblemsShownMax + 1)
+        guard !report.problems.isEmpty else { return }
+        throw LogStoreError(
+            .damagedPages, path: environment.path,
+            report.problemsInBrief(countMax: Environment.pageProblemsShownMax) + " (logtool verify lists them all)")
     }
 
     /// Opens the log and, in the same setup transaction, the derived

@@ -34,6 +34,9 @@ public struct LogStoreError: Error, Equatable, Sendable, CustomStringConvertible
         /// timestamp: there is no offset, or no later timestamp, left for
         /// another entry.
         public static let logFull = Code("log full")
+        /// A page of `data.mdb` is damaged (`EventLog.Options.checkPagesOnOpen`
+        /// found it); the detail names the table and the page.
+        public static let damagedPages = Code("damaged pages")
     }
 
     public var code: Code

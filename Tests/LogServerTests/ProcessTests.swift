@@ -895,3 +895,34 @@ extension SyncServerProcessTests {
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
     }
 }
+
+extension SyncServerProcessTests {
+    /// With --check-pages a store with damaged pages (here every page past
+    /// the meta pages names another page in its header) stops the start
+    /// with status 1, naming a page, before LMDB reads a table; a sound
+    /// one serves as before, what it holds kept.
+    @Test func checkPagesRefusesAStoreWithDamagedPagesAtStart() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-check-pages")
+        let data = directory.appending("data")
+        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--check-pages"]
+        let push = try JSONEncoder().encode(PushRequest(operations: [operation(.create, "kept", ["n": 1], key: "kept")]))
+        for _ in 0..<2 {
+            let (server, port) = try await Self.started(arguments)
+            defer { server.kill() }
+            #expect(try await Self.send("/v1/push", port: port, body: push).status == 200)
+            server.kill()
+            #expect(await server.waitForExit(timeout: .seconds(30)))
+        }
+        let file = data + "/data.mdb"
+        var bytes = try #require(FileManager.default.contents(atPath: file))
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        for page in 2..<bytes.count / pageSize { bytes.replaceSubrange(page * pageSize..<page * pageSize + 8, with: [UInt8](repeating: 0xEE, count: 8)) }
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let run = try await ToolRun.running(Self.executable.path, arguments + ["--stop-at-stdin-end"])
+        #expect(run.status == 1, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("\(data): damaged pages in data.mdb: "), "\(run.errors)")
+        #expect(run.errors.contains(#/page \d+: its header says it is page 17216961135462248174/#), "\(run.errors)")
+        #expect(FileManager.default.contents(atPath: file) == bytes)
+    }
+}

@@ -1062,3 +1062,39 @@ extension StoreIntegrityTests {
         #expect(awaited.count == 2 && awaited[0].contains("te/a is damaged") && awaited[1].contains("te/b is damaged"), "\(report.problems)")
     }
 }
+
+extension StoreIntegrityTests {
+    /// With `checkPagesOnOpen`, damage inside the pages of `data.mdb` (here
+    /// every page past the meta pages names another page in its header)
+    /// fails the open, read-only or not, with `.damagedPages` naming a
+    /// table and a page, before LMDB reads a table through its map; and
+    /// leaves the directory as it was. A sound store opens so and works.
+    @Test(arguments: [false, true]) func checkPagesOnOpenRefusesDamagedPages(readOnly: Bool) async throws {
+        let directory = try TemporaryDirectory("store-check-pages-on-open")
+        do {
+            let store = try Store(path: directory.path, options: .init(durability: .process))
+            try await store.create(type: "te", id: "a", fields: ["n": 1])
+            store.close()
+        }
+        var options = EventLog.Options(durability: .process, readOnly: readOnly)
+        options.checkPagesOnOpen = true
+        do {
+            let store = try Store(path: directory.path, options: options)
+            defer { store.close() }
+            #expect(try store.get(type: "te", id: "a")?.fields == ["n": 1])
+        }
+        let file = directory.appending("data.mdb")
+        var bytes = try #require(FileManager.default.contents(atPath: file))
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        for page in 2..<bytes.count / pageSize { bytes.replaceSubrange(page * pageSize..<page * pageSize + 8, with: [UInt8](repeating: 0xEE, count: 8)) }
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let before = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+
+        let error = #expect(throws: LogStoreError.self) { try Store(path: directory.path, options: options) }
+        #expect(error?.code == .damagedPages, "\(String(describing: error))")
+        #expect(error?.detail.contains(#/page \d+: its header says it is page 17216961135462248174/#) == true, "\(String(describing: error))")
+        #expect(error?.detail.hasSuffix("(logtool verify lists them all)") == true, "\(String(describing: error))")
+        #expect(FileManager.default.contents(atPath: file) == bytes)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == before)
+    }
+}

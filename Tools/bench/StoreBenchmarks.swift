@@ -536,6 +536,10 @@ enum ReplayBenchmark {
         /// where `/proc/self/io` cannot be read): LMDB writes every page a
         /// commit dirtied that way.
         var writtenBytes: Int?
+        /// The replayed store opened with and without
+        /// `checkPagesOnOpen`, and its data file read page by page with
+        /// pread alone (`.full` only).
+        var pageCheck: PageCheckTiming?
     }
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
@@ -630,6 +634,19 @@ enum ReplayBenchmark {
                         Double(written) / Double(full.entries), Double(written) / Double(max(tables, 1)),
                         megabytes(tables))))
         }
+        if let check = full.pageCheck {
+            let checkTime = check.checkedOpen - check.open
+            rows.append(
+                ResultRow(
+                    "   checkPagesOnOpen: the page check of data.mdb", megabytes(check.bytes) / checkTime.seconds, "MB/s",
+                    detail: String(
+                        format: "%.0f ms for the %.0f MB file after the replay: an open with it took %.0f ms, one "
+                            + "without %.1f ms (best of %d each); reading every page with pread alone takes %.0f ms "
+                            + "(%.0f MB/s), so the check is %.1fx the read it cannot avoid",
+                        checkTime.seconds * 1e3, megabytes(check.bytes), check.checkedOpen.seconds * 1e3,
+                        check.open.seconds * 1e3, PageCheckTiming.rounds, check.read.seconds * 1e3,
+                        megabytes(check.bytes) / check.read.seconds, checkTime.seconds / check.read.seconds)))
+        }
         rows.append(
             ResultRow(
                 "   data.mdb before the replay (the log)", megabytes(full.logFileBytes), "MB",
@@ -699,6 +716,11 @@ enum ReplayBenchmark {
                     + "expected \(kinds.visible) and \(kinds.pending)")
         }
         let storeFileBytes = dataFileBytes(workspace, name)
+        var pageCheck: PageCheckTiming?
+        if durability == .full {
+            store.close()
+            pageCheck = try await onDedicatedThread("bench page check") { try PageCheckTiming(path: workspace.path(name)) }
+        }
         var tableWrite: (time: Duration, rows: Int)?
         if durability == .process {
             let names = try store.derivedDatabaseNamesInUse()
@@ -710,7 +732,51 @@ enum ReplayBenchmark {
         return Outcome(
             durability: durability, entries: entries, kinds: kinds, elapsed: elapsed, buildTime: buildTime,
             scanTime: scanTime, tableWrite: tableWrite, logFileBytes: logFileBytes, storeFileBytes: storeFileBytes,
-            memory: memory, writtenBytes: writtenAfter.flatMap { after in writtenBefore.map { after - $0 } })
+            memory: memory, writtenBytes: writtenAfter.flatMap { after in writtenBefore.map { after - $0 } },
+            pageCheck: pageCheck)
+    }
+}
+
+/// What `EventLog.Options.checkPagesOnOpen` costs: the (closed) store at
+/// `path` opened read-only with and without it, the best of `rounds` each,
+/// beside its data file read page by page with pread alone, the read that
+/// a check of every page cannot avoid. The page cache is warm.
+struct PageCheckTiming {
+    static let rounds = 3
+    var open: Duration
+    var checkedOpen: Duration
+    var read: Duration
+    var bytes: Int
+
+    init(path: String) throws {
+        func openTime(checkingPages: Bool) throws -> Duration {
+            var options = EventLog.Options.inspecting
+            options.checkPagesOnOpen = checkingPages
+            return try (0..<Self.rounds).map { _ in
+                try timed { try Store(path: path, options: options).close() }
+            }.min()!
+        }
+        open = try openTime(checkingPages: false)
+        checkedOpen = try openTime(checkingPages: true)
+        let file = (path as NSString).appendingPathComponent("data.mdb")
+        let descriptor = Foundation.open(file, O_RDONLY)
+        guard descriptor >= 0 else { throw BenchError("cannot open \(file): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        var page = [UInt8](repeating: 0, count: pageSize)
+        var total = 0
+        read = try (0..<Self.rounds).map { _ in
+            try timed {
+                total = 0
+                while true {
+                    let got = page.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, pageSize, off_t(total)) }
+                    guard got >= 0 else { throw BenchError("pread of \(file): \(String(cString: strerror(errno)))") }
+                    if got == 0 { break }
+                    total += got
+                }
+            }
+        }.min()!
+        bytes = total
     }
 }
 

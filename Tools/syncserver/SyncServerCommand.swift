@@ -58,6 +58,12 @@ struct SyncServerCommand: AsyncParsableCommand {
             """)
     var durability = "full"
 
+    @Flag(
+        help: ArgumentHelp(
+            "Check every page of the store's data.mdb before serving: a damaged one stops the start (status 1), named, "
+                + "where a request that reached it could crash the server. It reads the whole file once."))
+    var checkPages = false
+
     @Option(
         parsing: .unconditional,
         help: ArgumentHelp(
@@ -140,6 +146,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.idleTimeout = idleTimeout > 0 ? .seconds(idleTimeout) : nil
         configuration.bodyTimeout = bodyTimeout > 0 ? .seconds(bodyTimeout) : nil
         configuration.durability = .init(rawValue: durability) ?? .full
+        configuration.checkPagesAtStart = checkPages
         configuration.pushBufferBytesMax = pushBufferMib << 20
         let before = DataDirectoryBefore(data)
         try before.checkParentExists()
