@@ -915,10 +915,7 @@ extension SyncServerProcessTests {
             #expect(await server.waitForExit(timeout: .seconds(30)))
         }
         let file = data + "/data.mdb"
-        var bytes = try #require(FileManager.default.contents(atPath: file))
-        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
-        for page in 2..<bytes.count / pageSize { bytes.replaceSubrange(page * pageSize..<page * pageSize + 8, with: [UInt8](repeating: 0xEE, count: 8)) }
-        try bytes.write(to: URL(fileURLWithPath: file))
+        let bytes = try damagePageHeaders(ofDataFile: file)
         let run = try await ToolRun.running(Self.executable.path, arguments + ["--stop-at-stdin-end"])
         #expect(run.status == 1, "\(run.status): \(run.errors)")
         #expect(run.errors.contains("\(data): damaged pages in data.mdb: "), "\(run.errors)")

@@ -1084,10 +1084,7 @@ extension StoreIntegrityTests {
             #expect(try store.get(type: "te", id: "a")?.fields == ["n": 1])
         }
         let file = directory.appending("data.mdb")
-        var bytes = try #require(FileManager.default.contents(atPath: file))
-        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
-        for page in 2..<bytes.count / pageSize { bytes.replaceSubrange(page * pageSize..<page * pageSize + 8, with: [UInt8](repeating: 0xEE, count: 8)) }
-        try bytes.write(to: URL(fileURLWithPath: file))
+        let bytes = try damagePageHeaders(ofDataFile: file)
         let before = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
 
         let error = #expect(throws: LogStoreError.self) { try Store(path: directory.path, options: options) }
