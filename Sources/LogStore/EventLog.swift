@@ -32,8 +32,8 @@ public final class EventLog: Sendable {
         /// through its map unchecked and can crash on, then fails the open
         /// with `.damagedPages`, naming the table and the page. It reads the
         /// whole file (bench section 6 gives its rate), so it is off unless
-        /// asked for: by an app that has reason to doubt its storage, or a
-        /// server at its start (`syncserver --check-pages`).
+        /// an app that has reason to doubt its storage asks for it.
+        /// (`syncserver --check-pages` does the same for a server's store.)
         public var checkPagesOnOpen = false
 
         public init(durability: Durability = .full, readOnly: Bool = false) {
