@@ -28,9 +28,15 @@ extension Environment {
 
     static let pageCheckAttemptsMax = 5
 
-    /// How many of a page check's problems an error that refuses an open
-    /// names (`PageCheckReport.problemsInBrief`).
-    public static let pageProblemsShownMax = 3
+    /// How many of a page check's problems `pageProblemsInBrief` names.
+    static let pageProblemsShownMax = 3
+
+    /// `checkPages`' first problems on one line, for an error that refuses
+    /// an open (`logtool verify` lists them all); nil when it finds none.
+    public func pageProblemsInBrief() throws -> String? {
+        let report = try checkPages(problemCountMax: Self.pageProblemsShownMax + 1)
+        return report.problems.isEmpty ? nil : report.problemsInBrief(countMax: Self.pageProblemsShownMax)
+    }
 
     /// `checkPages` in the snapshot of `txn`; nil when the meta page it
     /// began from is no longer in the file.

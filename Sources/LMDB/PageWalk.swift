@@ -27,9 +27,8 @@ public struct PageCheckReport: Sendable, Equatable {
 
     /// The first `countMax` problems on one line, then "; and more" when
     /// the report holds more (run the check with a `problemCountMax` above
-    /// `countMax` to know): for an error message, where `logtool verify`
-    /// lists them all.
-    public func problemsInBrief(countMax: Int) -> String {
+    /// `countMax` to know).
+    func problemsInBrief(countMax: Int) -> String {
         problems.prefix(countMax).map(\.description).joined(separator: "; ") + (problems.count > countMax ? "; and more" : "")
     }
 

@@ -48,8 +48,13 @@ final class ServerStorage: Sendable {
         // the lock released, and no lock file in a directory that is not a
         // server's store.
         do {
-            // Before LMDB reads a table through its map.
-            if checkPages { try ServerStorage.checkPages(environment, path: path) }
+            // Before LMDB reads a table through its map: a request that
+            // reached a damaged page could crash the server, and every
+            // restart after it.
+            if checkPages, let problems = try environment.pageProblemsInBrief() {
+                throw SyncServer.ConfigurationError(
+                    "\(path): damaged pages in data.mdb: \(problems) (logtool verify lists them; restore the store from a backup)")
+            }
             try environment.read { txn in try ServerStorage.checkIsServerStore(txn, path: path) }
             lock = try DataDirectoryLock.take(directory: environment.path, named: path)
         } catch {
@@ -282,18 +287,5 @@ enum ChangeRow {
             throw ServiceError(.internalError, "change \(offset) is damaged: its idempotency key (\(key.count) bytes) is not UTF-8")
         }
         return (change, entry.timestamp, idempotencyKey)
-    }
-}
-
-extension ServerStorage {
-    /// Refuses a store with a damaged page (`Environment.checkPages`),
-    /// naming the first problems, where a request that reached the page
-    /// would crash the server, and every restart after it.
-    static func checkPages(_ environment: Environment, path: String) throws {
-        let report = try environment.checkPages(problemCountMax: Environment.pageProblemsShownMax + 1)
-        guard !report.problems.isEmpty else { return }
-        throw SyncServer.ConfigurationError(
-            "\(path): damaged pages in data.mdb: \(report.problemsInBrief(countMax: Environment.pageProblemsShownMax)) "
-                + "(logtool verify lists them; restore the store from a backup)")
     }
 }

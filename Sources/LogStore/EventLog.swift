@@ -131,23 +131,15 @@ public final class EventLog: Sendable {
         }
         if options.checkPagesOnOpen {
             do {
-                try checkPages(environment)
+                if let problems = try environment.pageProblemsInBrief() {
+                    throw LogStoreError(.damagedPages, path: environment.path, problems + " (logtool verify lists them all)")
+                }
             } catch {
                 environment.close()
                 throw error
             }
         }
         return environment
-    }
-
-    /// Throws `.damagedPages` naming the first problems the page check of
-    /// `environment` finds.
-    private static func checkPages(_ environment: Environment) throws {
-        let report = try environment.checkPages(problemCountMax: Environment.pageProblemsShownMax + 1)
-        guard !report.problems.isEmpty else { return }
-        throw LogStoreError(
-            .damagedPages, path: environment.path,
-            report.problemsInBrief(countMax: Environment.pageProblemsShownMax) + " (logtool verify lists them all)")
     }
 
     /// Opens the log and, in the same setup transaction, the derived
