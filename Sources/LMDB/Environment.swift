@@ -263,11 +263,10 @@ public final class Environment: @unchecked Sendable {
             var attempts = 0
             while true {
                 attempts += 1
-                let meta = try Self.dataFileReader(descriptor: descriptor, pageSize: pageSize, path: path).newestMeta()
-                guard let meta else {
-                    let size = try Self.dataFileReader(descriptor: descriptor, pageSize: pageSize, path: path).fileSize
+                let before = try Self.dataFileReader(descriptor: descriptor, pageSize: pageSize, path: path)
+                guard let meta = before.newestMeta() else {
                     throw failCut(
-                        meta: nil, detail: "\(path)/data.mdb is \(size) bytes: it no longer holds a sound meta page")
+                        meta: nil, detail: "\(path)/data.mdb is \(before.fileSize) bytes: it no longer holds a sound meta page")
                 }
                 // Sized after the meta page is read: a writer writes the
                 // pages a meta page counts before that page.
