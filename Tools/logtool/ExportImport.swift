@@ -119,12 +119,8 @@ struct Export: ParsableCommand {
     /// `path` is (by device and inode: a link to it, another path to it);
     /// nil when it is none of them.
     private static func storeFile(at path: String, in store: String) -> String? {
-        var status = stat()
-        guard stat(path, &status) == 0 else { return nil }
-        return ["data.mdb", "lock.mdb", "writer.lock"].first { name in
-            var file = stat()
-            return stat(store + "/" + name, &file) == 0 && file.st_dev == status.st_dev && file.st_ino == status.st_ino
-        }
+        guard let target = fileIdentity(of: path) else { return nil }
+        return ["data.mdb", "lock.mdb", "writer.lock"].first { fileIdentity(of: store + "/" + $0) == target }
     }
 
     /// Line by line, so it never holds the whole log in memory, and from one

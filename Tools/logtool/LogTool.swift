@@ -99,6 +99,14 @@ struct StoreOptions: ParsableArguments {
     }
 }
 
+/// The device and inode of the file at `path`, a link followed: the same
+/// for every path to one file. Nil when there is none.
+func fileIdentity(of path: String) -> [UInt64]? {
+    var status = stat()
+    guard stat(path, &status) == 0 else { return nil }
+    return [UInt64(status.st_dev), UInt64(status.st_ino)]
+}
+
 extension EventLog {
     /// Where the log ends, in words for a message: "the log ends at N", or
     /// "the store has no entries", which a range said as "1...0".

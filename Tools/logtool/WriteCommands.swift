@@ -41,7 +41,7 @@ struct Tail: AsyncParsableCommand {
         // anew there (an app that resets its store) ends the follow, where
         // the removed file was followed on, silently, for good.
         let dataFile = log.path + "/data.mdb"
-        let followed = Tail.identity(of: dataFile)
+        let followed = fileIdentity(of: dataFile)
         let deadline = seconds.flatMap { $0 > 0 ? ContinuousClock.now + .seconds($0) : nil }
         // Bounded by --seconds, or by the user's interrupt.
         while deadline.map({ ContinuousClock.now < $0 }) ?? true {
@@ -58,17 +58,10 @@ struct Tail: AsyncParsableCommand {
             // named before a read meets the cut in the map, as SIGBUS.
             try log.checkDataFileWhole()
             following = try printEntries(log, from: next)
-            guard Tail.identity(of: dataFile) == followed else {
+            guard fileIdentity(of: dataFile) == followed else {
                 throw LogToolError("\(dataFile) was removed or replaced while it was followed")
             }
         }
-    }
-
-    /// The device and inode of the file at `path`; nil when there is none.
-    static func identity(of path: String) -> [UInt64]? {
-        var status = stat()
-        guard stat(path, &status) == 0 else { return nil }
-        return [UInt64(status.st_dev), UInt64(status.st_ino)]
     }
 
     /// True when standard output is a pipe whose read end is closed: Linux
