@@ -27,4 +27,30 @@ public enum LoopbackSocket {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         return address
     }
+
+    /// Binds a socket to 127.0.0.1:`port` and does not listen: while the
+    /// caller keeps it open, a connection to the port is refused at once,
+    /// and no socket bound to port 0 is given this port. A test that stops
+    /// a server and expects its clients to find nobody there holds the
+    /// port, or another test's server may be given it and answer them.
+    /// `SO_REUSEADDR` lets it bind beside the stopped server's closing
+    /// connections. Returns the socket for the caller to close, or the
+    /// error that kept it from binding.
+    public static func hold(port: Int) throws -> Int32 {
+        let descriptor = try make()
+        var on: Int32 = 1
+        var address = address(port: port)
+        let bound = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size)) == 0
+                    && bind(descriptor, address, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+        guard bound else {
+            let error = POSIXError(.init(rawValue: errno) ?? .EIO)
+            close(descriptor)
+            throw error
+        }
+        return descriptor
+    }
 }

@@ -2,6 +2,7 @@ import Foundation
 import LogFormat
 import LogServer
 import LMDB
+import ServiceLifecycle
 import Synchronization
 
 #if canImport(FoundationNetworking)
@@ -33,7 +34,11 @@ public final class TestServer: Sendable {
         var configuration: SyncServer.Configuration
         var server: SyncServer
         var port = 0
-        var task: Task<Void, any Error>?
+        /// The task serving and the group that stops it gracefully.
+        var serving: (task: Task<Void, any Error>, group: ServiceGroup)?
+        /// The ports of stopped servers, held (`LoopbackSocket.hold`) until
+        /// this test server ends: a client still sent to one finds nobody.
+        var heldPorts: [Int32] = []
     }
 
     /// What the next `restart()`, `backUp(to:)` or `restore(from:)` serves
@@ -80,12 +85,22 @@ public final class TestServer: Sendable {
     private func start() async throws {
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let app = server.application { port in continuation.yield(port) }
+        // Stopped by a graceful shutdown, never by cancelling its task: a
+        // connection accepted as the task was cancelled was never handed
+        // to a handler, and NIO traps on its unfinished writer ("Deinited
+        // NIOAsyncWriter without calling finish()", swift-nio issue 3481),
+        // which took the whole test process with it.
+        var configuration = ServiceGroupConfiguration(services: [.init(service: app)], logger: app.logger)
+        // A request still waiting (a fault's delay, a client that never
+        // ends its body) is cut off then, as cancellation would.
+        configuration.maximumGracefulShutdownDuration = .seconds(5)
+        let group = ServiceGroup(configuration: configuration)
         let task = Task {
             // Ended before listening, it must not leave `start` waiting.
             defer { continuation.finish() }
-            try await app.run()
+            try await group.run()
         }
-        state.withLock { $0.task = task }
+        state.withLock { $0.serving = (task, group) }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next() else {
             try await task.value
@@ -96,14 +111,30 @@ public final class TestServer: Sendable {
     }
 
     /// Stops serving (in-flight requests finish) and closes the store.
+    /// The port stays held until this test server ends: a connection to
+    /// it is refused, rather than answered by another test's server given
+    /// the port, which once made a client of a stopped server sync.
     public func stop() async {
-        let task = state.withLock { state in
-            defer { state.task = nil }
-            return state.task
+        let serving = state.withLock { state in
+            defer { state.serving = nil }
+            return state.serving
         }
-        task?.cancel()
-        _ = await task?.result
+        guard let (task, group) = serving else { return server.close() }
+        await group.triggerGracefulShutdown()
+        _ = await task.result
         server.close()
+        do {
+            let held = try LoopbackSocket.hold(port: port)
+            state.withLock { $0.heldPorts.append(held) }
+        } catch {
+            // Not a failure of the test: only a rare later client could
+            // reach another server, which a test expecting none would see.
+            FileHandle.standardError.write(Data("TestServer: could not hold port \(port) after stopping: \(error)\n".utf8))
+        }
+    }
+
+    deinit {
+        for descriptor in state.withLock({ $0.heldPorts }) { close(descriptor) }
     }
 
     /// Serves the data directory again with a new server (the configuration
