@@ -22,7 +22,7 @@ let package = Package(
         // Both already come with Hummingbird; named for the server's parser-error handler.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
-        // Also comes with Hummingbird; named for the test server's graceful stop.
+        // Also comes with Hummingbird; named for SyncServer.serve()'s graceful stop.
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
@@ -46,18 +46,13 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .target(name: "LogSync", dependencies: ["LogFormat", "LogStore"]),
         .target(name: "LogSyncHTTP", dependencies: ["LogFormat", "LogSync"]),
         .target(name: "SyncStore", dependencies: ["LMDB", "LogFormat", "LogStore", "LogSync", "LogSyncHTTP"]),
-        .target(
-            name: "LogTesting",
-            dependencies: [
-                "CSpawn", "LogFormat", "LMDB", "LogStore", "LogSync", "LogServer",
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
-        ),
+        .target(name: "LogTesting", dependencies: ["CSpawn", "LogFormat", "LMDB", "LogStore", "LogSync", "LogServer"]),
 
         .executableTarget(
             name: "bench",

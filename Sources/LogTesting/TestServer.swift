@@ -2,7 +2,6 @@ import Foundation
 import LogFormat
 import LogServer
 import LMDB
-import ServiceLifecycle
 import Synchronization
 
 #if canImport(FoundationNetworking)
@@ -34,8 +33,7 @@ public final class TestServer: Sendable {
         var configuration: SyncServer.Configuration
         var server: SyncServer
         var port = 0
-        /// The task serving and the group that stops it gracefully.
-        var serving: (task: Task<Void, any Error>, group: ServiceGroup)?
+        var serving: SyncServer.Serving?
         /// The ports of stopped servers, held (`LoopbackSocket.hold`) until
         /// this test server ends: a client still sent to one finds nobody.
         var heldPorts: [Int32] = []
@@ -83,31 +81,11 @@ public final class TestServer: Sendable {
     /// Serves until `stop()`; returns once listening, and throws why when
     /// the server ends before it listens (it cannot bind, say).
     private func start() async throws {
-        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let app = server.application { port in continuation.yield(port) }
-        // Stopped by a graceful shutdown, never by cancelling its task: a
-        // connection accepted as the task was cancelled was never handed
-        // to a handler, and NIO traps on its unfinished writer ("Deinited
-        // NIOAsyncWriter without calling finish()", swift-nio issue 3481),
-        // which took the whole test process with it.
-        var configuration = ServiceGroupConfiguration(services: [.init(service: app)], logger: app.logger)
-        // A request still waiting (a fault's delay, a client that never
-        // ends its body) is cut off then, as cancellation would.
-        configuration.maximumGracefulShutdownDuration = .seconds(5)
-        let group = ServiceGroup(configuration: configuration)
-        let task = Task {
-            // Ended before listening, it must not leave `start` waiting.
-            defer { continuation.finish() }
-            try await group.run()
+        let serving = try await server.serve()
+        state.withLock { state in
+            state.serving = serving
+            state.port = serving.port
         }
-        state.withLock { $0.serving = (task, group) }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else {
-            try await task.value
-            let configuration = self.configuration
-            throw TestServerError("the server for \(configuration.host):\(configuration.port) ended before it listened")
-        }
-        state.withLock { $0.port = port }
     }
 
     /// Stops serving (in-flight requests finish) and closes the store.
@@ -119,10 +97,9 @@ public final class TestServer: Sendable {
             defer { state.serving = nil }
             return state.serving
         }
-        guard let (task, group) = serving else { return server.close() }
-        await group.triggerGracefulShutdown()
-        _ = await task.result
+        await serving?.stop()
         server.close()
+        guard serving != nil else { return }
         do {
             let held = try LoopbackSocket.hold(port: port)
             state.withLock { $0.heldPorts.append(held) }

@@ -26,8 +26,12 @@ enum ServerBenchmark {
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
         let counts = settings.server
-        let server = try await LoopbackServer.start(directory: workspace.path("server"), users: [user])
-        defer { server.stop() }
+        return try await LoopbackServer.serving(directory: workspace.path("server"), users: [user]) { server in
+            try await run(counts, server)
+        }
+    }
+
+    private static func run(_ counts: ServerBenchSettings, _ server: LoopbackServer) async throws -> ReportSection {
         let client = BenchClient(port: server.port, token: user)
 
         progress("server: push \(counts.pushOperations) operations")
@@ -72,10 +76,13 @@ enum ServerBenchmark {
 /// `.full` durability; each user's bearer token is the user's name.
 struct LoopbackServer {
     let server: SyncServer
-    let serving: Task<Void, any Error>
     let port: Int
 
-    static func start(directory: String, users: [String]) async throws -> LoopbackServer {
+    /// Runs `body` with the server serving, then stops it gracefully and
+    /// closes its store, whether `body` throws or not.
+    static func serving<T>(
+        directory: String, users: [String], _ body: (LoopbackServer) async throws -> T
+    ) async throws -> T {
         var configuration = SyncServer.Configuration(dataDirectory: directory)
         configuration.port = 0
         configuration.tokens = Dictionary(uniqueKeysWithValues: users.map { ($0, Identity(user: $0)) })
@@ -84,23 +91,25 @@ struct LoopbackServer {
         // as errors; they are expected here.
         configuration.logLevel = .critical
         let server = try SyncServer(configuration: configuration)
-        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let serving = Task { try await server.application { continuation.yield($0) }.run() }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else {
-            serving.cancel()
+        let serving: SyncServer.Serving
+        do {
+            serving = try await server.serve()
+        } catch {
             server.close()
-            throw BenchError("the server did not start")
+            throw error
         }
-        return LoopbackServer(server: server, serving: serving, port: port)
+        let result: Result<T, any Error>
+        do {
+            result = .success(try await body(LoopbackServer(server: server, port: serving.port)))
+        } catch {
+            result = .failure(error)
+        }
+        await serving.stop()
+        server.close()
+        return try result.get()
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
-
-    func stop() {
-        serving.cancel()
-        server.close()
-    }
 }
 
 /// A minimal HTTP client for the bench (one connection, reused).

@@ -50,9 +50,16 @@ enum SyncBenchmark {
         let workload = TimeEntryWorkload()
         let flushUsers = shapes.map { "flush-\($0.name)" }
         let pullUser = "pull"
-        let server = try await LoopbackServer.start(directory: workspace.path("sync-server"), users: flushUsers + [pullUser])
-        defer { server.stop() }
+        return try await LoopbackServer.serving(directory: workspace.path("sync-server"), users: flushUsers + [pullUser]) {
+            server in
+            try await run(counts, workload, flushUsers: flushUsers, pullUser: pullUser, server, workspace)
+        }
+    }
 
+    private static func run(
+        _ counts: SyncBenchSettings, _ workload: TimeEntryWorkload, flushUsers: [String], pullUser: String,
+        _ server: LoopbackServer, _ workspace: Workspace
+    ) async throws -> ReportSection {
         var section = ReportSection(
             "9. Sync end to end: Store + SyncEngine + HTTPTransport + server over loopback (client .\(clientDurability), server .full)")
         for (shape, user) in zip(shapes, flushUsers) {
