@@ -747,7 +747,7 @@ extension SyncServerProcessTests {
         for option in ["--data <dir>", "--tokens-file <file>", "--token <token:user>", "--admin-token <token>", "--idle-timeout <seconds>", "--body-timeout <seconds>"] {
             #expect(text.contains(option), "\(option): \(help.output)")
         }
-        #expect(text.contains("Exit status: 0 stopped (SIGTERM, SIGINT, or stdin's end with --stop-at-stdin-end), 1 it could not start (an address it cannot listen on, a --data refused), 64 usage (an option or a token refused)."), "\(help.output)")
+        #expect(text.contains("Exit status: 0 stopped (SIGTERM, SIGINT, or stdin's end with --stop-at-stdin-end), 1 it could not start (an address it cannot listen on, a --data refused) or its store's data file was cut short under it, 64 usage (an option or a token refused)."), "\(help.output)")
     }
 }
 
@@ -921,5 +921,29 @@ extension SyncServerProcessTests {
         #expect(run.errors.contains("\(data): damaged pages in data.mdb: "), "\(run.errors)")
         #expect(run.errors.contains(#/page \d+: its header says it is page 17216961135462248174/#), "\(run.errors)")
         #expect(FileManager.default.contents(atPath: file) == bytes)
+    }
+
+    /// A `data.mdb` cut short under the running server ends it at the
+    /// first read that meets the cut, with status 1 and the file named:
+    /// the read through LMDB's map raises SIGBUS, which killed the server
+    /// with a backtrace (status 135) naming no file.
+    @Test func aDataFileCutUnderTheServerEndsItNamingTheFile() async throws {
+        let directory = try TemporaryDirectory("syncserver-cut")
+        let data = directory.appending("data")
+        let (server, port) = try await Self.started(["--data", data, "--port", "0", "--token", "t:alice"])
+        defer { server.kill() }
+        let operations = (0..<500).map { operation(.create, "t\($0)", ["n": .int(Int64($0))], key: "k\($0)") }
+        #expect(try await Self.send("/v1/push", port: port, body: JSONEncoder().encode(PushRequest(operations: operations))).status == 200)
+        #expect(truncate(data + "/data.mdb", off_t(2 * sysconf(Int32(_SC_PAGESIZE)))) == 0)
+        _ = try? await Self.send("/v1/pull", port: port)
+        #expect(await server.waitForExit(timeout: .seconds(30)), "still serving a store cut to its meta pages")
+        #expect(server.ending == .exit(1), "\(server.ending): \(server.errorText)")
+        #expect(
+            server.errorText.hasSuffix(
+                "syncserver: SIGBUS: a read through LMDB's memory map of \(data)/data.mdb failed: the data file was cut "
+                    + "short under syncserver (truncated, or a shorter copy put in its place), a damaged page points past "
+                    + "its end, or the disk failed a read of it. Check the store with logtool verify before the server "
+                    + "serves it again.\n"),
+            "\(server.errorText)")
     }
 }

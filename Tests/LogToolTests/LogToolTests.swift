@@ -1987,6 +1987,41 @@ extension LogToolTests {
     }
 }
 
+extension LogToolTests {
+    /// A `data.mdb` cut short while `dump` reads it, past the checks of
+    /// its open, ends the dump with status 2 and the file named. The read
+    /// through LMDB's map that meets the cut raises SIGBUS, which killed
+    /// logtool with a backtrace (status 135) naming no file. The dump is
+    /// held part way by its output, a pipe nobody reads until the cut.
+    @Test func aDataFileCutUnderADumpIsNamed() async throws {
+        let directory = try TemporaryDirectory("logtool-dump-cut")
+        let path = directory.appending("store")
+        let store = try Store(path: path, options: .init(durability: .process))
+        var batch = WriteBatch()
+        for n in 0..<20_000 { _ = try batch.create(type: "te", fields: ["n": .int(Int64(n)), "note": .string("entry \(n)")]) }
+        try await store.write(batch)
+        store.close()
+        let script = """
+            mkfifo "$2"
+            "$0" dump "$1" > "$2" & dump=$!
+            exec 3< "$2"
+            head -c 1 <&3 > /dev/null
+            truncate -s "$3" "$1/data.mdb"
+            cat <&3 > /dev/null
+            wait $dump
+            """
+        let metaPagesBytes = 2 * Int(sysconf(Int32(_SC_PAGESIZE)))
+        let run = try await ToolRun.running(
+            "/bin/bash", ["-c", script, Tool.path("logtool"), path, directory.appending("fifo"), "\(metaPagesBytes)"])
+        #expect(run.status == 2, "\(run.status): \(run.errors)")
+        #expect(
+            run.errors
+                == "logtool: SIGBUS: a read through LMDB's memory map of \(path)/data.mdb failed: the data file was cut "
+                + "short under logtool (truncated, or a shorter copy put in its place), a damaged page points past its "
+                + "end, or the disk failed a read of it. logtool verify checks a store.\n")
+    }
+}
+
 extension LogToolBundleTests {
     /// A store with no entries is said to have none, as `stat` counts "0
     /// entries": `bundle` said "bundled offsets 1...0" and `replay --to`

@@ -3,6 +3,7 @@ import Foundation
 import LMDB
 import LogFormat
 import LogStore
+import ToolSupport
 
 struct Bundle: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -62,6 +63,7 @@ struct Bundle: AsyncParsableCommand {
         var touched = Set<EntityName>()
         var dropped: [UInt64] = []
         do {
+            MapFault.watch(storeAt: output)
             let copy = try Store(path: output, options: .init(durability: .process))
             defer { copy.close() }
             if first > 1 { _ = try await copy.compact(below: first) }

@@ -3,6 +3,7 @@ import Foundation
 import LMDB
 import LogFormat
 import LogStore
+import ToolSupport
 
 /// The first line of an export: what it is and what the store was.
 struct ExportHeader: Codable {
@@ -66,6 +67,7 @@ struct Export: ParsableCommand {
     var output: String?
 
     func run() throws {
+        MapFault.watch(storeAt: path)
         let log = try EventLog(path: path, options: .inspecting)
         defer { log.close() }
         guard let output else { return try write(log, to: FileHandle.standardOutput, named: "standard output") }
@@ -195,6 +197,7 @@ struct Import: AsyncParsableCommand {
         let staging = destination + ".importing-\(ProcessInfo.processInfo.processIdentifier)"
         let count: Int
         do {
+            MapFault.watch(storeAt: staging)
             let store = try Store(path: staging, options: .init(durability: .full))
             defer { store.close() }
             count = try await store.restore(compactedBelow: header.compactedBelow) { [file] in

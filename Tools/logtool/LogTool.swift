@@ -14,7 +14,10 @@ struct LogTool: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "logtool",
         abstract: "Inspect and verify a sync store's log, projections and outbox.",
-        discussion: "Exit status: 0 ok, 1 problems found, 2 usage or I/O error. --json prints one JSON object per line.",
+        discussion: """
+            Exit status: 0 ok, 1 problems found, 2 usage or I/O error (a data file cut short as it is read, too). \
+            --json prints one JSON object per line.
+            """,
         subcommands: [
             Stat.self, Dump.self, Show.self, Tail.self, Entities.self, Outbox.self, Cursors.self, Conflicts.self, Verify.self,
             Replay.self,
@@ -23,6 +26,7 @@ struct LogTool: AsyncParsableCommand {
 
     /// ArgumentParser's own usage failures exit 64; this tool promises 2.
     static func main() async {
+        MapFault.install(toolName: "logtool", status: 2, hint: "logtool verify checks a store.")
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
             try checkCommandName(arguments)
@@ -81,13 +85,19 @@ struct StoreOptions: ParsableArguments {
     var json = false
 
     /// The log, opened read-only.
-    func openLog() throws -> EventLog { try EventLog(path: path, options: .inspecting) }
+    func openLog() throws -> EventLog {
+        MapFault.watch(storeAt: path)
+        return try EventLog(path: path, options: .inspecting)
+    }
 
     /// The store with its projections, opened read-only.
     func openStore() throws -> Store { try StoreOptions.open(path) }
 
     /// The store at `path` with its projections, opened read-only.
-    static func open(_ path: String) throws -> Store { try Store(path: path, options: .inspecting) }
+    static func open(_ path: String) throws -> Store {
+        MapFault.watch(storeAt: path)
+        return try Store(path: path, options: .inspecting)
+    }
 
     /// The store at `path` opened for writing (full durability), refused as
     /// the read-only opens are when there is no store there: a mistyped
@@ -95,6 +105,7 @@ struct StoreOptions: ParsableArguments {
     static func openWritable(_ path: String) throws -> Store {
         var options = EventLog.Options(durability: .full)
         options.createIfMissing = false
+        MapFault.watch(storeAt: path)
         return try Store(path: path, options: options)
     }
 }

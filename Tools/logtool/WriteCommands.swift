@@ -3,6 +3,7 @@ import Foundation
 import LMDB
 import LogFormat
 import LogStore
+import ToolSupport
 
 struct Tail: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -212,6 +213,7 @@ struct Replay: AsyncParsableCommand {
             }
             try log.copy(to: output, compact: true)
         }
+        MapFault.watch(storeAt: output)
         let environment = try Environment(path: output)
         defer { environment.close() }
         guard let entries = try environment.openDatabase("log", create: false) else { throw LogToolError("the copy has no log") }

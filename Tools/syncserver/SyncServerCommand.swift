@@ -16,7 +16,8 @@ struct SyncServerCommand: AsyncParsableCommand {
             a space or a tab starts a comment (inside a token it is part of it). \
             The server listens on 127.0.0.1 unless --host says otherwise, and stops cleanly on SIGTERM or SIGINT.
             Exit status: 0 stopped (SIGTERM, SIGINT, or stdin's end with --stop-at-stdin-end), 1 it could not start \
-            (an address it cannot listen on, a --data refused), 64 usage (an option or a token refused).
+            (an address it cannot listen on, a --data refused) or its store's data file was cut short under it, \
+            64 usage (an option or a token refused).
             """)
 
     @Option(help: "Address to listen on.")
@@ -93,6 +94,8 @@ struct SyncServerCommand: AsyncParsableCommand {
     /// ArgumentParser's own `main`, but for the mistake behind a missing
     /// `--data` (`mistakeBehindMissingData`).
     static func main() async {
+        MapFault.install(
+            toolName: "syncserver", status: 1, hint: "Check the store with logtool verify before the server serves it again.")
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
             var command = try parseAsRoot(arguments)
@@ -150,6 +153,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.pushBufferBytesMax = pushBufferMib << 20
         let before = DataDirectoryBefore(data)
         try before.checkParentExists()
+        MapFault.watch(storeAt: data)
         let server = try SyncServer(configuration: configuration)
         let serverID = server.serverID
         let (host, data) = (host, data)
