@@ -208,14 +208,18 @@ enum RawTableCopy {
 
     /// Writes `rows` (in key order within each database, as `read` gives
     /// them) into a new environment at `path` with `MDB_APPEND`, `perCommit`
-    /// rows per transaction and no sync, and returns the time it took.
-    static func write(_ rows: [Row], databases: [String], to path: String, perCommit: Int) throws -> Duration {
+    /// rows per transaction, each commit with LMDB's two syncs (`syncing`)
+    /// or none, and returns the time it took.
+    static func write(
+        _ rows: [Row], databases: [String], to path: String, perCommit: Int, syncing: Bool = false
+    ) throws -> Duration {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         // Twice the rows' bytes leaves room for node headers, branch pages
         // and values spilling to overflow pages, however large the log was.
         let bytes = rows.reduce(0) { $0 + $1.key.count + $1.value.count + 16 }
         let (environment, handles) = try rawOpen(
-            path: path, mapSize: max(RawLMDBLog.mapSizeBytes, 2 * bytes), readOnly: false, extraFlags: MDB_NOSYNC,
+            path: path, mapSize: max(RawLMDBLog.mapSizeBytes, 2 * bytes), readOnly: false,
+            extraFlags: syncing ? 0 : MDB_NOSYNC,
             databases: databases)
         defer { mdb_env_close(environment) }
         return try timed {

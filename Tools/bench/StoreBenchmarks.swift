@@ -527,7 +527,8 @@ enum ReplayBenchmark {
         /// projection: the part of replay that no projection design avoids.
         var scanTime: Duration
         /// Writing the rows the replay left in the derived databases with
-        /// LMDB alone (`.process` only): what no replay design avoids either.
+        /// LMDB alone, synced as the replay was: what no replay design
+        /// avoids either.
         var tableWrite: (time: Duration, rows: Int)?
         var logFileBytes: Int
         var storeFileBytes: Int
@@ -606,6 +607,19 @@ enum ReplayBenchmark {
                         process.scanTime.seconds, write.time.seconds, Report.grouped(write.rows),
                         Store.derivedDatabaseNames.joined(separator: ", "), Report.grouped(Store.replayChunkCountMax),
                         process.elapsed.seconds / floor.seconds)))
+        }
+        if let write = full.tableWrite {
+            let floor = full.scanTime + write.time
+            rows.append(
+                ResultRow(
+                    "   floor at .full: EntryScanner + LMDB alone writing the tables, synced",
+                    Double(full.entries) / floor.seconds, "entries/s",
+                    detail: String(
+                        format: "%.2f s scanning + %.2f s writing the same %@ rows in %d commits, as many as the "
+                            + "replay's chunks, each with LMDB's two syncs (a lower bound: the replay rewrites pages "
+                            + "and writes more); the .full replay is %.1fx this",
+                        full.scanTime.seconds, write.time.seconds, Report.grouped(write.rows),
+                        fullFloorCommits(full.entries), full.elapsed.seconds / floor.seconds)))
         }
         if let memory = full.memory {
             rows += [
@@ -716,18 +730,14 @@ enum ReplayBenchmark {
                     + "expected \(kinds.visible) and \(kinds.pending)")
         }
         let storeFileBytes = dataFileBytes(workspace, name)
+        let names = try store.derivedDatabaseNamesInUse()
+        store.close()
         var pageCheck: PageCheckTiming?
         if durability == .full {
-            store.close()
             pageCheck = try await onDedicatedThread("bench page check") { try PageCheckTiming(path: workspace.path(name)) }
         }
-        var tableWrite: (time: Duration, rows: Int)?
-        if durability == .process {
-            let names = try store.derivedDatabaseNamesInUse()
-            store.close()
-            tableWrite = try await onDedicatedThread("bench replay tables") {
-                try writeTables(from: workspace.path(name), names: names, workspace)
-            }
+        let tableWrite = try await onDedicatedThread("bench replay tables") {
+            try writeTables(from: workspace.path(name), names: names, durability, replayedEntries: entries, workspace)
         }
         return Outcome(
             durability: durability, entries: entries, kinds: kinds, elapsed: elapsed, buildTime: buildTime,
@@ -783,15 +793,28 @@ struct PageCheckTiming {
 extension ReplayBenchmark {
     /// Copies the derived databases `names` (the set in use) of the (closed)
     /// store at `path` into a new environment with LMDB alone, timing only
-    /// the writes.
-    static func writeTables(from path: String, names: [String], _ workspace: Workspace) throws -> (time: Duration, rows: Int) {
+    /// the writes: for `.process`, `Store.replayChunkCountMax` rows per
+    /// commit and no sync; for `.full`, in as many commits as the replay of
+    /// `replayedEntries` made, each with its two syncs (`fullFloorCommits`).
+    static func writeTables(
+        from path: String, names: [String], _ durability: Durability, replayedEntries: Int, _ workspace: Workspace
+    ) throws -> (time: Duration, rows: Int) {
         let rows = try RawTableCopy.read(path: path, databases: names)
         let copy = "replay-tables"
         defer { workspace.remove(copy) }
         settleDisk()
+        let perCommit =
+            durability == .full
+            ? max(1, (rows.count + fullFloorCommits(replayedEntries) - 1) / fullFloorCommits(replayedEntries))
+            : Store.replayChunkCountMax
         let time = try RawTableCopy.write(
-            rows, databases: names, to: workspace.path(copy), perCommit: Store.replayChunkCountMax)
+            rows, databases: names, to: workspace.path(copy), perCommit: perCommit, syncing: durability == .full)
         return (time, rows.count)
+    }
+
+    /// The commits a replay of `entries` makes: one per chunk.
+    static func fullFloorCommits(_ entries: Int) -> Int {
+        max(1, (entries + Store.replayChunkCountMax - 1) / Store.replayChunkCountMax)
     }
 
     /// Every entry read back and decoded (checksum, body, offsets), once.
