@@ -267,7 +267,9 @@ extension SyncServerProcessTests {
 
     /// A `--tokens-file` that is not UTF-8 is named with where its first
     /// byte outside UTF-8 is (status 64): the message was Foundation's "The
-    /// file isn't in the correct format", which named no place.
+    /// file isn't in the correct format", which named no place. Its line
+    /// is counted by every line ending, as the file's lines are: it was
+    /// counted by LF alone.
     @Test func aTokensFileThatIsNotUTF8IsNamedWithItsFirstBadByte() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
         let directory = try TemporaryDirectory("syncserver-tokens-not-utf8")
@@ -276,6 +278,8 @@ extension SyncServerProcessTests {
         let cases: [([UInt8], String)] = [
             (Array("t1 alice\nt2 b".utf8) + [0xFF] + Array("ob\n".utf8), "the byte at offset 13 (line 2), 0xFF,"),
             (Array("t1 caf".utf8) + [0xC3], "the byte at offset 6 (line 1), 0xC3,"),
+            // Lines ended by CR alone, as the file's lines are numbered.
+            (Array("t1 alice\rt2 bob\r\nt3 c".utf8) + [0xFE], "the byte at offset 21 (line 3), 0xFE,"),
         ]
         for (bytes, place) in cases {
             try Data(bytes).write(to: URL(fileURLWithPath: tokens))

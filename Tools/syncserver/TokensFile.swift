@@ -43,8 +43,9 @@ enum TokensFile {
     }
 
     /// The first byte of `bytes` that begins no valid UTF-8 sequence: its
-    /// offset (from 0) and its line (from 1, counted by LF); nil when
-    /// every byte is in one.
+    /// offset (from 0) and its line (from 1, counted by every line ending,
+    /// as the file's lines are numbered: a CR alone too); nil when every
+    /// byte is in one.
     static func firstByteNotUTF8(in bytes: [UInt8]) -> (offset: Int, line: Int)? {
         var parser = Unicode.UTF8.ForwardParser()
         var input = bytes.makeIterator()
@@ -54,7 +55,9 @@ enum TokensFile {
             switch parser.parseScalar(from: &input) {
             case .valid(let scalar): offset += scalar.count
             case .emptyInput: return nil
-            case .error: return (offset, bytes[..<offset].count { $0 == UInt8(ascii: "\n") } + 1)
+            case .error:
+                let before = String(decoding: bytes[..<offset], as: UTF8.self)
+                return (offset, before.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).count)
             }
         }
     }
