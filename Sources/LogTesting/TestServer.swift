@@ -245,13 +245,6 @@ public enum SyncServerBanner {
     }
 }
 
-/// A test server that could not start.
-public struct TestServerError: Error, CustomStringConvertible {
-    public let description: String
-
-    init(_ description: String) { self.description = description }
-}
-
 extension URLSession {
     /// `data(for:)`, but a cancellation of the caller's task does not
     /// cancel the request: the caller waits for its answer. On Linux,
