@@ -951,3 +951,20 @@ extension SyncServerProcessTests {
             "\(server.errorText)")
     }
 }
+
+extension SyncServerProcessTests {
+    /// The sync demo against a server it cannot reach stops after the first
+    /// run, status 1, naming the server and why: an offline run passed as
+    /// a good one, and the demo failed later at an update of a task the
+    /// other replica had never pulled ("not found: no task/...").
+    @Test func theSyncDemoNamesAServerItCannotReach() async throws {
+        let demo = ToolRun.builtProduct("demo", root: Self.root)
+        try #require(FileManager.default.isExecutableFile(atPath: demo), "build the demo product first")
+        let directory = try TemporaryDirectory("demo-unreachable-server")
+        let run = try await ToolRun.running(demo, ["--server", "not-a-url", "--path", directory.appending("replicas")])
+        #expect(run.status == 1, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("laptop: the server not-a-url is unreachable: "), "\(run.errors)")
+        #expect(run.errors.contains("the server URL not-a-url is not http:// or https://"), "\(run.errors)")
+        #expect(!run.output.contains("== Both edit"), "\(run.output)")
+    }
+}

@@ -27,15 +27,15 @@ enum SyncDemo {
         print("phone:  \(try phone.count(type: "task")) tasks, \(try phone.outboxCount()) pending")
 
         print("\n== Both sync (push, then pull)")
-        try report("laptop", await laptopSync.sync())
-        try report("phone", await phoneSync.sync())
-        try report("laptop", await laptopSync.sync())
+        try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
+        try await report("phone", await phoneSync.sync(), phoneSync, server: server)
+        try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
 
         print("\n== Both edit the same task's title offline")
         try await phone.update(type: "task", id: groceries, changes: ["title": "Buy oat milk"])
         try await laptop.update(type: "task", id: groceries, changes: ["title": "Buy milk and bread"])
-        try report("phone", await phoneSync.sync())
-        try report("laptop", await laptopSync.sync())
+        try await report("phone", await phoneSync.sync(), phoneSync, server: server)
+        try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
         let waiting = try laptop.conflicts()
         for conflict in waiting {
             print("laptop: conflict on \(conflict.intent.entityType)/\(conflict.intent.entityID)")
@@ -47,8 +47,8 @@ enum SyncDemo {
         for conflict in waiting {
             try await laptop.resolveConflict(intentOffset: conflict.conflict.intentOffset, .merged(["title": "Buy oat milk and bread", "done": false]))
         }
-        try report("laptop", await laptopSync.sync())
-        try report("phone", await phoneSync.sync())
+        try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
+        try await report("phone", await phoneSync.sync(), phoneSync, server: server)
 
         print("\n== Converged")
         let mine = try laptop.all(type: "task").map { "\($0.id) \($0.fields)" }
@@ -59,9 +59,17 @@ enum SyncDemo {
         guard mine == theirs, try laptop.conflicts().isEmpty else { throw DemoError("the replicas did not converge") }
     }
 
-    private static func report(_ name: String, _ report: SyncReport) throws {
+    /// Prints how a run ended, and ends the demo when it failed or found
+    /// the server unreachable: the steps after it rely on what it synced
+    /// (an offline run went on to fail at an update of a task the other
+    /// replica never pulled, naming the task, not the server).
+    private static func report(_ name: String, _ report: SyncReport, _ engine: SyncEngine, server: URL) async throws {
         print("\(name): \(report.outcome); acked \(report.acknowledged), rejected \(report.rejected), conflicts \(report.conflicts), pulled \(report.changes)")
         if case .failed(let message) = report.outcome { throw DemoError("\(name): sync failed: \(message)") }
+        if case .offline = report.outcome {
+            let reason = try await engine.health().offlineReason ?? "its health check failed"
+            throw DemoError("\(name): the server \(server.absoluteString) is unreachable: \(reason)")
+        }
     }
 }
 
