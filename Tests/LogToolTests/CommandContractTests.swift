@@ -93,6 +93,19 @@ import Testing
         #expect(try Self.names(in: directory, startingWith: "fresh") == [])
     }
 
+    /// `export -o ""` (an unset variable) is refused before the log is
+    /// read, naming the option: it wrote the whole log to a partial file in
+    /// the working directory and then failed to rename it to "", naming
+    /// only that file ("cannot rename .partial-N to : ...").
+    @Test func anExportToAnEmptyOutputPathNamesTheOption() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-export-empty-output")
+        let source = directory.appending("source")
+        try await Self.makeStore(at: source)
+        let exported = try await Tool.run(["export", source, "--output", ""])
+        #expect(exported.status == 2 && exported.errors == "logtool: --output is empty; it names the file to write\n", "\(exported.errors)")
+        #expect(exported.output.isEmpty)
+    }
+
     /// `compact --below` reports every count of its report, in JSON and in
     /// text: the entries below the watermark before, and those it kept
     /// there (a pending intent), beside what it removed and wrote.

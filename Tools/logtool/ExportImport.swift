@@ -67,6 +67,10 @@ struct Export: ParsableCommand {
     var output: String?
 
     func run() throws {
+        // An unset variable (`-o "$OUT"`): the whole log was written to a
+        // partial file in the working directory, and the rename to ""
+        // failed, naming that file.
+        if output?.isEmpty == true { throw LogToolError("--output is empty; it names the file to write") }
         MapFault.watch(storeAt: path)
         let log = try EventLog(path: path, options: .inspecting)
         defer { log.close() }
