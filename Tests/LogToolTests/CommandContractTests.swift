@@ -106,6 +106,24 @@ import Testing
         #expect(exported.output.isEmpty)
     }
 
+    /// An empty new directory (an unset variable) for `bundle --output`,
+    /// `compact --copy` and `replay --output` is refused naming the
+    /// option: it said only "cannot make : No such file or directory".
+    @Test func anEmptyNewDirectoryOptionIsNamed() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-empty-new-directory")
+        let source = directory.appending("source")
+        try await Self.makeStore(at: source)
+        let cases = [
+            (["bundle", source, "--output", ""], "--output"),
+            (["compact", source, "--copy", ""], "--copy"),
+            (["replay", source, "--to", "2", "--output", ""], "--output"),
+        ]
+        for (arguments, option) in cases {
+            let run = try await Tool.run(arguments)
+            #expect(run.status == 2 && run.errors == "logtool: \(option) is empty; it names a new directory\n", "\(arguments): \(run.errors)")
+        }
+    }
+
     /// `compact --below` reports every count of its report, in JSON and in
     /// text: the entries below the watermark before, and those it kept
     /// there (a pending intent), beside what it removed and wrote.

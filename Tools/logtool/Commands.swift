@@ -393,6 +393,9 @@ struct LogToolError: Error, CustomStringConvertible {
 /// parent that must exist), and removed again when `body` fails, so a
 /// failed command leaves nothing in the way of the next try.
 func intoNewDirectory<R>(_ path: String, option: String, _ body: () async throws -> R) async throws -> R {
+    // An unset variable (`--output "$DIR"`) was named as "cannot make : No
+    // such file or directory", which says neither what nor where.
+    guard !path.isEmpty else { throw LogToolError("\(option) is empty; it names a new directory") }
     guard !FileManager.default.fileExists(atPath: path) else {
         throw LogToolError("\(path) exists; \(option) names a new directory")
     }
