@@ -124,6 +124,25 @@ import Testing
         }
     }
 
+    /// An empty store path (an unset variable) is a usage error that says
+    /// which path is empty: the store's open said only "not a sync store:
+    /// no such directory", naming no path, and import "cannot read : No
+    /// such file or directory".
+    @Test func anEmptyPathIsNamedAsEmpty() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-empty-path")
+        let source = directory.appending("source")
+        try await Self.makeStore(at: source)
+        let cases = [
+            (["stat", ""], "the store"), (["entities", "", "te"], "the store"), (["export", ""], "the store"),
+            (["diff", "", source], "the first store"), (["diff", source, ""], "the second store"),
+            (["import", "", directory.appending("new")], "the export file"),
+        ]
+        for (arguments, name) in cases {
+            let run = try await Tool.run(arguments)
+            #expect(run.status == 2 && run.errors.hasPrefix("Error: \(name)'s path is empty\n"), "\(arguments): \(run.errors)")
+        }
+    }
+
     /// `compact --below` reports every count of its report, in JSON and in
     /// text: the entries below the watermark before, and those it kept
     /// there (a pending intent), beside what it removed and wrote.

@@ -66,6 +66,8 @@ struct Export: ParsableCommand {
         help: ArgumentHelp("The file to write (default: standard output); 'logtool import FILE NEWSTORE' reads it back.", valueName: "file"))
     var output: String?
 
+    func validate() throws { try checkPathGiven(path) }
+
     func run() throws {
         // An unset variable (`-o "$OUT"`): the whole log was written to a
         // partial file in the working directory, and the rename to ""
@@ -168,6 +170,10 @@ struct Import: AsyncParsableCommand {
 
     @Argument(help: "The export file (JSON lines), as 'logtool export STORE --output FILE' writes it.") var file: String
     @Argument(help: "The new store directory (must not exist).") var path: String
+
+    /// An empty export file's path was named as "cannot read : No such file
+    /// or directory".
+    func validate() throws { try checkPathGiven(file, "the export file") }
 
     func run() async throws {
         // An unset variable (`import e.jsonl "$NEW"`): checked first, as

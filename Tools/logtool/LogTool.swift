@@ -84,6 +84,8 @@ struct StoreOptions: ParsableArguments {
     @Flag(help: "Print one JSON object per line.")
     var json = false
 
+    func validate() throws { try checkPathGiven(path) }
+
     /// The log, opened read-only.
     func openLog() throws -> EventLog {
         MapFault.watch(storeAt: path)
@@ -108,6 +110,13 @@ struct StoreOptions: ParsableArguments {
         MapFault.watch(storeAt: path)
         return try Store(path: path, options: options)
     }
+}
+
+/// Refuses an empty path (an unset variable: `logtool stat "$STORE"`),
+/// which a store's open named as "not a sync store: no such directory",
+/// naming no path.
+func checkPathGiven(_ path: String, _ name: String = "the store") throws {
+    guard !path.isEmpty else { throw ValidationError("\(name)'s path is empty") }
 }
 
 /// The device and inode of the file at `path`, a link followed: the same

@@ -263,6 +263,11 @@ struct Diff: ParsableCommand {
     @Argument(help: "The second store.") var second: String
     @Flag(help: "Print one JSON object per line.") var json = false
 
+    func validate() throws {
+        try checkPathGiven(first, "the first store")
+        try checkPathGiven(second, "the second store")
+    }
+
     func run() throws {
         // One process cannot open a store twice; a store equals itself.
         // Told apart as `Environment` tells open stores apart, by real path
