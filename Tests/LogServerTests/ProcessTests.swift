@@ -968,3 +968,22 @@ extension SyncServerProcessTests {
         #expect(!run.output.contains("== Both edit"), "\(run.output)")
     }
 }
+
+extension SyncServerProcessTests {
+    /// The banner names an IPv6 host in brackets, as a URL must: it said
+    /// `http://::1:PORT`, which no client can be given.
+    @Test func theBannerBracketsAnIPv6Host() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-ipv6-banner")
+        let server = try ChildProcess(
+            executable: Self.executable.path,
+            arguments: ["--data", directory.appending("data"), "--port", "0", "--host", "::1", "--token", "t:alice"])
+        defer { server.kill() }
+        let banner = try #require(
+            await server.waitForLine(timeout: .seconds(60)) { $0.contains(" listening on ") }, "\(server.outputText)\(server.errorText)")
+        let url = try #require(banner.firstMatch(of: #/listening on (\S+) /#).map { String($0.1) }, "\(banner)")
+        #expect(url.hasPrefix("http://[::1]:"), "\(banner)")
+        let components = try #require(URLComponents(string: url), "\(banner)")
+        #expect(components.port != nil && components.port != 0, "\(banner)")
+    }
+}

@@ -161,8 +161,11 @@ struct SyncServerCommand: AsyncParsableCommand {
         let stopAtStdinEnd = self.stopAtStdinEnd
         let app = server.application { port in
             listening.withLock { $0 = true }
+            // An IPv6 address goes in brackets (RFC 3986, section 3.2.2):
+            // "http://::1:8080" is no URL a client can be given.
+            let authority = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
             // Not a format string: the host and the directory are the operator's text.
-            let banner = "syncserver \(serverID) listening on http://\(host):\(port) (data \(data))\n"
+            let banner = "syncserver \(serverID) listening on http://\(authority) (data \(data))\n"
             // Unbuffered, so a parent process reading the pipe learns the port at once.
             FileHandle.standardOutput.write(Data(banner.utf8))
             // Only now: `runService()` handles SIGTERM once it runs, and a
