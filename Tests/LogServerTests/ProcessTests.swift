@@ -265,6 +265,21 @@ extension SyncServerProcessTests {
         #expect(run.errors.contains("cannot read --tokens-file \(directory.path): it is a directory"), "\(run.errors)")
     }
 
+    /// A `--tokens-file` that is a pipe (`--tokens-file <(...)`, which keeps
+    /// the tokens off the disk) is read to its end and served: it was
+    /// refused as "You don't have permission", to root too, as Foundation
+    /// reads a file by its size.
+    @Test func aTokensFileThatIsAPipeIsRead() async throws {
+        let directory = try TemporaryDirectory("syncserver-tokens-pipe")
+        let tokens = directory.appending("tokens")
+        try #require(mkfifo(tokens, 0o600) == 0)
+        // Its open waits for the server's: on a thread of its own.
+        Thread { try? "t alice\n".write(toFile: tokens, atomically: false, encoding: .utf8) }.start()
+        let (server, port) = try await Self.started(["--data", directory.appending("data"), "--port", "0", "--tokens-file", tokens])
+        defer { server.kill() }
+        #expect(try await Self.send("/v1/pull", port: port).status == 200)
+    }
+
     /// A `--tokens-file` that is not UTF-8 is named with where its first
     /// byte outside UTF-8 is (status 64): the message was Foundation's "The
     /// file isn't in the correct format", which named no place. Its line

@@ -5,16 +5,36 @@ import Foundation
 /// `TOKEN USER [read-only]`, in UTF-8, with comments from a `#` that starts
 /// a word.
 enum TokensFile {
-    /// The text of the file at `path`.
+    /// The text of the file at `path`, read to its end: a pipe serves
+    /// (`--tokens-file <(...)`, which keeps the tokens off the disk), as
+    /// does `/dev/null`. Foundation's `String(contentsOfFile:)` refused
+    /// both as "You don't have permission", to root too.
     /// - Throws: `ValidationError` naming the file and why it cannot be
     ///   read: a directory as one, bytes that are not UTF-8 by where the
     ///   first of them is.
     static func text(of path: String) throws -> String {
-        do {
-            return try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw ValidationError("cannot read --tokens-file \(path): \(reason(error, reading: path))")
+        var isDirectory: ObjCBool = false
+        // Foundation said only "NSCocoaErrorDomain error 256" of one.
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw ValidationError("cannot read --tokens-file \(path): it is a directory")
         }
+        let data: Data
+        do {
+            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
+            defer { try? handle.close() }
+            data = try handle.readToEnd() ?? Data()
+        } catch {
+            throw ValidationError("cannot read --tokens-file \(path): \(error.localizedDescription)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            // Foundation said only "The file isn't in the correct format".
+            let bytes = [UInt8](data)
+            let (offset, line) = firstByteNotUTF8(in: bytes) ?? (0, 1)
+            let byte = "0x" + String(bytes[offset], radix: 16, uppercase: true)
+            throw ValidationError(
+                "cannot read --tokens-file \(path): it is not UTF-8 text: the byte at offset \(offset) (line \(line)), \(byte), begins no valid UTF-8 sequence")
+        }
+        return text
     }
 
     /// The words of `line` before its comment, split at spaces and tabs. A
@@ -24,22 +44,6 @@ enum TokensFile {
     /// protocol allows `!` to `~`), which a comment from any `#` on cut short.
     static func words(of line: Substring) -> [Substring] {
         Array(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).prefix { !$0.hasPrefix("#") })
-    }
-
-    /// Why `file` could not be read: Foundation's message, but for a
-    /// directory, of which it says only "NSCocoaErrorDomain error 256", and
-    /// for bytes that are not UTF-8, of which it says only "The file isn't
-    /// in the correct format".
-    private static func reason(_ error: any Error, reading file: String) -> String {
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
-            return "it is a directory"
-        }
-        if let bytes = FileManager.default.contents(atPath: file), let (offset, line) = firstByteNotUTF8(in: [UInt8](bytes)) {
-            let byte = "0x" + String(bytes[offset], radix: 16, uppercase: true)
-            return "it is not UTF-8 text: the byte at offset \(offset) (line \(line)), \(byte), begins no valid UTF-8 sequence"
-        }
-        return error.localizedDescription
     }
 
     /// The first byte of `bytes` that begins no valid UTF-8 sequence: its
