@@ -231,6 +231,19 @@ extension SyncServerProcessTests {
         #expect(run.errors.contains("--rate-limit must be a finite number"), "\(run.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
     }
+
+    /// An empty `--host` (an unset variable) is a usage error (status 64,
+    /// naming the option), as an empty `--data` is: it failed at start,
+    /// status 1, as "cannot listen on :0: ... for host , port 0".
+    @Test func anEmptyHostIsAUsageError() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
+        let directory = try TemporaryDirectory("syncserver-empty-host")
+        let run = try await ToolRun.running(
+            Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--host", ""])
+        #expect(run.status == 64, "\(run.status): \(run.errors)")
+        #expect(run.errors.contains("--host must name an address"), "\(run.errors)")
+        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
+    }
 }
 
 extension SyncServerProcessTests {

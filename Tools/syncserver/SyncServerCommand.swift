@@ -123,6 +123,8 @@ struct SyncServerCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
+        // Else it failed at start (status 1, not usage's 64) as "cannot listen on :8080: ... for host , port 8080".
+        guard !host.isEmpty else { throw ValidationError("--host must name an address") }
         // `inf` parses as a Double, and passed here to fail at start (status 1, not usage's 64).
         guard rateLimit >= 0, rateLimit.isFinite else { throw ValidationError("--rate-limit must be a finite number >= 0") }
         guard burst > 0 else { throw ValidationError("--burst must be at least 1") }
