@@ -995,6 +995,17 @@ extension SyncServerProcessTests {
         #expect(run.errors.contains("the server URL not-a-url is not http:// or https://"), "\(run.errors)")
         #expect(!run.output.contains("== Both edit"), "\(run.output)")
     }
+
+    /// An empty `--path` (an unset variable) is a usage error naming the
+    /// option: the demo failed as "mkdir (): No such file or directory".
+    @Test func theDemoRefusesAnEmptyPath() async throws {
+        let demo = ToolRun.builtProduct("demo", root: Self.root)
+        try #require(FileManager.default.isExecutableFile(atPath: demo), "build the demo product first")
+        for arguments in [["--path", ""], ["--path", "", "--server", "http://127.0.0.1:1"]] {
+            let run = try await ToolRun.running(demo, arguments)
+            #expect(run.status == 64 && run.errors.contains("--path must name a directory"), "\(arguments): \(run.status): \(run.errors)")
+        }
+    }
 }
 
 extension SyncServerProcessTests {

@@ -32,6 +32,8 @@ struct Demo: AsyncParsableCommand {
     var token = "demo-token"
 
     func validate() throws {
+        // An unset variable (`--path "$DIR"`) failed as "mkdir (): No such file or directory".
+        if path?.isEmpty == true { throw ValidationError("--path must name a directory") }
         guard (1...256).contains(writers) else { throw ValidationError("--writers must be 1...256") }
         guard (1...10_000).contains(entriesPerWriter) else {
             throw ValidationError("--entries-per-writer must be 1...10000")
