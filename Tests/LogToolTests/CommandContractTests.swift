@@ -143,6 +143,21 @@ import Testing
         }
     }
 
+    /// `dump --type` or `--id` naming what no entity can be named (an upper
+    /// case type, an empty id) is a usage error naming the option: it
+    /// printed nothing, status 0, as if no entry matched.
+    @Test func dumpRefusesATypeOrIDNoEntityCanHave() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-dump-names")
+        let source = directory.appending("source")
+        try await Self.makeStore(at: source)
+        let cases = [(["--type", "TE"], "Error: --type: entity type \"TE\": "), (["--id", ""], "Error: --id: entity id must be 1 to 256 bytes")]
+        for (arguments, message) in cases {
+            let run = try await Tool.run(["dump", source] + arguments)
+            #expect(run.status == 2 && run.errors.hasPrefix(message) && run.output.isEmpty, "\(arguments): \(run.errors)")
+        }
+        #expect(try await Tool.run(["dump", source, "--type", "te", "--id", "a", "--json"]).lines.count == 2)
+    }
+
     /// `compact --below` reports every count of its report, in JSON and in
     /// text: the entries below the watermark before, and those it kept
     /// there (a pending intent), beside what it removed and wrote.

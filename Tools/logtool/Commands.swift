@@ -122,6 +122,10 @@ struct Dump: ParsableCommand {
 
     func validate() throws {
         if let kind, EntryKind(name: kind) == nil { throw ValidationError("--kind \(kind) is not a kind") }
+        // No entry names an entity so (every writer checks its names): a
+        // mistyped `--type TE` printed nothing, status 0, as if none matched.
+        if let type, let problem = NameRules.entityTypeProblem(type) { throw ValidationError("--type: \(problem)") }
+        if let id, let problem = NameRules.entityIDProblem(id) { throw ValidationError("--id: \(problem)") }
         if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more") }
         if let to, to < from ?? 1 { throw ValidationError("--to is before --from") }
     }
