@@ -1850,6 +1850,14 @@ extension LogToolTests {
         }
         #expect(try await Tool.run(["help", "show"]).status == 0)
     }
+
+    /// `help` of a mistyped command names it, status 2, as the command
+    /// itself mistyped is: it printed the tool's own help, status 0.
+    @Test func helpOfAMistypedCommandIsNamed() async throws {
+        let run = try await Tool.run(["help", "dmup"])
+        #expect(run.status == 2 && run.errors.hasPrefix("Error: Unknown command 'dmup'. Did you mean 'dump'?"), "\(run.status): \(run.errors)")
+        #expect(run.output.isEmpty, "\(run.output)")
+    }
 }
 
 extension LogToolExportTests {

@@ -5,10 +5,14 @@ import ArgumentParser
 /// required option missing before an unknown one) and knows nothing of the
 /// commands' relations (`export STORE FILE` mirrors `import FILE STORE`).
 extension LogTool {
-    /// Refuses a first word that names no command, with the nearest one:
-    /// the parser says only "2 unexpected arguments: 'dmup', 'STORE'".
+    /// Refuses a first word (or the word after `help`) that names no
+    /// command, with the nearest one: the parser says only "2 unexpected
+    /// arguments: 'dmup', 'STORE'".
     static func checkCommandName(_ arguments: [String]) throws {
-        guard let word = arguments.first, !word.hasPrefix("-") else { return }
+        // `help dmup` printed the tool's own help, status 0: the word after
+        // `help` names a command too.
+        let words = arguments.first == "help" ? arguments.dropFirst() : arguments[...]
+        guard let word = words.first, !word.hasPrefix("-") else { return }
         let names = ["help"] + configuration.subcommands.map { $0._commandName }
         guard !names.contains(word) else { return }
         let nearest = names.map { ($0, editDistance($0, word)) }.min { $0.1 < $1.1 }
