@@ -219,29 +219,19 @@ extension SyncServerProcessTests {
 }
 
 extension SyncServerProcessTests {
-    /// `--rate-limit inf` is a usage error (status 64, naming the option),
-    /// as `nan` and negative rates are: it passed the option checks and
-    /// failed at start with status 1.
-    @Test func anInfiniteRateLimitIsAUsageError() async throws {
+    /// A value that passed the option checks and failed at start (status
+    /// 1) is a usage error (status 64, naming the option): `--rate-limit
+    /// inf`, as `nan` and negative rates are, and an empty `--host` (an
+    /// unset variable), as an empty `--data` is, which failed as "cannot
+    /// listen on :0: ... for host , port 0".
+    @Test(arguments: [("--rate-limit", "inf", "--rate-limit must be a finite number"), ("--host", "", "--host must name an address")])
+    func aValueThatCouldNotServeIsAUsageError(option: String, value: String, message: String) async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
-        let directory = try TemporaryDirectory("syncserver-rate-limit")
+        let directory = try TemporaryDirectory("syncserver-usage-value")
         let run = try await ToolRun.running(
-            Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--rate-limit", "inf"])
+            Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", option, value])
         #expect(run.status == 64, "\(run.status): \(run.errors)")
-        #expect(run.errors.contains("--rate-limit must be a finite number"), "\(run.errors)")
-        #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
-    }
-
-    /// An empty `--host` (an unset variable) is a usage error (status 64,
-    /// naming the option), as an empty `--data` is: it failed at start,
-    /// status 1, as "cannot listen on :0: ... for host , port 0".
-    @Test func anEmptyHostIsAUsageError() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the syncserver product first")
-        let directory = try TemporaryDirectory("syncserver-empty-host")
-        let run = try await ToolRun.running(
-            Self.executable.path, ["--data", directory.appending("data"), "--port", "0", "--token", "t:alice", "--host", ""])
-        #expect(run.status == 64, "\(run.status): \(run.errors)")
-        #expect(run.errors.contains("--host must name an address"), "\(run.errors)")
+        #expect(run.errors.contains(message), "\(run.errors)")
         #expect(!FileManager.default.fileExists(atPath: directory.appending("data")))
     }
 }
