@@ -27,6 +27,13 @@ enum OpenFailure {
         let data = ("data.mdb", readOnly ? O_RDONLY : O_RDWR, readOnly ? "a read-only open reads it" : "a writer reads and writes it")
         // A read-only open opens the data file first, a writer the lock file.
         for (name, flags, why) in readOnly ? [data, lock] : [lock, data] {
+            // A read-only open of a directory succeeds, and LMDB's fails
+            // with EISDIR: named as what it is, not as a file it opens.
+            var status = stat()
+            if stat(directory + "/" + name, &status) == 0, status.st_mode & S_IFMT == S_IFDIR {
+                error.detail = "\(name) is a directory, where LMDB keeps a file"
+                throw error
+            }
             let descriptor = open(directory + "/" + name, flags | O_CLOEXEC)
             guard descriptor < 0 else {
                 _ = close(descriptor)

@@ -885,3 +885,18 @@ extension EnvironmentTests {
         #expect(seen == [1, 2, 3])
     }
 }
+
+extension EnvironmentTests {
+    /// A `data.mdb` that is a directory is named as one. A read-only open
+    /// said only "mdb_env_open (DIR): Is a directory", naming no file (a
+    /// directory opens for reading), and a writer "data.mdb: a writer reads
+    /// and writes it", as if the file were one it may not write.
+    @Test(arguments: [false, true]) func aDataFileThatIsADirectoryIsNamed(readOnly: Bool) throws {
+        let directory = try TemporaryDirectory("lmdb-data-directory")
+        try FileManager.default.createDirectory(atPath: directory.appending("data.mdb"), withIntermediateDirectories: false)
+        var options = Environment.Options()
+        options.readOnly = readOnly
+        let error = #expect(throws: LMDBError.self) { try Environment(path: directory.path, options: options) }
+        #expect(error?.detail == "data.mdb is a directory, where LMDB keeps a file", "\(String(describing: error))")
+    }
+}
