@@ -158,6 +158,17 @@ import Testing
         #expect(try await Tool.run(["dump", source, "--type", "te", "--id", "a", "--json"]).lines.count == 2)
     }
 
+    /// `entities STORE TYPE ""` (an unset variable) is a usage error naming
+    /// the id's rule: it said "no te/", as if it named an entity missing.
+    @Test func entitiesRefusesAnIDNoEntityCanHave() async throws {
+        let directory = try TemporaryDirectory("logtool-contract-entities-id")
+        let source = directory.appending("source")
+        try await Self.makeStore(at: source)
+        let run = try await Tool.run(["entities", source, "te", ""])
+        #expect(run.status == 2 && run.errors.hasPrefix("Error: the id: entity id must be 1 to 256 bytes") && run.output.isEmpty, "\(run.errors)")
+        #expect(try await Tool.run(["entities", source, "te", "a", "--json"]).lines.count == 1)
+    }
+
     /// `compact --below` reports every count of its report, in JSON and in
     /// text: the entries below the watermark before, and those it kept
     /// there (a pending intent), beside what it removed and wrote.

@@ -220,6 +220,12 @@ struct Entities: ParsableCommand {
     @Argument(help: "The entity type.") var type: String
     @Argument(help: "One entity's id.") var id: String?
 
+    /// An id no entity can have (an empty one: an unset variable) was
+    /// answered "no te/", as if it named one that is missing.
+    func validate() throws {
+        if let id, let problem = NameRules.entityIDProblem(id) { throw ValidationError("the id: \(problem)") }
+    }
+
     struct Row: Encodable {
         var type: String
         var id: String
