@@ -12,10 +12,11 @@ import Synchronization
 /// LMDB reads a store's `data.mdb` through a map of it. When the file is
 /// cut short under the tool (truncated, or a shorter copy put in its
 /// place) or the disk fails a read, the next read of a page past the cut
-/// raises SIGBUS (so does a read that damage sends past the file's end). Nothing can go on after it, as the read never returns;
-/// without a handler the process dies with a backtrace that names no
-/// file. `EventLog.checkDataFileWhole()` names a cut before a read, and
-/// this names one that comes after a check.
+/// raises SIGBUS, as does a read that damage sends past the file's end.
+/// Nothing can go on after it, as the read never returns; without a
+/// handler the process dies with a backtrace that names no file.
+/// `EventLog.checkDataFileWhole()` names a cut before a read, and this
+/// names one that comes after a check.
 ///
 /// The handler only writes bytes prepared beforehand and exits: all a
 /// signal handler may do.
