@@ -28,6 +28,15 @@ public enum LoopbackSocket {
         return address
     }
 
+    /// Calls `body` with 127.0.0.1:`port` as the address and length that
+    /// `bind` and `connect` take.
+    public static func withAddress<R>(port: Int, _ body: (UnsafePointer<sockaddr>, socklen_t) throws -> R) rethrows -> R {
+        var address = address(port: port)
+        return try withUnsafePointer(to: &address) {
+            try $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { try body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+    }
+
     /// Binds a socket to 127.0.0.1:`port` and does not listen: while the
     /// caller keeps it open, a connection to the port is refused at once,
     /// and no socket bound to port 0 is given this port. A test that stops
@@ -39,13 +48,9 @@ public enum LoopbackSocket {
     public static func hold(port: Int) throws -> Int32 {
         let descriptor = try make()
         var on: Int32 = 1
-        var address = address(port: port)
-        let bound = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size)) == 0
-                    && bind(descriptor, address, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
+        let bound =
+            setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size)) == 0
+            && withAddress(port: port) { bind(descriptor, $0, $1) } == 0
         guard bound else {
             let error = POSIXError(.init(rawValue: errno) ?? .EIO)
             close(descriptor)

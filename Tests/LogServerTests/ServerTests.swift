@@ -1757,10 +1757,7 @@ private func rawExchange(
 ) throws -> String {
     let descriptor = try LoopbackSocket.make()
     defer { close(descriptor) }
-    var address = LoopbackSocket.address(port: port)
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
+    let connected = LoopbackSocket.withAddress(port: port) { connect(descriptor, $0, $1) }
     guard connected == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
     var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
     setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

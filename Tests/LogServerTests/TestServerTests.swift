@@ -59,10 +59,6 @@ import Testing
     ) throws -> Int32 {
         let descriptor = try LoopbackSocket.make()
         defer { close(descriptor) }
-        var address = LoopbackSocket.address(port: port)
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        return result == 0 ? 0 : errno
+        return LoopbackSocket.withAddress(port: port) { call(descriptor, $0, $1) } == 0 ? 0 : errno
     }
 }
