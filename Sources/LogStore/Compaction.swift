@@ -13,7 +13,8 @@ public struct CompactionReport: Sendable, Equatable {
     public var snapshotsWritten = 0
     /// Entries kept below the watermark: intents still pending or settled
     /// above it, and their conflicts; intents whose conflict waits for the
-    /// app, with their answers (and the last resync after such an ack).
+    /// app, with their answers (and the last resync after such an ack);
+    /// snapshots an earlier compaction wrote that still hold what they did.
     public var entriesKept = 0
     public var dryRun: Bool
 }
@@ -27,8 +28,11 @@ extension Store {
     /// intents whose conflict waits for the app (with their answers): each
     /// entity's confirmed state as of the watermark, tombstones included, is
     /// written as one `snapshot` entry, reusing a freed offset below the
-    /// watermark. Offsets at and above it, and those of every kept entry, do
-    /// not change. The projections, the outbox and the cursor stay as they
+    /// watermark. A snapshot that an earlier compaction wrote, and that
+    /// still holds its entity's confirmed state, stays as it is, so
+    /// compacting again writes snapshots only for what changed since.
+    /// Offsets at and above the watermark, and those of every kept entry,
+    /// do not change. The projections, the outbox and the cursor stay as they
     /// are (replaying the compacted log gives the same tables); the
     /// idempotency keys of removed intents go with them. A rebuild under way
     /// starts over from the first entry.
@@ -110,6 +114,11 @@ private struct CompactionPlan {
     /// The freed offsets the snapshots may take, with their timestamps.
     var slots: [(offset: UInt64, timestamp: HybridTimestamp)] { removed.filter { $0.offset > keptResync } }
 
+    /// Where each new snapshot goes: the highest slots, in order.
+    var placements: Zip2Sequence<[Snapshot], ArraySlice<(offset: UInt64, timestamp: HybridTimestamp)>> {
+        zip(snapshots, slots.suffix(snapshots.count))
+    }
+
     func report(dryRun: Bool) -> CompactionReport {
         CompactionReport(
             watermark: watermark, entriesBefore: entriesBefore, entriesRemoved: removed.count,
@@ -120,7 +129,9 @@ private struct CompactionPlan {
 extension Store {
     /// Folds the entries below the watermark with the same rules the
     /// projections use (`Confirmed`): one pass reads them, a second decides
-    /// what stays, a third folds what goes.
+    /// which intents and answers stay, a third folds them all, which shows
+    /// the snapshots that still hold and the ones to write
+    /// (`Format/storage.md`, section 4, Compaction).
     private func planCompaction(below watermark: UInt64, _ txn: borrowing Transaction) throws -> CompactionPlan {
         var plan = CompactionPlan(watermark: watermark)
         var entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)] = []
@@ -139,29 +150,31 @@ extension Store {
             return true
         }
         plan.entriesBefore = entries.count
-        let kept = try keptBelowWatermark(entries, txn)
+        var kept = try keptBelowWatermark(entries, txn)
         plan.keptResync = entries.last { if case .resync = $0.body { true } else { false } }
             .map { kept.contains($0.offset) ? $0.offset : 0 } ?? 0
         var confirmed: [[UInt8]: Confirmed] = [:]
-        // Entities whose confirmed state a removed entry set since the last
-        // resync: only they need a snapshot (the kept entries replay the rest).
+        // Entities whose confirmed state an entry other than a kept one set
+        // since the last resync: only they may need a snapshot (the kept
+        // entries replay the rest).
         var folded: Set<[UInt8]> = []
         var cursor: String?
+        // Since the last resync: each entity's last snapshot, and the last
+        // entry that set the cursor (whether it is a cursor-only snapshot).
+        var lastSnapshots: [[UInt8]: (offset: UInt64, state: Confirmed, cursor: String)] = [:]
+        var lastCursorEntry: (offset: UInt64, cursorOnly: Bool)?
         var intents: [UInt64: Intent] = [:]
         var settled: Set<UInt64> = []
         for entry in entries {
             let keep = kept.contains(entry.offset)
-            if case .intent(let intent) = entry.body {
+            switch entry.body {
+            case .intent(let intent):
+                intents[entry.offset] = intent
                 if keep {
                     plan.keptKeys[ByteKey(Array(intent.idempotencyKey.utf8))] = entry.offset
                 } else {
                     plan.removedKeys.append((intent.idempotencyKey, entry.offset))
                 }
-            }
-            if !keep { plan.removed.append((entry.offset, entry.timestamp)) }
-            switch entry.body {
-            case .intent(let intent):
-                intents[entry.offset] = intent
             case .ack(let ack):
                 // Only the first answer to a pending intent settles it, as in
                 // the projections; an answer to an intent a previous
@@ -178,37 +191,73 @@ extension Store {
                     version: remote.serverVersion, state: remote.operation == .upsert ? remote.fields : nil)
                 folded.insert(key)
                 cursor = remote.cursor
+                lastCursorEntry = (entry.offset, false)
             case .snapshot(let snapshot):
                 if !snapshot.entityType.isEmpty {
                     let key = EntityKey.encode(type: snapshot.entityType, id: snapshot.entityID)
-                    confirmed[key] = (confirmed[key] ?? Confirmed()).applying(
-                        version: snapshot.serverVersion, state: snapshot.deleted ? nil : snapshot.fields)
+                    let state = Confirmed(version: snapshot.serverVersion, fields: snapshot.deleted ? nil : snapshot.fields)
+                    confirmed[key] = (confirmed[key] ?? Confirmed()).applying(version: state.version, state: state.fields)
                     folded.insert(key)
+                    lastSnapshots[key] = (entry.offset, state, snapshot.cursor)
                 }
                 cursor = snapshot.cursor.isEmpty ? nil : snapshot.cursor
+                lastCursorEntry = (entry.offset, snapshot.entityType.isEmpty)
             case .resync:
                 confirmed = [:]
                 folded = []
                 cursor = nil
+                lastSnapshots = [:]
+                lastCursorEntry = nil
             case .conflict:
                 break
             }
         }
+        // An entity's last snapshot that holds its confirmed state stays
+        // where it is: replayed there, it gives that state as a new one
+        // would (a kept answer after it is no newer, or the state would
+        // differ). Values: the cursor each one sets.
+        var keptSnapshots: [UInt64: String] = [:]
+        var current: Set<[UInt8]> = []
+        for (key, snapshot) in lastSnapshots where snapshot.state.version > 0 && confirmed[key] == snapshot.state {
+            keptSnapshots[snapshot.offset] = snapshot.cursor
+            current.insert(key)
+        }
         for (key, state) in confirmed.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) })
-        where state.version > 0 && folded.contains(key) {
+        where state.version > 0 && folded.contains(key) && !current.contains(key) {
             let (type, id) = EntityKey.split(key)
             plan.snapshots.append(
                 Snapshot(
                     watermark: watermark, cursor: cursor ?? "", entityType: type, entityID: id,
                     serverVersion: state.version, deleted: state.fields == nil, fields: state.fields ?? [:]))
         }
-        if plan.snapshots.isEmpty, let cursor {
-            plan.snapshots.append(Snapshot(watermark: watermark, cursor: cursor, entityType: "", entityID: "", serverVersion: 0, fields: [:]))
+        // The highest snapshot below the watermark sets the cursor a replay
+        // leaves there, so it must carry the folded one. New snapshots take
+        // the highest freed offsets and carry it; a kept snapshot above them
+        // all has it too (every entry after it is kept, and no kept entry
+        // sets the cursor). Without new ones, the last entry to set the
+        // cursor stays when it is a cursor-only snapshot; otherwise, when the
+        // highest kept snapshot carries another cursor (or there is none,
+        // and a cursor was folded), a cursor-only snapshot carries it, above
+        // that one: the entry that set the folded cursor was freed there.
+        if plan.snapshots.isEmpty {
+            if let last = lastCursorEntry, last.cursorOnly { keptSnapshots[last.offset] = cursor ?? "" }
+            let top = keptSnapshots.max { $0.key < $1.key }
+            if top.map({ $0.value != cursor ?? "" }) ?? (cursor != nil) {
+                plan.snapshots.append(
+                    Snapshot(watermark: watermark, cursor: cursor ?? "", entityType: "", entityID: "", serverVersion: 0, fields: [:]))
+            }
         }
-        // Every snapshot stands for at least one removed entry that set its
-        // entity's state (or the cursor) after the last resync, so the freed
-        // offsets after it suffice.
-        precondition(plan.snapshots.count <= plan.slots.count, "more snapshots than freed offsets")
+        kept.formUnion(keptSnapshots.keys)
+        plan.removed = entries.filter { !kept.contains($0.offset) }.map { ($0.offset, $0.timestamp) }
+        // Every new snapshot stands for at least one removed entry that set
+        // its entity's state (or the cursor) after the last resync, so the
+        // freed offsets after it suffice.
+        let slots = plan.slots
+        precondition(plan.snapshots.count <= slots.count, "more snapshots than freed offsets")
+        let topKept = keptSnapshots.keys.max() ?? 0
+        precondition(
+            plan.snapshots.isEmpty || (slots.last?.offset ?? 0) > topKept || keptSnapshots[topKept] == cursor ?? "",
+            "the folded cursor would sit below a kept snapshot")
         return plan
     }
 
@@ -302,7 +351,7 @@ extension Store {
                 try txn.delete(idempotency, key: bytes)
             }
         }
-        for (snapshot, slot) in zip(plan.snapshots, plan.slots) {
+        for (snapshot, slot) in plan.placements {
             let entry = Entry(offset: slot.offset, timestamp: slot.timestamp, body: .snapshot(snapshot))
             try txn.put(log.logDatabase, key: OffsetKey.encode(slot.offset), value: try EntryCodec.encode(entry))
         }

@@ -60,7 +60,7 @@ import Testing
         #expect(try fixture.store.log.lastOffset() == last + 2)
     }
 
-    /// storage.md section 4, Compaction, step 3: `compacted-below` becomes
+    /// storage.md section 4, Compaction, step 5: `compacted-below` becomes
     /// the greater of its value and the watermark. A later compaction below
     /// a lower watermark leaves it where it was: lowered, it would make the
     /// holes the first one left above the new value a gap, and the log
@@ -71,10 +71,11 @@ import Testing
         let last = try store.log.lastOffset()
         _ = try await store.compact(below: last)
         let offsets = try scanAll(store.log).map(\.offset)
+        #expect(offsets == [last - 2, last - 1, last])
         let tables = try store.derivedTables()
-        // The snapshot at offset 1 is folded again, into one of watermark 2.
+        // Offsets 1 to 5 are holes now, below a watermark of 2 and above it.
         let report = try await store.compact(below: 2)
-        #expect(report.entriesRemoved == 1 && report.snapshotsWritten == 1)
+        #expect(report.entriesBefore == 0 && report.entriesRemoved == 0 && report.snapshotsWritten == 0)
         #expect(try store.compactedBelow() == last)
         #expect(try scanAll(store.log).map(\.offset) == offsets)
         try await store.rebuildProjections()
@@ -185,7 +186,7 @@ import Testing
         let before = try store.derivedTables()
         let report = try await store.compact(below: 6)
         #expect(report.entriesRemoved == 4 && report.entriesKept == 1 && report.snapshotsWritten == 1)
-        #expect(try scanAll(store.log).map(\.offset) == [1, 2, 6])
+        #expect(try scanAll(store.log).map(\.offset) == [2, 5, 6])
         try await store.rebuildProjections()
         #expect(try store.derivedTables().entities == before.entities)
     }
@@ -206,7 +207,7 @@ import Testing
         let before = try store.derivedTables()
         let report = try await store.compact(below: 4)
         #expect(report.entriesRemoved == 2 && report.entriesKept == 1 && report.snapshotsWritten == 1)
-        #expect(try scanAll(store.log).map(\.offset) == [1, 3, 4])
+        #expect(try scanAll(store.log).map(\.offset) == [2, 3, 4])
         try await store.rebuildProjections()
         #expect(try store.derivedTables().entities == before.entities)
         #expect(try store.outbox().map(\.offset) == [3, 4])
@@ -215,7 +216,7 @@ import Testing
     /// storage.md section 4, Compaction, step 2: the last resync below the
     /// watermark stays only when a kept answer is an ack before it. A
     /// pending intent before it is no reason: the resync goes, like every
-    /// other, and the snapshot takes the lowest freed offset.
+    /// other, and the snapshot takes the highest freed offset.
     @Test func aResyncAfterAPendingIntentIsRemoved() async throws {
         let fixture = try StoreFixture("compact-resync-after-pending")
         let store = fixture.store
@@ -227,7 +228,7 @@ import Testing
         let before = try store.derivedTables()
         let report = try await store.compact(below: 5)
         #expect(report.entriesRemoved == 3 && report.entriesKept == 1 && report.snapshotsWritten == 1)
-        #expect(try scanAll(store.log).map(\.offset) == [1, 2, 5])
+        #expect(try scanAll(store.log).map(\.offset) == [1, 4, 5])
         try await store.rebuildProjections()
         #expect(try store.derivedTables().entities == before.entities)
         #expect(try store.pullCursor() == "c2")
@@ -616,11 +617,95 @@ import Testing
         _ = try await fixture.store.log.append(.snapshot(Snapshot(watermark: 1, cursor: "c7", entityType: "", entityID: "", serverVersion: 0, fields: [:])))
         try await fixture.store.create(type: "te", id: "a", fields: [:])
         #expect(try fixture.store.pullCursor() == "c7")
+        let entries = try scanAll(fixture.store.log)
+        // It is the last entry to set the cursor below the watermark, so it
+        // stays as it is.
         let report = try await fixture.store.compact(below: 2)
-        #expect(report.snapshotsWritten == 1 && report.entriesRemoved == 1)
+        #expect(report.snapshotsWritten == 0 && report.entriesRemoved == 0)
+        #expect(try scanAll(fixture.store.log) == entries)
         try fixture.reopen()
         try await fixture.store.rebuildProjections()
         #expect(try fixture.store.pullCursor() == "c7")
+    }
+
+    /// storage.md section 4, Compaction, steps 2 to 4: a snapshot that still
+    /// holds its entity's confirmed state stays where it is, so compacting
+    /// again writes snapshots only for the entities that changed since. The
+    /// new ones take the highest freed offsets and carry the new cursor.
+    @Test func aSecondCompactionWritesSnapshotsOnlyForWhatChanged() async throws {
+        let fixture = try StoreFixture("compact-again")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            (0..<10).map {
+                PulledChange(.upsert, entityType: "te", entityID: "e\($0)", serverVersion: 1, fields: ["n": .int(Int64($0))])
+            }, cursor: "c1")  // 1 to 10
+        try await store.create(type: "te", id: "a", fields: [:])  // 11, stays pending
+        #expect(try await store.compact(below: 11).snapshotsWritten == 10)
+        let firstSnapshots = try scanAll(store.log).filter { $0.kind == .snapshot }
+        #expect(firstSnapshots.map(\.offset) == Array(1...10))
+        try await store.applyPulledPage([
+            PulledChange(.upsert, entityType: "te", entityID: "e3", serverVersion: 2, fields: ["n": 33]),
+            PulledChange(.delete, entityType: "te", entityID: "e7", serverVersion: 2),
+        ], cursor: "c2")  // 12, 13
+        try await store.create(type: "te", id: "b", fields: [:])  // 14
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 14)
+        // The snapshots of e3 and e7 that no longer hold, and the two changes.
+        #expect(report.entriesRemoved == 4 && report.snapshotsWritten == 2 && report.entriesKept == 9)
+        let entries = try scanAll(store.log)
+        #expect(entries.map(\.offset) == [1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14])
+        // Eight snapshots are as the first compaction wrote them.
+        for snapshot in firstSnapshots where ![4, 8].contains(snapshot.offset) {
+            #expect(entries.contains(snapshot), "\(snapshot)")
+        }
+        let written = entries.compactMap { entry -> Snapshot? in
+            guard entry.offset >= 12, case .snapshot(let snapshot) = entry.body else { return nil }
+            return snapshot
+        }
+        #expect(written.map(\.entityID) == ["e3", "e7"])
+        #expect(written.allSatisfy { $0.cursor == "c2" && $0.watermark == 14 && $0.serverVersion == 2 })
+        #expect(written.map(\.deleted) == [false, true])
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == before)
+        #expect(try store.pullCursor() == "c2")
+        // Nothing changed since: compacting again writes nothing.
+        let again = try await store.compact(below: 14)
+        #expect(again.entriesRemoved == 0 && again.snapshotsWritten == 0)
+        #expect(try scanAll(store.log) == entries)
+    }
+
+    /// A kept snapshot carries the cursor of the compaction that wrote it.
+    /// When a later one folds another cursor but no entity's state changed,
+    /// a cursor-only snapshot above the kept one carries it: otherwise a
+    /// replay would end on the older cursor. The change: a stale pulled
+    /// change with a newer cursor; or, in a log written by other software,
+    /// a snapshot that confirms nothing (server version 0) and has no cursor.
+    @Test(arguments: [
+        (EntryBody.remote(Remote(cursor: "c2", .upsert, entityType: "te", entityID: "x", serverVersion: 4, fields: ["n": 4])), "c2"),
+        (.snapshot(Snapshot(watermark: 3, cursor: "", entityType: "te", entityID: "y", serverVersion: 0, fields: [:])), ""),
+    ])
+    func anotherCursorAboveAKeptSnapshotGetsACursorOnlySnapshot(change: EntryBody, cursor: String) async throws {
+        let fixture = try StoreFixture("compact-cursor-over-kept")
+        let store = fixture.store
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "x", serverVersion: 5, fields: ["n": 5])], cursor: "c1")  // 1
+        try await store.create(type: "te", id: "a", fields: [:])  // 2, stays pending
+        _ = try await store.compact(below: 2)
+        _ = try await store.log.append(change)  // 3
+        try await store.create(type: "te", id: "b", fields: [:])  // 4
+        #expect(try store.pullCursor() == (cursor.isEmpty ? nil : cursor))
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 4)
+        #expect(report.entriesRemoved == 1 && report.snapshotsWritten == 1)
+        guard case .snapshot(let kept)? = try store.log.entry(at: 1)?.body, case .snapshot(let carrier)? = try store.log.entry(at: 3)?.body
+        else {
+            Issue.record("no snapshots at offsets 1 and 3")
+            return
+        }
+        #expect(kept.entityID == "x" && kept.cursor == "c1" && kept.watermark == 2)
+        #expect(carrier.entityType.isEmpty && carrier.cursor == cursor && carrier.watermark == 4)
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == before)
+        #expect(try store.pullCursor() == (cursor.isEmpty ? nil : cursor))
     }
 }
 

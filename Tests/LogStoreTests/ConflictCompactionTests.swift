@@ -63,7 +63,7 @@ import Testing
         try await fixture.store.record([(1, .acknowledged(.applied, serverVersion: 1))])  // 2
         try await fixture.store.create(type: "te", id: "b", fields: [:])  // 3, pending
         _ = try await fixture.store.compact(below: 3)
-        #expect(try fixture.store.log.entry(at: 1)?.kind == .snapshot)
+        #expect(try fixture.store.log.entry(at: 2)?.kind == .snapshot)
         // A conflict that waits on the removed intent: only a raw append
         // writes one; an empty record projects it.
         _ = try await fixture.store.log.append(

@@ -262,6 +262,11 @@ struct ReferenceModel {
         let kept = Set(entriesAfter.map(\.offset))
         for item in model.pending { #expect(kept.contains(item.offset), "\(label): pending intent \(item.offset) lost") }
         #expect(entriesAfter.count == entriesBefore.count - report.entriesRemoved + report.snapshotsWritten, "\(label)")
+        // Compacting again at once finds nothing to do: every snapshot still
+        // holds what it did, and the kept entries are still needed.
+        let again = try await store.compact(below: watermark)
+        #expect(again.entriesRemoved == 0 && again.snapshotsWritten == 0, "\(label): compacting again changed the log: \(again)")
+        #expect(try scanAll(store.log) == entriesAfter, "\(label): compacting again changed the log")
     }
 
     private func differences(_ a: DerivedTables, _ b: DerivedTables) -> [String] {
