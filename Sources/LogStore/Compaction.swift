@@ -37,6 +37,13 @@ extension Store {
     /// idempotency keys of removed intents go with them. A rebuild under way
     /// starts over from the first entry.
     ///
+    /// It is one write transaction. Planning holds a few words for each
+    /// entry below the watermark and each entity it names, not the entries:
+    /// a new snapshot's fields are read back from the log as it is written.
+    /// LMDB keeps the pages the transaction changes in memory until it
+    /// commits (up to a limit of its own, past which it writes some early):
+    /// compacting a long log for the first time changes most of its pages.
+    ///
     /// The LMDB file does not shrink: freed pages are reused by later writes
     /// (`Environment.copy(to:compact:)` writes a smaller copy).
     /// - Parameters:
@@ -92,49 +99,120 @@ extension Store {
     public func compactedBelow() throws -> UInt64 { try log.compactedBelow() }
 }
 
+/// What planning holds of an entry below the watermark: its offset, its
+/// timestamp and what the fold needs, without fields or strings. Planning
+/// the compaction of a long log holds a few words per entry, not every
+/// decoded entry; the fields of new snapshots are read back from the log
+/// as they are written.
+private struct Sketch {
+    enum Kind {
+        /// `entity` indexes `CompactionPlan.entityKeys`; `keyHash` hashes
+        /// the idempotency key's bytes.
+        case intent(entity: Int32, operation: Intent.Operation, keyHash: Int)
+        case ack(intent: UInt64, version: UInt64)
+        case reject(intent: UInt64)
+        /// A `remote`, or a `snapshot` naming an entity: the state it
+        /// confirms (absent when `deleted`), at `version`.
+        case state(entity: Int32, version: UInt64, deleted: Bool, snapshot: Bool)
+        case cursorOnlySnapshot
+        case resync
+        case conflict(intent: UInt64)
+    }
+
+    var offset: UInt64
+    var timestamp: HybridTimestamp
+    var kind: Kind
+
+    var isAck: Bool { if case .ack = kind { true } else { false } }
+}
+
+/// An entity's confirmed state as the fold leaves it (`Confirmed`), by
+/// reference to entries: the one whose fields are its base, and the
+/// acknowledged updates merged over it since, in order. Indices are into
+/// the plan's sketches.
+private struct FoldedState {
+    /// The resync this state follows (`epoch` of the fold): one from before
+    /// the last resync is no state at all.
+    var epoch = 0
+    var version: UInt64 = 0
+    /// A `remote`, a `snapshot` or a create intent; nil when absent.
+    var base: Int?
+    var updates: [Int] = []
+    /// The last entry that changed this state.
+    var setter: Int?
+    /// The last entry that changed it and goes: a `remote`, a `snapshot`,
+    /// or an ack that is the first answer to one of the entity's intents.
+    /// Its new snapshot, when it needs one, goes there.
+    var slot: Int?
+}
+
 /// What compaction found below the watermark and what it will write.
 private struct CompactionPlan {
     var watermark: UInt64
-    var entriesBefore = 0
-    /// Offsets to remove, ascending, with the timestamps they had.
-    var removed: [(offset: UInt64, timestamp: HybridTimestamp)] = []
-    /// Idempotency keys of removed intents.
-    var removedKeys: [(key: String, offset: UInt64)] = []
-    /// The last kept intent below the watermark with each key: what a
-    /// replay leaves in a key's row when a later intent with the same key
-    /// (a log with repeated keys) is removed. Keyed by bytes, as the
-    /// idempotency table is: `String` equality would merge two keys that
-    /// are canonically equivalent Unicode but different bytes.
-    var keptKeys: [ByteKey: UInt64] = [:]
-    var snapshots: [Snapshot] = []
-    /// The last resync below the watermark, when it is kept (0 when not):
-    /// the snapshots go after it, or it would forget them.
-    var keptResync: UInt64 = 0
+    var sketches: [Sketch] = []
+    /// The entities the entries name, in order of first appearance.
+    var entityKeys: [ByteKey] = []
+    /// Whether each entry below the watermark stays (parallel to `sketches`).
+    var keep: [Bool] = []
+    /// The new snapshots: the index of the removed entry each replaces, and
+    /// the entity whose state it holds (nil: only the cursor), ascending.
+    var snapshots: [(slot: Int, entity: Int32?, state: FoldedState)] = []
+    /// The folded cursor ("" for none).
+    var cursor = ""
 
-    /// The freed offsets the snapshots may take, with their timestamps.
-    var slots: [(offset: UInt64, timestamp: HybridTimestamp)] { removed.filter { $0.offset > keptResync } }
-
-    /// Where each new snapshot goes: the highest slots, in order.
-    var placements: Zip2Sequence<[Snapshot], ArraySlice<(offset: UInt64, timestamp: HybridTimestamp)>> {
-        zip(snapshots, slots.suffix(snapshots.count))
-    }
+    var entriesRemoved: Int { keep.count { !$0 } }
 
     func report(dryRun: Bool) -> CompactionReport {
-        CompactionReport(
-            watermark: watermark, entriesBefore: entriesBefore, entriesRemoved: removed.count,
-            snapshotsWritten: snapshots.count, entriesKept: entriesBefore - removed.count, dryRun: dryRun)
+        let removed = entriesRemoved
+        return CompactionReport(
+            watermark: watermark, entriesBefore: sketches.count, entriesRemoved: removed,
+            snapshotsWritten: snapshots.count, entriesKept: sketches.count - removed, dryRun: dryRun)
+    }
+
+    /// The index of the intent at `offset` below the watermark, or nil when
+    /// there is no intent there (a removed one, or another kind of entry).
+    func intentIndex(_ offset: UInt64) -> Int? {
+        var low = 0
+        var high = sketches.count
+        while low < high {
+            let middle = (low + high) / 2
+            if sketches[middle].offset < offset { low = middle + 1 } else { high = middle }
+        }
+        guard low < sketches.count, sketches[low].offset == offset, case .intent = sketches[low].kind else { return nil }
+        return low
+    }
+
+    func intent(at index: Int) -> (entity: Int32, operation: Intent.Operation) {
+        guard case .intent(let entity, let operation, _) = sketches[index].kind else {
+            preconditionFailure("entry \(index) of the plan is not an intent")
+        }
+        return (entity, operation)
     }
 }
 
 extension Store {
-    /// Folds the entries below the watermark with the same rules the
-    /// projections use (`Confirmed`): one pass reads them, a second decides
-    /// which intents and answers stay, a third folds them all, which shows
-    /// the snapshots that still hold and the ones to write
-    /// (`Format/storage.md`, section 4, Compaction).
+    /// Plans a compaction (`Format/storage.md`, section 4, Compaction): one
+    /// pass decodes the entries below the watermark into sketches, a second
+    /// decides which intents and answers stay, a third folds every entity's
+    /// confirmed state, which shows the snapshots that still hold and the
+    /// ones to write.
     private func planCompaction(below watermark: UInt64, _ txn: borrowing Transaction) throws -> CompactionPlan {
         var plan = CompactionPlan(watermark: watermark)
-        var entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)] = []
+        var entityIndices: [ByteKey: Int32] = [:]
+        func entity(_ type: String, _ id: String) throws -> Int32 {
+            let key = EntityKey.byteKey(type: type, id: id)
+            if let index = entityIndices[key] { return index }
+            guard let index = Int32(exactly: plan.entityKeys.count) else {
+                throw LogStoreError(.invalidArgument, path: path, "more entities below the watermark than a compaction can plan for")
+            }
+            entityIndices[key] = index
+            plan.entityKeys.append(key)
+            return index
+        }
+        // The folded cursor, and the index of the last entry that set it,
+        // since the last resync.
+        var cursor: String?
+        var cursorSetter: Int?
         let path = self.path
         let compactedBelow = try log.compactedBelow(txn)
         var expected: UInt64 = 1
@@ -146,122 +224,94 @@ extension Store {
             let entry = try EventLog.decode(
                 key: key, value: value, following: &expected, compactedBelow: compactedBelow, path: path)
             guard entry.offset < watermark else { return false }
-            entries.append((entry.offset, entry.timestamp, entry.body))
-            return true
-        }
-        plan.entriesBefore = entries.count
-        var kept = try keptBelowWatermark(entries, txn)
-        plan.keptResync = entries.last { if case .resync = $0.body { true } else { false } }
-            .map { kept.contains($0.offset) ? $0.offset : 0 } ?? 0
-        var confirmed: [[UInt8]: Confirmed] = [:]
-        // Entities whose confirmed state an entry other than a kept one set
-        // since the last resync: only they may need a snapshot (the kept
-        // entries replay the rest).
-        var folded: Set<[UInt8]> = []
-        var cursor: String?
-        // Since the last resync: each entity's last snapshot, and the last
-        // entry that set the cursor (whether it is a cursor-only snapshot).
-        var lastSnapshots: [[UInt8]: (offset: UInt64, state: Confirmed, cursor: String)] = [:]
-        var lastCursorEntry: (offset: UInt64, cursorOnly: Bool)?
-        var intents: [UInt64: Intent] = [:]
-        var settled: Set<UInt64> = []
-        for entry in entries {
-            let keep = kept.contains(entry.offset)
+            let kind: Sketch.Kind
             switch entry.body {
             case .intent(let intent):
-                intents[entry.offset] = intent
-                if keep {
-                    plan.keptKeys[ByteKey(Array(intent.idempotencyKey.utf8))] = entry.offset
-                } else {
-                    plan.removedKeys.append((intent.idempotencyKey, entry.offset))
-                }
-            case .ack(let ack):
-                // Only the first answer to a pending intent settles it, as in
-                // the projections; an answer to an intent a previous
-                // compaction removed changes nothing.
-                guard let intent = intents[ack.intentOffset], settled.insert(ack.intentOffset).inserted else { break }
-                let key = EntityKey.encode(type: intent.entityType, id: intent.entityID)
-                confirmed[key] = (confirmed[key] ?? Confirmed()).applying(ack: intent, version: ack.serverVersion)
-                if !keep { folded.insert(key) }
-            case .reject(let reject):
-                settled.insert(reject.intentOffset)
+                var hasher = Hasher()
+                var key = intent.idempotencyKey
+                key.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+                kind = .intent(
+                    entity: try entity(intent.entityType, intent.entityID), operation: intent.operation,
+                    keyHash: hasher.finalize())
+            case .ack(let ack): kind = .ack(intent: ack.intentOffset, version: ack.serverVersion)
+            case .reject(let reject): kind = .reject(intent: reject.intentOffset)
             case .remote(let remote):
-                let key = EntityKey.encode(type: remote.entityType, id: remote.entityID)
-                confirmed[key] = (confirmed[key] ?? Confirmed()).applying(
-                    version: remote.serverVersion, state: remote.operation == .upsert ? remote.fields : nil)
-                folded.insert(key)
-                cursor = remote.cursor
-                lastCursorEntry = (entry.offset, false)
+                kind = .state(
+                    entity: try entity(remote.entityType, remote.entityID), version: remote.serverVersion,
+                    deleted: remote.operation == .delete, snapshot: false)
+                (cursor, cursorSetter) = (remote.cursor, plan.sketches.count)
             case .snapshot(let snapshot):
-                if !snapshot.entityType.isEmpty {
-                    let key = EntityKey.encode(type: snapshot.entityType, id: snapshot.entityID)
-                    let state = Confirmed(version: snapshot.serverVersion, fields: snapshot.deleted ? nil : snapshot.fields)
-                    confirmed[key] = (confirmed[key] ?? Confirmed()).applying(version: state.version, state: state.fields)
-                    folded.insert(key)
-                    lastSnapshots[key] = (entry.offset, state, snapshot.cursor)
-                }
-                cursor = snapshot.cursor.isEmpty ? nil : snapshot.cursor
-                lastCursorEntry = (entry.offset, snapshot.entityType.isEmpty)
+                kind =
+                    snapshot.entityType.isEmpty
+                    ? .cursorOnlySnapshot
+                    : .state(
+                        entity: try entity(snapshot.entityType, snapshot.entityID), version: snapshot.serverVersion,
+                        deleted: snapshot.deleted, snapshot: true)
+                (cursor, cursorSetter) = (snapshot.cursor.isEmpty ? nil : snapshot.cursor, plan.sketches.count)
             case .resync:
-                confirmed = [:]
-                folded = []
-                cursor = nil
-                lastSnapshots = [:]
-                lastCursorEntry = nil
-            case .conflict:
-                break
+                kind = .resync
+                (cursor, cursorSetter) = (nil, nil)
+            case .conflict(let conflict): kind = .conflict(intent: conflict.intentOffset)
             }
+            plan.sketches.append(Sketch(offset: entry.offset, timestamp: entry.timestamp, kind: kind))
+            return true
         }
-        // An entity's last snapshot that holds its confirmed state stays
-        // where it is: replayed there, it gives that state as a new one
-        // would (a kept answer after it is no newer, or the state would
-        // differ). Values: the cursor each one sets.
-        var keptSnapshots: [UInt64: String] = [:]
-        var current: Set<[UInt8]> = []
-        for (key, snapshot) in lastSnapshots where snapshot.state.version > 0 && confirmed[key] == snapshot.state {
-            keptSnapshots[snapshot.offset] = snapshot.cursor
-            current.insert(key)
-        }
-        for (key, state) in confirmed.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) })
-        where state.version > 0 && folded.contains(key) && !current.contains(key) {
-            let (type, id) = EntityKey.split(key)
-            plan.snapshots.append(
-                Snapshot(
-                    watermark: watermark, cursor: cursor ?? "", entityType: type, entityID: id,
-                    serverVersion: state.version, deleted: state.fields == nil, fields: state.fields ?? [:]))
+        entityIndices = [:]
+        plan.cursor = cursor ?? ""
+        let firstAnswers = try decideKept(&plan, txn)
+        let states = fold(plan, firstAnswers: firstAnswers)
+
+        // An entity whose base a snapshot set last keeps that snapshot: it
+        // gives the base where it is. Any other entity with a base that a
+        // removed entry changed gets a new snapshot, in place of the last
+        // such entry; the kept entries give the rest their bases again.
+        for (entity, state) in states.enumerated() where state.version > 0 {
+            if let setter = state.setter, case .state(_, _, _, snapshot: true) = plan.sketches[setter].kind {
+                plan.keep[setter] = true
+            } else if let slot = state.slot {
+                plan.snapshots.append((slot, Int32(entity), state))
+            }
         }
         // The highest snapshot below the watermark sets the cursor a replay
-        // leaves there, so it must carry the folded one. New snapshots take
-        // the highest freed offsets and carry it; a kept snapshot above them
-        // all has it too (every entry after it is kept, and no kept entry
-        // sets the cursor). Without new ones, the last entry to set the
-        // cursor stays when it is a cursor-only snapshot; otherwise, when the
-        // highest kept snapshot carries another cursor (or there is none,
-        // and a cursor was folded), a cursor-only snapshot carries it, above
-        // that one: the entry that set the folded cursor was freed there.
-        if plan.snapshots.isEmpty {
-            if let last = lastCursorEntry, last.cursorOnly { keptSnapshots[last.offset] = cursor ?? "" }
-            let top = keptSnapshots.max { $0.key < $1.key }
-            if top.map({ $0.value != cursor ?? "" }) ?? (cursor != nil) {
-                plan.snapshots.append(
-                    Snapshot(watermark: watermark, cursor: cursor ?? "", entityType: "", entityID: "", serverVersion: 0, fields: [:]))
+        // leaves there, so it must carry the folded one. A new one does; so
+        // does the last entry to set the cursor, which stays when it is a
+        // cursor-only snapshot. Otherwise, when the highest is a kept one
+        // with another cursor (or there is none, and a cursor was folded),
+        // a cursor-only snapshot takes the place of that last entry: it goes,
+        // and it is above every kept snapshot.
+        if let setter = cursorSetter, case .cursorOnlySnapshot = plan.sketches[setter].kind { plan.keep[setter] = true }
+        let highestKept = plan.sketches.indices.last { index in
+            switch plan.sketches[index].kind {
+            case .state(_, _, _, snapshot: true), .cursorOnlySnapshot: plan.keep[index]
+            default: false
             }
         }
-        kept.formUnion(keptSnapshots.keys)
-        plan.removed = entries.filter { !kept.contains($0.offset) }.map { ($0.offset, $0.timestamp) }
-        // Every new snapshot stands for at least one removed entry that set
-        // its entity's state (or the cursor) after the last resync, so the
-        // freed offsets after it suffice.
-        let slots = plan.slots
-        precondition(plan.snapshots.count <= slots.count, "more snapshots than freed offsets")
-        let topKept = keptSnapshots.keys.max() ?? 0
-        precondition(
-            plan.snapshots.isEmpty || (slots.last?.offset ?? 0) > topKept || keptSnapshots[topKept] == cursor ?? "",
-            "the folded cursor would sit below a kept snapshot")
+        let carried: String?  // nil: no snapshot
+        if let highestNew = plan.snapshots.map(\.slot).max(), highestNew > highestKept ?? -1 {
+            carried = plan.cursor
+        } else {
+            carried = try highestKept.map { try snapshotCursor(at: plan.sketches[$0].offset, txn) }
+        }
+        if carried.map({ $0 != plan.cursor }) ?? (cursor != nil) {
+            guard let setter = cursorSetter, !plan.keep[setter] else {
+                preconditionFailure("the highest snapshot kept does not carry the cursor, and the last entry to set it stays")
+            }
+            plan.snapshots.append((setter, nil, FoldedState()))
+        }
+        plan.snapshots.sort { $0.slot < $1.slot }
         return plan
     }
 
-    /// The offsets below the watermark that compaction keeps:
+    /// The cursor the snapshot at `offset` sets ("" for none).
+    private func snapshotCursor(at offset: UInt64, _ txn: borrowing Transaction) throws -> String {
+        guard case .snapshot(let snapshot)? = try EventLog.entry(at: offset, in: log.logDatabase, path: path, txn)?.body else {
+            throw LogStoreError(.corruptEntry, path: path, offset: offset, "compaction read offset \(offset) twice and found another entry")
+        }
+        return snapshot.cursor
+    }
+
+    /// Marks the entries below the watermark that compaction keeps (its
+    /// step 2, but for snapshots):
     /// - intents not settled below it (pending, or answered at or above it);
     /// - intents whose conflict waits for the app, with their answers;
     /// - for an entity with intents not settled below the watermark, every
@@ -273,60 +323,108 @@ extension Store {
     /// - the last resync, when the kept answer of a waiting conflict is an
     ///   ack before it: replaying that ack gives the entity a base, which
     ///   the resync must forget again.
-    private func keptBelowWatermark(
-        _ entries: [(offset: UInt64, timestamp: HybridTimestamp, body: EntryBody)], _ txn: borrowing Transaction
-    ) throws -> Set<UInt64> {
+    /// - Returns: the index of each answered intent's first answer.
+    private func decideKept(_ plan: inout CompactionPlan, _ txn: borrowing Transaction) throws -> [Int: Int] {
         let waiting = try waitingConflicts(txn)
-        var intents: [UInt64: ByteKey] = [:]
-        var answers: [UInt64: UInt64] = [:]  // intent -> its first answer
-        var acks: Set<UInt64> = []
-        var pending: [ByteKey: Set<UInt64>] = [:]
-        var lastEmpty: [ByteKey: UInt64] = [:]
-        var lastResync: UInt64 = 0
-        func answer(_ intent: UInt64, at offset: UInt64) {
-            guard let entity = intents[intent], answers[intent] == nil else { return }
-            answers[intent] = offset
-            pending[entity]?.remove(intent)
-            if pending[entity]?.isEmpty ?? true { lastEmpty[entity] = offset }
-        }
-        for entry in entries {
-            switch entry.body {
-            case .intent(let intent):
-                let entity = EntityKey.byteKey(type: intent.entityType, id: intent.entityID)
-                intents[entry.offset] = entity
-                pending[entity, default: []].insert(entry.offset)
-            case .ack(let ack):
-                acks.insert(entry.offset)
-                answer(ack.intentOffset, at: entry.offset)
-            case .reject(let reject): answer(reject.intentOffset, at: entry.offset)
-            case .resync: lastResync = entry.offset
-            default: break
+        let sketches = plan.sketches
+        var keep = [Bool](repeating: false, count: sketches.count)
+        var firstAnswers: [Int: Int] = [:]
+        var pendingCounts = [Int](repeating: 0, count: plan.entityKeys.count)
+        var lastEmptied = [Int](repeating: -1, count: plan.entityKeys.count)
+        var lastResync = -1
+        for (index, sketch) in sketches.enumerated() {
+            switch sketch.kind {
+            case .intent(let entity, _, _):
+                pendingCounts[Int(entity)] += 1
+            case .ack(let intent, _), .reject(let intent):
+                guard let intentIndex = plan.intentIndex(intent), firstAnswers[intentIndex] == nil else { break }
+                firstAnswers[intentIndex] = index
+                let entity = Int(plan.intent(at: intentIndex).entity)
+                pendingCounts[entity] -= 1
+                if pendingCounts[entity] == 0 { lastEmptied[entity] = index }
+            case .resync:
+                lastResync = index
+            default:
+                break
             }
         }
-        var kept: Set<UInt64> = []
-        for (offset, entity) in intents {
-            guard let answer = answers[offset] else {
-                kept.insert(offset)
+        for (index, sketch) in sketches.enumerated() {
+            guard case .intent(let entity, _, _) = sketch.kind else { continue }
+            guard let answer = firstAnswers[index] else {
+                keep[index] = true
                 continue
             }
-            let stillPending = !(pending[entity]?.isEmpty ?? true)
-            let neededForBase = stillPending && answer > max(lastEmpty[entity] ?? 0, lastResync)
-            if waiting.contains(offset) || neededForBase {
-                kept.insert(offset)
-                kept.insert(answer)
+            let entityIndex = Int(entity)
+            let neededForBase = pendingCounts[entityIndex] > 0 && answer > max(lastEmptied[entityIndex], lastResync)
+            if waiting.contains(sketch.offset) || neededForBase {
+                keep[index] = true
+                keep[answer] = true
             }
         }
-        if kept.contains(where: { $0 < lastResync && acks.contains($0) }) { kept.insert(lastResync) }
-        for entry in entries {
-            if case .conflict(let conflict) = entry.body, kept.contains(conflict.intentOffset) || intents[conflict.intentOffset] == nil {
-                kept.insert(entry.offset)
-            }
+        if lastResync >= 0, (0..<lastResync).contains(where: { keep[$0] && sketches[$0].isAck }) { keep[lastResync] = true }
+        for (index, sketch) in sketches.enumerated() {
+            guard case .conflict(let intent) = sketch.kind else { continue }
+            if plan.intentIndex(intent).map({ keep[$0] }) ?? true { keep[index] = true }
         }
-        return kept
+        plan.keep = keep
+        return firstAnswers
     }
 
-    /// Intent offsets whose conflict waits for the app.
-    /// The intents whose conflicts wait for the app, which compaction keeps.
+    /// Every entity's confirmed state after the entries below the watermark
+    /// (compaction's step 1), by `Confirmed`'s rules, as references to
+    /// entries: none (version 0) for an entity the entries after the last
+    /// resync do not confirm. A resync forgets every state by starting a
+    /// new epoch, not by visiting each.
+    private func fold(_ plan: CompactionPlan, firstAnswers: [Int: Int]) -> [FoldedState] {
+        var states = [FoldedState](repeating: FoldedState(), count: plan.entityKeys.count)
+        var epoch = 0
+        for (index, sketch) in plan.sketches.enumerated() {
+            switch sketch.kind {
+            case .state(let entity, let version, let deleted, _):
+                let entity = Int(entity)
+                if states[entity].epoch != epoch { states[entity] = FoldedState(epoch: epoch) }
+                // Newer or as new: a server change wins over an answer's base.
+                if version >= states[entity].version && version > 0 {
+                    states[entity].version = version
+                    states[entity].base = deleted ? nil : index
+                    states[entity].updates = []
+                    states[entity].setter = index
+                    states[entity].slot = index
+                }
+            case .ack(let intent, let version):
+                // Only the first answer to a pending intent settles it, as in
+                // the projections; an answer to an intent a previous
+                // compaction removed changes nothing.
+                guard let intentIndex = plan.intentIndex(intent), firstAnswers[intentIndex] == index else { break }
+                let (entityIndex, operation) = plan.intent(at: intentIndex)
+                let entity = Int(entityIndex)
+                if states[entity].epoch != epoch { states[entity] = FoldedState(epoch: epoch) }
+                // An update over no base says nothing about the whole entity.
+                guard version > states[entity].version, operation != .update || states[entity].base != nil else { break }
+                states[entity].version = version
+                states[entity].setter = index
+                if !plan.keep[index] { states[entity].slot = index }
+                switch operation {
+                case .create:
+                    states[entity].base = intentIndex
+                    states[entity].updates = []
+                case .update:
+                    states[entity].updates.append(intentIndex)
+                case .delete:
+                    states[entity].base = nil
+                    states[entity].updates = []
+                }
+            case .resync:
+                epoch += 1
+            default:
+                break
+            }
+        }
+        for entity in states.indices where states[entity].epoch != epoch { states[entity] = FoldedState() }
+        return states
+    }
+
+    /// Intent offsets whose conflict waits for the app, which compaction keeps.
     /// - Throws: `LogStoreError.corruptEntry` for a key that is not an
     ///   offset: skipped, its intent would be compacted away while the app
     ///   has still to decide.
@@ -340,20 +438,45 @@ extension Store {
     }
 
     private func carryOut(_ plan: CompactionPlan, _ txn: borrowing Transaction) throws {
-        for (offset, _) in plan.removed { try txn.delete(log.logDatabase, key: OffsetKey.encode(offset)) }
-        let idempotency = try projector(txn).idempotency
-        for (key, offset) in plan.removedKeys {
-            let bytes = Array(key.utf8)
-            guard try txn.get(idempotency, key: bytes) == OffsetKey.encode(offset) else { continue }
-            if let kept = plan.keptKeys[ByteKey(bytes)] {
-                try txn.put(idempotency, key: bytes, value: OffsetKey.encode(kept))
-            } else {
-                try txn.delete(idempotency, key: bytes)
+        let logDatabase = log.logDatabase
+        // The new snapshots first, while every entry their fields come from
+        // is there: none takes the place of an intent or of an entry naming
+        // another entity, and nothing is deleted yet.
+        for (slot, entity, state) in plan.snapshots {
+            let (offset, timestamp) = (plan.sketches[slot].offset, plan.sketches[slot].timestamp)
+            var snapshot = Snapshot(
+                watermark: plan.watermark, cursor: plan.cursor, entityType: "", entityID: "", serverVersion: 0, fields: [:])
+            if let entity {
+                (snapshot.entityType, snapshot.entityID) = EntityKey.split(plan.entityKeys[Int(entity)].bytes)
+                snapshot.serverVersion = state.version
+                let fields = try foldedFields(state, plan, snapshot.entityType, snapshot.entityID, txn)
+                (snapshot.deleted, snapshot.fields) = (fields == nil, fields ?? [:])
             }
+            let entry = Entry(offset: offset, timestamp: timestamp, body: .snapshot(snapshot))
+            try txn.put(logDatabase, key: OffsetKey.encode(offset), value: try EntryCodec.encode(entry))
         }
-        for (snapshot, slot) in plan.placements {
-            let entry = Entry(offset: slot.offset, timestamp: slot.timestamp, body: .snapshot(snapshot))
-            try txn.put(log.logDatabase, key: OffsetKey.encode(slot.offset), value: try EntryCodec.encode(entry))
+        // Then the removed entries that took no snapshot, and the
+        // idempotency rows of the intents among them.
+        let placed = Set(plan.snapshots.map(\.slot))
+        let idempotency = try projector(txn).idempotency
+        // The last kept intent with each key hash.
+        var keptIntents: [Int: Int] = [:]
+        for (index, sketch) in plan.sketches.enumerated() where plan.keep[index] {
+            if case .intent(_, _, let keyHash) = sketch.kind { keptIntents[keyHash] = index }
+        }
+        for (index, sketch) in plan.sketches.enumerated() where !plan.keep[index] && !placed.contains(index) {
+            if case .intent(_, _, let keyHash) = sketch.kind {
+                let key = Array(try readIntent(at: sketch.offset, txn).idempotencyKey.utf8)
+                // A row that names a later intent with the same key stays.
+                if try txn.get(idempotency, key: key) == OffsetKey.encode(sketch.offset) {
+                    if let kept = try lastKeptIntent(withKey: key, hash: keyHash, candidate: keptIntents[keyHash], plan, txn) {
+                        try txn.put(idempotency, key: key, value: OffsetKey.encode(kept))
+                    } else {
+                        try txn.delete(idempotency, key: key)
+                    }
+                }
+            }
+            try txn.delete(logDatabase, key: OffsetKey.encode(sketch.offset))
         }
         let previous = try log.compactedBelow(txn)
         try txn.put(log.metaDatabase, key: StoreFormat.compactedBelowKey, value: max(previous, plan.watermark).bigEndianBytes)
@@ -362,5 +485,52 @@ extension Store {
         // its tables could not come out as a replay of this log would make
         // them, so it starts again, here.
         try restartRebuild(txn)
+    }
+
+    /// The fields of a folded state (nil: absent), read from the entries it
+    /// names: its base, and each acknowledged update merged over it.
+    private func foldedFields(
+        _ state: FoldedState, _ plan: CompactionPlan, _ type: String, _ id: String, _ txn: borrowing Transaction
+    ) throws -> Fields? {
+        guard let base = state.base else { return nil }
+        let offset = plan.sketches[base].offset
+        var fields: Fields
+        switch try EventLog.entry(at: offset, in: log.logDatabase, path: path, txn)?.body {
+        case .intent(let intent)?: fields = intent.fields
+        case .remote(let remote)?: fields = remote.fields
+        case .snapshot(let snapshot)?: fields = snapshot.fields
+        default:
+            throw LogStoreError(
+                .corruptEntry, path: path, offset: offset,
+                "compaction read offset \(offset) again for the state of \(type)/\(id) and found another entry")
+        }
+        for update in state.updates { fields.merge(try readIntent(at: plan.sketches[update].offset, txn).fields) }
+        return fields
+    }
+
+    /// The intent at `offset`, which planning read as one.
+    private func readIntent(at offset: UInt64, _ txn: borrowing Transaction) throws -> Intent {
+        guard case .intent(let intent)? = try EventLog.entry(at: offset, in: log.logDatabase, path: path, txn)?.body else {
+            throw LogStoreError(.corruptEntry, path: path, offset: offset, "compaction read offset \(offset) again and found no intent")
+        }
+        return intent
+    }
+
+    /// The offset of the last kept intent below the watermark whose
+    /// idempotency key is `key`: `candidate`, the last with its hash, when
+    /// its key is the same; otherwise (two keys with one hash) the kept
+    /// intents with that hash, from the last.
+    private func lastKeptIntent(
+        withKey key: [UInt8], hash: Int, candidate: Int?, _ plan: CompactionPlan, _ txn: borrowing Transaction
+    ) throws -> UInt64? {
+        guard let candidate else { return nil }
+        func matches(_ index: Int) throws -> Bool {
+            try readIntent(at: plan.sketches[index].offset, txn).idempotencyKey.utf8.elementsEqual(key)
+        }
+        if try matches(candidate) { return plan.sketches[candidate].offset }
+        for index in plan.sketches.indices[..<candidate].reversed() where plan.keep[index] {
+            if case .intent(_, _, hash) = plan.sketches[index].kind, try matches(index) { return plan.sketches[index].offset }
+        }
+        return nil
     }
 }
