@@ -218,7 +218,7 @@ import Testing
     /// storage.md section 4, Compaction, step 2: the last resync below the
     /// watermark stays only when a kept answer is an ack before it. A
     /// pending intent before it is no reason: the resync goes, like every
-    /// other, and the snapshot takes the highest freed offset.
+    /// other, and the snapshot of y takes the place of its pulled change.
     @Test func aResyncAfterAPendingIntentIsRemoved() async throws {
         let fixture = try StoreFixture("compact-resync-after-pending")
         let store = fixture.store
@@ -322,6 +322,78 @@ import Testing
         #expect(report.entriesRemoved == 5 && report.snapshotsWritten == 0)
         try await store.rebuildProjections()
         #expect(try store.derivedTables().entities == before.entities)
+    }
+
+    /// storage.md section 4, Compaction, steps 2 to 4: a snapshot that still
+    /// holds its entity's confirmed state stays where it is, so compacting
+    /// again writes snapshots only for the entities that changed since. Each
+    /// new one takes the place of the pulled change that changed its
+    /// entity, and carries the new cursor.
+    @Test func aSecondCompactionWritesSnapshotsOnlyForWhatChanged() async throws {
+        let fixture = try StoreFixture("compact-again")
+        let store = fixture.store
+        try await store.applyPulledPage(
+            (0..<10).map {
+                PulledChange(.upsert, entityType: "te", entityID: "e\($0)", serverVersion: 1, fields: ["n": .int(Int64($0))])
+            }, cursor: "c1")  // 1 to 10
+        try await store.create(type: "te", id: "a", fields: [:])  // 11, stays pending
+        #expect(try await store.compact(below: 11).snapshotsWritten == 10)
+        let firstSnapshots = try scanAll(store.log).filter { $0.kind == .snapshot }
+        #expect(firstSnapshots.map(\.offset) == Array(1...10))
+        try await store.applyPulledPage([
+            PulledChange(.upsert, entityType: "te", entityID: "e3", serverVersion: 2, fields: ["n": 33]),
+            PulledChange(.delete, entityType: "te", entityID: "e7", serverVersion: 2),
+        ], cursor: "c2")  // 12, 13
+        try await store.create(type: "te", id: "b", fields: [:])  // 14
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 14)
+        // The snapshots of e3 and e7 that no longer hold, and the two changes.
+        #expect(report.entriesRemoved == 4 && report.snapshotsWritten == 2 && report.entriesKept == 9)
+        let entries = try scanAll(store.log)
+        #expect(entries.map(\.offset) == [1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14])
+        // Eight snapshots are as the first compaction wrote them.
+        for snapshot in firstSnapshots where ![4, 8].contains(snapshot.offset) {
+            #expect(entries.contains(snapshot), "\(snapshot)")
+        }
+        let written = entries.compactMap { entry -> Snapshot? in
+            guard entry.offset >= 12, case .snapshot(let snapshot) = entry.body else { return nil }
+            return snapshot
+        }
+        #expect(written.map(\.entityID) == ["e3", "e7"])
+        #expect(written.allSatisfy { $0.cursor == "c2" && $0.watermark == 14 && $0.serverVersion == 2 })
+        #expect(written.map(\.deleted) == [false, true])
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == before)
+        #expect(try store.pullCursor() == "c2")
+        // Nothing changed since: compacting again writes nothing.
+        let again = try await store.compact(below: 14)
+        #expect(again.entriesRemoved == 0 && again.snapshotsWritten == 0)
+        #expect(try scanAll(store.log) == entries)
+    }
+
+    /// storage.md section 4, Compaction, step 3: an entity gets a snapshot
+    /// only when an entry that goes changed its base. Here its base comes
+    /// from a kept answer, and the pulled change that goes is stale: it
+    /// changed nothing, so only its cursor needs a snapshot.
+    @Test func aStalePulledChangeThatGoesGivesItsEntityNoSnapshot() async throws {
+        let fixture = try StoreFixture("compact-stale-pull")
+        let store = fixture.store
+        try await store.create(type: "te", id: "y", fields: ["n": 1])  // 1
+        try await store.update(type: "te", id: "y", changes: ["n": 2])  // 2, stays pending
+        try await store.record([(1, .acknowledged(.applied, serverVersion: 2))])  // 3, kept with 1
+        try await store.applyPulledPage([PulledChange(.upsert, entityType: "te", entityID: "y", serverVersion: 1, fields: ["n": 0])], cursor: "c1")  // 4
+        try await store.create(type: "te", id: "z", fields: [:])  // 5
+        let before = try store.derivedTables()
+        let report = try await store.compact(below: 5)
+        #expect(report.entriesRemoved == 1 && report.snapshotsWritten == 1)
+        guard case .snapshot(let snapshot)? = try store.log.entry(at: 4)?.body else {
+            Issue.record("no snapshot at offset 4")
+            return
+        }
+        #expect(snapshot.entityType.isEmpty && snapshot.cursor == "c1")
+        try await store.rebuildProjections()
+        #expect(try store.derivedTables() == before)
+        #expect(try store.get(type: "te", id: "y")?.serverVersion == 2)
     }
 }
 
@@ -628,52 +700,6 @@ import Testing
         try fixture.reopen()
         try await fixture.store.rebuildProjections()
         #expect(try fixture.store.pullCursor() == "c7")
-    }
-
-    /// storage.md section 4, Compaction, steps 2 to 4: a snapshot that still
-    /// holds its entity's confirmed state stays where it is, so compacting
-    /// again writes snapshots only for the entities that changed since. The
-    /// new ones take the highest freed offsets and carry the new cursor.
-    @Test func aSecondCompactionWritesSnapshotsOnlyForWhatChanged() async throws {
-        let fixture = try StoreFixture("compact-again")
-        let store = fixture.store
-        try await store.applyPulledPage(
-            (0..<10).map {
-                PulledChange(.upsert, entityType: "te", entityID: "e\($0)", serverVersion: 1, fields: ["n": .int(Int64($0))])
-            }, cursor: "c1")  // 1 to 10
-        try await store.create(type: "te", id: "a", fields: [:])  // 11, stays pending
-        #expect(try await store.compact(below: 11).snapshotsWritten == 10)
-        let firstSnapshots = try scanAll(store.log).filter { $0.kind == .snapshot }
-        #expect(firstSnapshots.map(\.offset) == Array(1...10))
-        try await store.applyPulledPage([
-            PulledChange(.upsert, entityType: "te", entityID: "e3", serverVersion: 2, fields: ["n": 33]),
-            PulledChange(.delete, entityType: "te", entityID: "e7", serverVersion: 2),
-        ], cursor: "c2")  // 12, 13
-        try await store.create(type: "te", id: "b", fields: [:])  // 14
-        let before = try store.derivedTables()
-        let report = try await store.compact(below: 14)
-        // The snapshots of e3 and e7 that no longer hold, and the two changes.
-        #expect(report.entriesRemoved == 4 && report.snapshotsWritten == 2 && report.entriesKept == 9)
-        let entries = try scanAll(store.log)
-        #expect(entries.map(\.offset) == [1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14])
-        // Eight snapshots are as the first compaction wrote them.
-        for snapshot in firstSnapshots where ![4, 8].contains(snapshot.offset) {
-            #expect(entries.contains(snapshot), "\(snapshot)")
-        }
-        let written = entries.compactMap { entry -> Snapshot? in
-            guard entry.offset >= 12, case .snapshot(let snapshot) = entry.body else { return nil }
-            return snapshot
-        }
-        #expect(written.map(\.entityID) == ["e3", "e7"])
-        #expect(written.allSatisfy { $0.cursor == "c2" && $0.watermark == 14 && $0.serverVersion == 2 })
-        #expect(written.map(\.deleted) == [false, true])
-        try await store.rebuildProjections()
-        #expect(try store.derivedTables() == before)
-        #expect(try store.pullCursor() == "c2")
-        // Nothing changed since: compacting again writes nothing.
-        let again = try await store.compact(below: 14)
-        #expect(again.entriesRemoved == 0 && again.snapshotsWritten == 0)
-        #expect(try scanAll(store.log) == entries)
     }
 
     /// A kept snapshot carries the cursor of the compaction that wrote it.
