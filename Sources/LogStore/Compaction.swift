@@ -159,6 +159,8 @@ private struct CompactionPlan {
     var snapshots: [(slot: Int, entity: Int32?, state: FoldedState)] = []
     /// The folded cursor ("" for none).
     var cursor = ""
+    /// The index of the last resync below the watermark (-1: none).
+    var lastResync = -1
 
     var entriesRemoved: Int { keep.count { !$0 } }
 
@@ -180,6 +182,15 @@ private struct CompactionPlan {
         }
         guard low < sketches.count, sketches[low].offset == offset, case .intent = sketches[low].kind else { return nil }
         return low
+    }
+
+    /// Keeps every conflict entry whose intent is kept, or is not an
+    /// intent below the watermark (one an earlier compaction removed).
+    mutating func keepConflictsOfKeptIntents() {
+        for (index, sketch) in sketches.enumerated() {
+            guard case .conflict(let intent) = sketch.kind else { continue }
+            if intentIndex(intent).map({ keep[$0] }) ?? true { keep[index] = true }
+        }
     }
 
     func intent(at index: Int) -> (entity: Int32, operation: Intent.Operation) {
@@ -272,29 +283,47 @@ extension Store {
                 plan.snapshots.append((slot, Int32(entity), state))
             }
         }
-        // The highest snapshot below the watermark sets the cursor a replay
-        // leaves there, so it must carry the folded one. A new one does; so
-        // does the last entry to set the cursor, which stays when it is a
-        // cursor-only snapshot. Otherwise, when the highest is a kept one
-        // with another cursor (or there is none, and a cursor was folded),
-        // a cursor-only snapshot takes the place of that last entry: it goes,
-        // and it is above every kept snapshot.
-        if let setter = cursorSetter, case .cursorOnlySnapshot = plan.sketches[setter].kind { plan.keep[setter] = true }
+        // A replay of the log as planned must give each entity its folded
+        // base. An entity it would not (see `divergentEntities`) keeps the
+        // entries that gave it that base instead; should any still differ,
+        // the compaction keeps every entry, which is always right.
+        let divergent = divergentEntities(plan, states, firstAnswers: firstAnswers)
+        if !divergent.isEmpty {
+            for entity in divergent { keepWhole(entity, &plan, firstAnswers: firstAnswers) }
+            plan.keepConflictsOfKeptIntents()
+            if !divergentEntities(plan, states, firstAnswers: firstAnswers).isEmpty {
+                plan.keep = plan.keep.map { _ in true }
+                plan.snapshots = []
+            }
+        }
+        // The highest entry below the watermark that sets the cursor (a
+        // snapshot, or a pulled change kept with its entity) sets the one a
+        // replay leaves there, so it must carry the folded cursor. A new
+        // snapshot does; so does the last entry to set the cursor, which
+        // stays when it is a cursor-only snapshot above every new one (below
+        // one, it would go the next time). Otherwise, when the highest is a
+        // kept entry with another cursor (or there is none, and a cursor was
+        // folded), a cursor-only snapshot takes the place of that last
+        // entry: it goes, and it is above every kept one.
+        let highestNew = plan.snapshots.map(\.slot).max()
+        if let setter = cursorSetter, case .cursorOnlySnapshot = plan.sketches[setter].kind, highestNew ?? -1 < setter {
+            plan.keep[setter] = true
+        }
         let highestKept = plan.sketches.indices.last { index in
             switch plan.sketches[index].kind {
-            case .state(_, _, _, snapshot: true), .cursorOnlySnapshot: plan.keep[index]
+            case .state, .cursorOnlySnapshot: plan.keep[index]
             default: false
             }
         }
-        let carried: String?  // nil: no snapshot
-        if let highestNew = plan.snapshots.map(\.slot).max(), highestNew > highestKept ?? -1 {
+        let carried: String?  // nil: no entry sets it
+        if let highestNew, highestNew > highestKept ?? -1 {
             carried = plan.cursor
         } else {
-            carried = try highestKept.map { try snapshotCursor(at: plan.sketches[$0].offset, txn) }
+            carried = try highestKept.map { try cursorSet(at: plan.sketches[$0].offset, txn) }
         }
         if carried.map({ $0 != plan.cursor }) ?? (cursor != nil) {
             guard let setter = cursorSetter, !plan.keep[setter] else {
-                preconditionFailure("the highest snapshot kept does not carry the cursor, and the last entry to set it stays")
+                preconditionFailure("the highest entry kept does not carry the cursor, and the last entry to set it stays")
             }
             plan.snapshots.append((setter, nil, FoldedState()))
         }
@@ -302,12 +331,14 @@ extension Store {
         return plan
     }
 
-    /// The cursor the snapshot at `offset` sets ("" for none).
-    private func snapshotCursor(at offset: UInt64, _ txn: borrowing Transaction) throws -> String {
-        guard case .snapshot(let snapshot)? = try EventLog.entry(at: offset, in: log.logDatabase, path: path, txn)?.body else {
+    /// The cursor the remote or snapshot at `offset` sets ("" for none).
+    private func cursorSet(at offset: UInt64, _ txn: borrowing Transaction) throws -> String {
+        switch try EventLog.entry(at: offset, in: log.logDatabase, path: path, txn)?.body {
+        case .snapshot(let snapshot)?: return snapshot.cursor
+        case .remote(let remote)?: return remote.cursor
+        default:
             throw LogStoreError(.corruptEntry, path: path, offset: offset, "compaction read offset \(offset) twice and found another entry")
         }
-        return snapshot.cursor
     }
 
     /// Marks the entries below the watermark that compaction keeps (its
@@ -362,11 +393,9 @@ extension Store {
             }
         }
         if lastResync >= 0, (0..<lastResync).contains(where: { keep[$0] && sketches[$0].isAck }) { keep[lastResync] = true }
-        for (index, sketch) in sketches.enumerated() {
-            guard case .conflict(let intent) = sketch.kind else { continue }
-            if plan.intentIndex(intent).map({ keep[$0] }) ?? true { keep[index] = true }
-        }
         plan.keep = keep
+        plan.lastResync = lastResync
+        plan.keepConflictsOfKeptIntents()
         return firstAnswers
     }
 
@@ -375,44 +404,63 @@ extension Store {
     /// entries: none (version 0) for an entity the entries after the last
     /// resync do not confirm. A resync forgets every state by starting a
     /// new epoch, not by visiting each.
-    private func fold(_ plan: CompactionPlan, firstAnswers: [Int: Int]) -> [FoldedState] {
-        var states = [FoldedState](repeating: FoldedState(), count: plan.entityKeys.count)
+    ///
+    /// With `replaying` set, the same over the log as the plan leaves it:
+    /// the kept entries, and each new snapshot of an entity (in
+    /// `states`, the fold) at its slot, what a replay would see.
+    private func fold(
+        _ plan: CompactionPlan, firstAnswers: [Int: Int], replaying states: [FoldedState]? = nil
+    ) -> [FoldedState] {
+        var newSnapshots: [Int: Int32] = [:]
+        for snapshot in plan.snapshots { if let entity = snapshot.entity { newSnapshots[snapshot.slot] = entity } }
+        var folded = [FoldedState](repeating: FoldedState(), count: plan.entityKeys.count)
         var epoch = 0
-        for (index, sketch) in plan.sketches.enumerated() {
-            switch sketch.kind {
+        for index in plan.sketches.indices {
+            let kind: Sketch.Kind
+            if let states, let entity = newSnapshots[index] {
+                let state = states[Int(entity)]
+                kind = .state(entity: entity, version: state.version, deleted: state.base == nil, snapshot: true)
+            } else if states == nil || plan.keep[index] {
+                kind = plan.sketches[index].kind
+            } else {
+                continue
+            }
+            switch kind {
             case .state(let entity, let version, let deleted, _):
                 let entity = Int(entity)
-                if states[entity].epoch != epoch { states[entity] = FoldedState(epoch: epoch) }
+                if folded[entity].epoch != epoch { folded[entity] = FoldedState(epoch: epoch) }
                 // Newer or as new: a server change wins over an answer's base.
-                if version >= states[entity].version && version > 0 {
-                    states[entity].version = version
-                    states[entity].base = deleted ? nil : index
-                    states[entity].updates = []
-                    states[entity].setter = index
-                    states[entity].slot = index
+                if version >= folded[entity].version && version > 0 {
+                    folded[entity].version = version
+                    folded[entity].base = deleted ? nil : index
+                    folded[entity].updates = []
+                    folded[entity].setter = index
+                    folded[entity].slot = index
                 }
             case .ack(let intent, let version):
                 // Only the first answer to a pending intent settles it, as in
                 // the projections; an answer to an intent a previous
-                // compaction removed changes nothing.
-                guard let intentIndex = plan.intentIndex(intent), firstAnswers[intentIndex] == index else { break }
+                // compaction removed (or this one would) changes nothing.
+                guard let intentIndex = plan.intentIndex(intent), firstAnswers[intentIndex] == index,
+                    states == nil || plan.keep[intentIndex]
+                else { break }
                 let (entityIndex, operation) = plan.intent(at: intentIndex)
                 let entity = Int(entityIndex)
-                if states[entity].epoch != epoch { states[entity] = FoldedState(epoch: epoch) }
+                if folded[entity].epoch != epoch { folded[entity] = FoldedState(epoch: epoch) }
                 // An update over no base says nothing about the whole entity.
-                guard version > states[entity].version, operation != .update || states[entity].base != nil else { break }
-                states[entity].version = version
-                states[entity].setter = index
-                if !plan.keep[index] { states[entity].slot = index }
+                guard version > folded[entity].version, operation != .update || folded[entity].base != nil else { break }
+                folded[entity].version = version
+                folded[entity].setter = index
+                if !plan.keep[index] { folded[entity].slot = index }
                 switch operation {
                 case .create:
-                    states[entity].base = intentIndex
-                    states[entity].updates = []
+                    folded[entity].base = intentIndex
+                    folded[entity].updates = []
                 case .update:
-                    states[entity].updates.append(intentIndex)
+                    folded[entity].updates.append(intentIndex)
                 case .delete:
-                    states[entity].base = nil
-                    states[entity].updates = []
+                    folded[entity].base = nil
+                    folded[entity].updates = []
                 }
             case .resync:
                 epoch += 1
@@ -420,8 +468,46 @@ extension Store {
                 break
             }
         }
-        for entity in states.indices where states[entity].epoch != epoch { states[entity] = FoldedState() }
-        return states
+        for entity in folded.indices where folded[entity].epoch != epoch { folded[entity] = FoldedState() }
+        return folded
+    }
+
+    /// The entities to which a replay of the log as the plan leaves it
+    /// would give another base than the fold: a new snapshot that is not
+    /// the last to change it, or kept entries that change it otherwise.
+    /// Only logs whose server versions go down between resyncs have them:
+    /// an ack of an update that found no base (a pulled delete before it)
+    /// and a pulled change at a lower version after it, say. Without the
+    /// delete, the ack would apply in a replay, above the snapshot's version.
+    private func divergentEntities(_ plan: CompactionPlan, _ states: [FoldedState], firstAnswers: [Int: Int]) -> [Int32] {
+        var newSnapshots: [Int32: Int] = [:]
+        for snapshot in plan.snapshots { if let entity = snapshot.entity { newSnapshots[entity] = snapshot.slot } }
+        let replayed = fold(plan, firstAnswers: firstAnswers, replaying: states)
+        return states.indices.compactMap { entity in
+            let (folded, replayed) = (states[entity], replayed[entity])
+            let same =
+                if let slot = newSnapshots[Int32(entity)] {
+                    replayed.setter == slot
+                } else {
+                    replayed.version == folded.version && replayed.base == folded.base && replayed.updates == folded.updates
+                }
+            return same ? nil : Int32(entity)
+        }
+    }
+
+    /// Keeps the entries that give `entity` its base after the last resync
+    /// below the watermark, so that a replay applies them as the fold did,
+    /// and drops its new snapshot: every remote and snapshot naming it, and
+    /// each of its intents answered there, with that first answer.
+    private func keepWhole(_ entity: Int32, _ plan: inout CompactionPlan, firstAnswers: [Int: Int]) {
+        plan.snapshots.removeAll { $0.entity == entity }
+        for index in plan.sketches.indices where index > plan.lastResync {
+            if case .state(entity, _, _, _) = plan.sketches[index].kind { plan.keep[index] = true }
+        }
+        for (intent, answer) in firstAnswers where answer > plan.lastResync && plan.intent(at: intent).entity == entity {
+            plan.keep[intent] = true
+            plan.keep[answer] = true
+        }
     }
 
     /// Intent offsets whose conflict waits for the app, which compaction keeps.
