@@ -541,6 +541,33 @@ enum ReplayBenchmark {
         /// `checkPagesOnOpen`, and its data file read page by page with
         /// pread alone (`.full` only).
         var pageCheck: PageCheckTiming?
+        /// The replayed store compacted below its last offset, then again
+        /// at the same watermark (`.full` only).
+        var compaction: CompactionTiming?
+    }
+
+    /// `Store.compact(below:)` twice at the same watermark: the first folds
+    /// the log, the second finds every snapshot current and nothing to do.
+    struct CompactionTiming {
+        var first: Duration
+        var firstReport: CompactionReport
+        var memory: MemorySampler.Summary?
+        var again: Duration
+        var againReport: CompactionReport
+
+        init(_ store: Store) async throws {
+            let watermark = try store.log.lastOffset()
+            MemorySampler.trimHeap()
+            let sampler = MemorySampler.start()
+            let clock = ContinuousClock()
+            var start = clock.now
+            firstReport = try await store.compact(below: watermark)
+            first = clock.now - start
+            memory = sampler?.finish()
+            start = clock.now
+            againReport = try await store.compact(below: watermark)
+            again = clock.now - start
+        }
     }
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
@@ -661,6 +688,28 @@ enum ReplayBenchmark {
                         check.open.seconds * 1e3, PageCheckTiming.rounds, check.read.seconds * 1e3,
                         megabytes(check.bytes) / check.read.seconds, checkTime.seconds / check.read.seconds)))
         }
+        if let compaction = full.compaction {
+            let first = compaction.firstReport
+            rows += [
+                ResultRow(
+                    "   then compact(below: last offset)", Double(first.entriesBefore) / compaction.first.seconds,
+                    "entries/s",
+                    detail: String(
+                        format: "%.2f s, %.1fx the scan of the log: %@ entries removed, %@ snapshots written, %@ "
+                            + "kept (pending intents and the answers their base needs); one transaction, so every "
+                            + "page it changes waits in memory for the commit: peak RssAnon +%.0f MB",
+                        compaction.first.seconds, compaction.first.seconds / full.scanTime.seconds,
+                        Report.grouped(first.entriesRemoved), Report.grouped(first.snapshotsWritten),
+                        Report.grouped(first.entriesKept),
+                        compaction.memory.map { mb($0.peakRssAnonKB - $0.startRssAnonKB) } ?? .nan)),
+                ResultRow(
+                    "   then compact again at the same watermark", compaction.again.seconds * 1e3, "ms",
+                    detail: String(
+                        format: "%@ entries removed, %@ snapshots written: every snapshot still holds its entity's state",
+                        Report.grouped(compaction.againReport.entriesRemoved),
+                        Report.grouped(compaction.againReport.snapshotsWritten))),
+            ]
+        }
         rows.append(
             ResultRow(
                 "   data.mdb before the replay (the log)", megabytes(full.logFileBytes), "MB",
@@ -739,11 +788,18 @@ enum ReplayBenchmark {
         let tableWrite = try await onDedicatedThread("bench replay tables") {
             try writeTables(from: workspace.path(name), names: names, durability, replayedEntries: entries, workspace)
         }
+        var compaction: CompactionTiming?
+        if durability == .full {
+            progress("replay: compact below the last offset, twice (.\(durability.rawValue))")
+            let reopened = try Store(path: workspace.path(name), options: EventLog.Options(durability: durability))
+            defer { reopened.close() }
+            compaction = try await CompactionTiming(reopened)
+        }
         return Outcome(
             durability: durability, entries: entries, kinds: kinds, elapsed: elapsed, buildTime: buildTime,
             scanTime: scanTime, tableWrite: tableWrite, logFileBytes: logFileBytes, storeFileBytes: storeFileBytes,
             memory: memory, writtenBytes: writtenAfter.flatMap { after in writtenBefore.map { after - $0 } },
-            pageCheck: pageCheck)
+            pageCheck: pageCheck, compaction: compaction)
     }
 }
 
