@@ -30,7 +30,9 @@ extension Store {
     /// written as one `snapshot` entry, reusing a freed offset below the
     /// watermark. A snapshot that an earlier compaction wrote, and that
     /// still holds its entity's confirmed state, stays as it is, so
-    /// compacting again writes snapshots only for what changed since.
+    /// compacting again writes snapshots only for what changed since. (In a
+    /// log whose server versions go down between resyncs, an entity whose
+    /// snapshot could not stand in for its history keeps that history.)
     /// Offsets at and above the watermark, and those of every kept entry,
     /// do not change. The projections, the outbox and the cursor stay as they
     /// are (replaying the compacted log gives the same tables); the
@@ -206,7 +208,7 @@ extension Store {
     /// pass decodes the entries below the watermark into sketches, a second
     /// decides which intents and answers stay, a third folds every entity's
     /// confirmed state, which shows the snapshots that still hold and the
-    /// ones to write.
+    /// ones to write, and a fourth replays the plan to check it.
     private func planCompaction(below watermark: UInt64, _ txn: borrowing Transaction) throws -> CompactionPlan {
         var plan = CompactionPlan(watermark: watermark)
         var entityIndices: [ByteKey: Int32] = [:]
