@@ -91,7 +91,9 @@ struct Compact: AsyncParsableCommand {
         abstract: "Fold the log below an offset into snapshots, or write a compacted copy of the store.",
         discussion: """
             --below N folds entries below N in place (pending intents and everything from N on stay, offsets \
-            unchanged); --dry-run says what would go, reading the store as the read commands do. An LMDB file \
+            unchanged; snapshots an earlier compaction wrote stay while they still hold, so compacting again \
+            writes snapshots only for what changed); --dry-run says what would go, reading the store as the read \
+            commands do. An LMDB file \
             never shrinks in place: --copy DIR writes a copy without free pages and reports both sizes. Writing \
             in place needs the store's writer lock: it is refused while another process has the store open for \
             writing.
