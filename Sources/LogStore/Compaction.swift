@@ -45,6 +45,10 @@ extension Store {
     /// LMDB keeps the pages the transaction changes in memory until it
     /// commits (up to a limit of its own, past which it writes some early):
     /// compacting a long log for the first time changes most of its pages.
+    /// That compaction can go in steps of rising watermarks instead, each a
+    /// transaction with fewer pages: the snapshots of earlier steps that
+    /// still hold stay, so the log ends as small, for more time in all
+    /// (each step reads the log below its watermark again).
     ///
     /// The LMDB file does not shrink: freed pages are reused by later writes
     /// (`Environment.copy(to:compact:)` writes a smaller copy).
