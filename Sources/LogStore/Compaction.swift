@@ -532,8 +532,10 @@ extension Store {
     private func carryOut(_ plan: CompactionPlan, _ txn: borrowing Transaction) throws {
         let logDatabase = log.logDatabase
         // The new snapshots first, while every entry their fields come from
-        // is there: none takes the place of an intent or of an entry naming
-        // another entity, and nothing is deleted yet.
+        // is there: none takes the place of an entry another one's state is
+        // folded from (those name its entity, or are its intents; the
+        // cursor-only snapshot's entry changed no base), and nothing is
+        // deleted yet.
         for (slot, entity, state) in plan.snapshots {
             let (offset, timestamp) = (plan.sketches[slot].offset, plan.sketches[slot].timestamp)
             var snapshot = Snapshot(
