@@ -435,8 +435,7 @@ extension Store {
             case .state(let entity, let version, let deleted, _):
                 let entity = Int(entity)
                 if folded[entity].epoch != epoch { folded[entity] = FoldedState(epoch: epoch) }
-                // Newer or as new: a server change wins over an answer's base.
-                if version >= folded[entity].version && version > 0 {
+                if Confirmed.serverChangeApplies(version: version, over: folded[entity].version) {
                     folded[entity].version = version
                     folded[entity].base = deleted ? nil : index
                     folded[entity].updates = []
@@ -453,8 +452,10 @@ extension Store {
                 let (entityIndex, operation) = plan.intent(at: intentIndex)
                 let entity = Int(entityIndex)
                 if folded[entity].epoch != epoch { folded[entity] = FoldedState(epoch: epoch) }
-                // An update over no base says nothing about the whole entity.
-                guard version > folded[entity].version, operation != .update || folded[entity].base != nil else { break }
+                guard
+                    Confirmed.ackApplies(
+                        version: version, operation, over: folded[entity].version, basePresent: folded[entity].base != nil)
+                else { break }
                 folded[entity].version = version
                 folded[entity].setter = index
                 if !plan.keep[index] { folded[entity].slot = index }

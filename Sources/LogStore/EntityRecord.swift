@@ -150,7 +150,12 @@ struct Confirmed: Equatable {
     /// intent over changes the client had not pulled yet, only the pulled
     /// state is right (`storage.md` section 15). An older version is stale.
     func applying(version: UInt64, state: Fields?) -> Confirmed {
-        version >= self.version && version > 0 ? Confirmed(version: version, fields: state) : self
+        Confirmed.serverChangeApplies(version: version, over: self.version) ? Confirmed(version: version, fields: state) : self
+    }
+
+    /// Whether a server change at `version` replaces a base of `baseVersion`.
+    static func serverChangeApplies(version: UInt64, over baseVersion: UInt64) -> Bool {
+        version >= baseVersion && version > 0
     }
 
     /// The server acknowledged `intent` at `version`. A base already at or
@@ -160,8 +165,15 @@ struct Confirmed: Equatable {
     /// the base stays unknown until the entity is pulled again, rather than
     /// turning into a tombstone that would make that pull look stale.
     func applying(ack intent: Intent, version: UInt64) -> Confirmed {
-        guard version > self.version, intent.operation != .update || fields != nil else { return self }
+        guard Confirmed.ackApplies(version: version, intent.operation, over: self.version, basePresent: fields != nil)
+        else { return self }
         return Confirmed(version: version, fields: Projector.applying(intent, to: fields))
+    }
+
+    /// Whether an ack at `version` of an intent doing `operation` applies it
+    /// over a base of `baseVersion`, present or absent.
+    static func ackApplies(version: UInt64, _ operation: Intent.Operation, over baseVersion: UInt64, basePresent: Bool) -> Bool {
+        version > baseVersion && (operation != .update || basePresent)
     }
 }
 
