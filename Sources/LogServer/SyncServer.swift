@@ -158,7 +158,7 @@ public final class SyncServer: Sendable {
         router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
         return Application(
             router: router,
-            server: .http1(
+            server: .http1MarkingLastRequests(
                 configuration: .init(
                     // Made again for each connection (an autoclosure).
                     additionalChannelHandlers: [RequestBodyDeadline(timeout: bodyTimeout), ParserErrorReply()],

@@ -1547,6 +1547,36 @@ import Testing
         try server.server.setFaults(FaultSettings())
     }
 
+    /// An HTTP/1.0 request without `Connection: keep-alive`, or any request
+    /// with `Connection: close`, is its connection's last (RFC 9112 section
+    /// 9.3): the server answers it with `Connection: close` and closes. An
+    /// HTTP/1.0 connection used to stay open until the idle timeout
+    /// (Hummingbird's HTTP/1 codec drops the request's version, so the
+    /// request looked persistent). An HTTP/1.0 request with keep-alive leaves
+    /// the connection open: the request behind it is answered too.
+    @Test(arguments: [
+        ("GET /v1/health HTTP/1.0\r\n\r\n", 1),
+        ("GET /v1/health HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /v1/health HTTP/1.0\r\n\r\n", 2),
+        ("GET /v1/health HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\nGET /v1/health HTTP/1.1\r\nConnection: Close\r\n\r\n", 2),
+        ("GET /v1/health HTTP/1.1\r\nHost: h\r\nConnection: close, te\r\nTE: trailers\r\n\r\n", 1),
+    ])
+    func aRequestThatDoesNotKeepItsConnectionIsItsLast(requests: String, answers: Int) async throws {
+        let server = try await TestServer("http10")
+        defer { Task { await server.stop() } }
+        let (reply, closed) = try await onAThreadOfItsOwn {
+            var closed = false
+            let reply = try rawExchange(port: server.port, untilClosed: true, receiveTimeoutSeconds: 30, onEnd: { closed = $0 }) {
+                sendAll in _ = sendAll(Data(requests.utf8))
+            }
+            return (reply, closed)
+        }
+        #expect(closed, "still open after 30 s: \(reply)")
+        #expect(statuses(reply) == Array(repeating: 200, count: answers), "\(reply)")
+        let heads = reply.lowercased().components(separatedBy: "http/1.1 ").dropFirst()
+        #expect(heads.last?.contains("connection: close") == true, "the last answer says it closes: \(reply)")
+        #expect(heads.dropLast().allSatisfy { !$0.contains("connection: close") }, "\(reply)")
+    }
+
     /// A body sent a byte at a time (slowloris) sends a part of the request
     /// well within every idle timeout, and held its connection, and the
     /// route's buffer, for as long as it kept trickling. It has the body
