@@ -225,12 +225,23 @@ public final class HTTPTransport: SyncTransport {
         return nil
     }
 
-    /// `error` for people. FoundationNetworking names its timeout only by
-    /// its code ("NSURLErrorDomain error -1001"), and a timeout is what a
-    /// slow or silent server makes most.
+    /// `error` for people. FoundationNetworking names its errors only by
+    /// their codes ("NSURLErrorDomain error -1001"). A timeout is what a
+    /// slow or silent server makes most. A bad URL, for a server named by
+    /// an IPv6 address (`http://[::1]:8080`), is FoundationNetworking's own
+    /// failure before it connects, where Darwin's Foundation and curl reach
+    /// the server (swift-corelibs-foundation issue 5496).
     private func describe(_ error: any Error) -> String {
-        guard (error as? URLError)?.code == .timedOut else { return error.localizedDescription }
-        return "timed out (requestTimeout \(options.requestTimeout) s, resourceTimeout \(options.resourceTimeout) s)"
+        switch (error as? URLError)?.code {
+        case .timedOut?:
+            return "timed out (requestTimeout \(options.requestTimeout) s, resourceTimeout \(options.resourceTimeout) s)"
+        case .badURL? where baseURL.host?.contains(":") == true:
+            return "\(error.localizedDescription): this Foundation cannot reach a server named by an IPv6 address "
+                + "(swift-corelibs-foundation issue 5496); name it by a host name that resolves to the address, "
+                + "such as localhost for ::1"
+        default:
+            return error.localizedDescription
+        }
     }
 
     private static func failure(_ http: HTTPURLResponse, _ data: Data, _ path: String) -> TransportError {

@@ -51,3 +51,23 @@ import Testing
         await server.stop()
     }
 }
+
+/// A server named by an IPv6 address: FoundationNetworking on Linux fails
+/// such a request as a bad URL before it connects (swift-corelibs-foundation
+/// issue 5496), and the message said only "NSURLErrorDomain error -1000".
+/// Where it fails so, the message says why and what to name the server by;
+/// a Foundation that connects finds nobody at the port.
+@Test func aServerNamedByAnIPv6AddressIsReachedOrTheFailureSaysWhy() async throws {
+    let transport = HTTPTransport(baseURL: URL(string: "http://[::1]:1")!, token: "alice-token")
+    do {
+        _ = try await transport.health()
+        Issue.record("a health check of port 1 was answered")
+    } catch {
+        // Either way the request was not sent.
+        #expect(error.kind == .noAnswer, "\(error)")
+        if error.message.contains("-1000") {
+            #expect(error.message.contains("issue 5496") && error.message.contains("localhost for ::1"), "\(error.message)")
+        }
+    }
+}
+
