@@ -242,6 +242,42 @@ import Testing
         #expect(run.status == 1 && run.output.contains("but a compaction below 100000 was acknowledged"), "\(run.output)")
     }
 
+    /// A fault run of the compaction worker (`--count`: creates, settles
+    /// and compactions by turns): a batch or a compaction whose commit
+    /// failed must leave nothing. Reports that call failed the batch the
+    /// app sees, or the compactions that reached the store's watermark,
+    /// are named.
+    @Test func aFailedBatchOrCompactionThatCommittedIsNamed() async throws {
+        let directory = try TemporaryDirectory("crashtest-check-compact-faults")
+        defer { directory.remove() }
+        let store = directory.appending("store")
+        let reports = try await Self.written("compact", count: 24, store: store)
+        let passed = try await Self.check("compact", store: store, reports: reports, in: directory)
+        #expect(passed.status == 0, "\(passed.output)\(passed.errors)")
+
+        let batch = try #require(reports.first { $0.hasPrefix("ack ") && !$0.contains(":") }, "\(reports)")
+        let failedBatch = reports.map { $0 == batch ? "fail" + batch.dropFirst(3) : $0 }
+        // Each compaction that reached the highest watermark, failed.
+        let tries = reports.compactMap { line -> (step: String, watermark: UInt64)? in
+            let words = line.split(separator: " ").map(String.init)
+            guard words.count == 3, words[0] == "try", words[1].hasPrefix("compact:"), let watermark = UInt64(words[2]) else { return nil }
+            return (words[1], watermark)
+        }
+        let highest = try #require(tries.map(\.watermark).max())
+        let reachedIt = Set(tries.filter { $0.watermark == highest }.map(\.step))
+        let failedCompactions = reports.compactMap { line -> String? in
+            if line == "compacted \(highest)" { return nil }
+            guard line.hasPrefix("ack "), reachedIt.contains(String(line.dropFirst(4))) else { return line }
+            return "fail" + line.dropFirst(3)
+        }
+        try await Self.expectEachNamed(
+            "compact", store: store,
+            [
+                (failedBatch, "whose write failed, the app sees"),
+                (failedCompactions, "the log is compacted below \(highest), which no compaction that could have committed reached"),
+            ], in: directory)
+    }
+
     /// An answer recorded for an intent must be the one acknowledged: an
     /// intent acknowledged as `duplicate` that the log answers `applied`
     /// (or the other way) is named.

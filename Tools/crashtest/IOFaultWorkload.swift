@@ -12,10 +12,12 @@ import LogTesting
 /// I/O faults instead of kills: a worker making one write per commit runs
 /// under `strace`, which makes the Nth call of one syscall fail. The worker
 /// takes turns: the append worker; the app worker, whose batches commit
-/// intents together with their projection and outbox updates; and the
+/// intents together with their projection and outbox updates; the
 /// conflicts worker, whose pulled pages, updates, recorded answers and
 /// conflict resolutions each commit log entries with the tables they
-/// change. The failed write must not be acknowledged, the error must
+/// change; and the compaction worker, whose creates, settles and
+/// compactions take turns (a compaction removes entries, writes snapshots
+/// and deletes idempotency keys in one commit). The failed write must not be acknowledged, the error must
 /// reach the caller as an `LMDBError` naming the failure, no read may show
 /// anything of it, the next write must be refused, and the store must
 /// reopen without it, consistent, with every acknowledged write intact. N is
@@ -42,14 +44,16 @@ import LogTesting
 /// commit's, and the Nth `pwrite64` lands on a data page or a meta page.
 struct IOFaultWorkload: Workload {
     static let name = "io-faults"
-    static let summary = "the append, app and conflicts workers under strace with EIO or ENOSPC injected into the Nth sync or write"
+    static let summary = "the append, app, conflicts and compact workers under strace with EIO or ENOSPC injected into the Nth sync or write"
 
     /// Writes a fault run makes, one commit each.
     static let appendCount = 24
 
     /// The workers, taking turns every `faults.count` runs, so that each
     /// fault comes to each; each writes to a store of its own.
-    static var writers: [any StoreWorkload.Type] { [AppendWorkload.self, AppWritesWorkload.self, ConflictWorkload.self] }
+    static var writers: [any StoreWorkload.Type] {
+        [AppendWorkload.self, AppWritesWorkload.self, ConflictWorkload.self, CompactionWorkload.self]
+    }
 
     /// One kind of fault, and how many calls of its syscall a run of
     /// `appendCount` commits makes at most (so N is drawn up to it).
@@ -60,11 +64,12 @@ struct IOFaultWorkload: Workload {
         var message: String
         /// From the Nth call on (a full disk), rather than the Nth alone.
         var persistent: Bool
-        /// For each of `writers`, in its order. The app and conflicts
-        /// workers' commits write more pages (outbox, idempotency keys,
-        /// entity and conflict tables); measured as above, 24 commits made
-        /// 76-81 `pwrite64` and 43-48 `writev` (app), 91-117 and 37-43
-        /// (conflicts).
+        /// For each of `writers`, in its order. The app, conflicts and
+        /// compaction workers' commits write more pages (outbox,
+        /// idempotency keys, entity, conflict and log tables); measured as
+        /// above, 24 commits made 76-81 `pwrite64` and 43-48 `writev`
+        /// (app), 91-117 and 37-43 (conflicts), 94-154 and 30-60 (compact,
+        /// over 19 runs on one store, as its log grew to 680 offsets).
         var callsMax: [Int]
         /// Whether the Nth call comes in every run: each `.full` commit
         /// makes one `fdatasync` on the writer thread, so a worker that
@@ -78,16 +83,16 @@ struct IOFaultWorkload: Workload {
     static let faults = [
         Fault(
             syscall: "fdatasync", error: "EIO", message: "Input/output error", persistent: false,
-            callsMax: [appendCount, appendCount, appendCount], alwaysLands: true),
+            callsMax: [appendCount, appendCount, appendCount, appendCount], alwaysLands: true),
         Fault(
             syscall: "pwrite64", error: "EIO", message: "Input/output error", persistent: false,
-            callsMax: [appendCount * 2 + 4, appendCount * 4, appendCount * 5]),
+            callsMax: [appendCount * 2 + 4, appendCount * 4, appendCount * 5, appendCount * 6]),
         Fault(
             syscall: "pwrite64", error: "ENOSPC", message: "No space left on device", persistent: true,
-            callsMax: [appendCount * 2 + 4, appendCount * 4, appendCount * 5]),
+            callsMax: [appendCount * 2 + 4, appendCount * 4, appendCount * 5, appendCount * 6]),
         Fault(
             syscall: "writev", error: "ENOSPC", message: "No space left on device", persistent: true,
-            callsMax: [appendCount + 2, appendCount * 2 + 4, appendCount * 2 + 4]),
+            callsMax: [appendCount + 2, appendCount * 2 + 4, appendCount * 2 + 4, appendCount * 2 + 12]),
     ]
 
     /// A worker under `strace` runs a few times slower; this bounds a hang.
