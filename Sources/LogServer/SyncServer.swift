@@ -6,6 +6,7 @@ import LogFormat
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// The reference sync server (`Format/sync-protocol.md`): push, pull and
 /// health over HTTP/1.1 with JSON, bearer tokens per user, a token-bucket
@@ -61,6 +62,16 @@ public final class SyncServer: Sendable {
         public var pushBufferBytesMax = 16 * Wire.requestBodyBytesMax
         /// The least severe message the server logs.
         public var logLevel = Logger.Level.info
+        /// How long after a failed commit (a full disk, a refused sync) the
+        /// server reopens its store, and how long it waits between
+        /// attempts that fail (nil: never; it answers 503 until restarted).
+        /// A failed commit fails LMDB's environment for good, but not the
+        /// store: LMDB writes a commit's meta page only after its pages
+        /// reached the disk, so the last commit before the failure stands,
+        /// and the store reopens as a restart would open it. Meanwhile
+        /// every request is answered `503 SERVICE_UNAVAILABLE`. Not
+        /// negative.
+        public var reopenInterval: Duration? = .seconds(10)
 
         /// - Throws: `ConfigurationError` for the first setting out of range.
         func check() throws(ConfigurationError) {
@@ -76,6 +87,9 @@ public final class SyncServer: Sendable {
             for (name, timeout) in [("idleTimeout", idleTimeout), ("bodyTimeout", bodyTimeout)] {
                 if let timeout, timeout <= .zero { throw ConfigurationError("\(name) must be positive (nil for none), not \(timeout)") }
             }
+            if let reopenInterval, reopenInterval < .zero {
+                throw ConfigurationError("reopenInterval must not be negative (nil for never), not \(reopenInterval)")
+            }
         }
 
         public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
@@ -89,7 +103,8 @@ public final class SyncServer: Sendable {
     }
 
     public let configuration: Configuration
-    let service: SyncService
+    /// The service over the store, a new one after each reopening.
+    private let serving: Mutex<Served>
     let limiter: RateLimiter?
     let faults = FaultInjector()
     let pushBuffer: PushBuffer
@@ -106,7 +121,7 @@ public final class SyncServer: Sendable {
         self.configuration = configuration
         let storage = try ServerStorage(
             path: configuration.dataDirectory, durability: configuration.durability, checkPages: configuration.checkPagesAtStart)
-        service = SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }
+        serving = Mutex(Served(service: SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }))
         limiter = configuration.rateLimit.map { RateLimiter(rate: $0.rate, burst: $0.burst) }
         pushBuffer = PushBuffer(bytesMax: configuration.pushBufferBytesMax)
     }
@@ -135,8 +150,76 @@ public final class SyncServer: Sendable {
     /// The method each path takes.
     static let methods = Dictionary(uniqueKeysWithValues: endpoints)
 
-    /// Waits for queued writes and closes the store.
-    public func close() { service.storage.close() }
+    /// The service over the store as it is now (failed, until reopened).
+    var service: SyncService { serving.withLock { $0.service } }
+
+    /// Waits for queued writes and closes the store; it is not reopened.
+    public func close() {
+        serving.withLock { serving in
+            serving.closed = true
+            return serving.service
+        }.storage.close()
+    }
+
+    /// What serves requests, and the reopening of a failed store.
+    private struct Served: Sendable {
+        var service: SyncService
+        /// When the failed store is reopened (nil: not failed, or the
+        /// failure not yet seen).
+        var reopenDue: ContinuousClock.Instant?
+        /// A request is reopening the store.
+        var reopening = false
+        /// `close()` was called.
+        var closed = false
+    }
+
+    /// Reopens the store once `Configuration.reopenInterval` has passed
+    /// since a request found it failed, or since the last attempt, which
+    /// failed. Called before and after each request: only one reopens it;
+    /// the others, and those in flight, are answered 503 meanwhile, as a
+    /// store that fails or is closed makes them.
+    func reopenIfFailed(_ logger: Logger) {
+        guard let interval = configuration.reopenInterval else { return }
+        let now = ContinuousClock.now
+        // The failed service to reopen, or nil; and whether the failure was
+        // seen just now.
+        let (failed, seen) = serving.withLock { serving -> (SyncService?, Bool) in
+            guard !serving.closed, !serving.reopening, serving.service.storage.environment.problem != nil else { return (nil, false) }
+            guard let due = serving.reopenDue else {
+                serving.reopenDue = now + interval
+                return (nil, true)
+            }
+            guard now >= due else { return (nil, false) }
+            serving.reopening = true
+            return (serving.service, false)
+        }
+        if seen { logger.error("the store failed; reopening it in \(interval)") }
+        guard let failed else { return }
+        // Waits for the writes queued behind the failure: each fails.
+        failed.storage.close()
+        var reopened: SyncService?
+        do {
+            let storage = try ServerStorage(
+                path: configuration.dataDirectory, durability: configuration.durability, checkPages: configuration.checkPagesAtStart)
+            reopened = SyncService(storage: storage, clock: failed.clock)
+            logger.notice("reopened the store at \(configuration.dataDirectory)")
+        } catch {
+            logger.error("could not reopen the store: \(error); trying again in \(interval)")
+        }
+        let unused = serving.withLock { serving -> SyncService? in
+            serving.reopening = false
+            guard let reopened else {
+                serving.reopenDue = ContinuousClock.now + interval
+                return nil
+            }
+            // Closed while it reopened: the new store is not served.
+            guard !serving.closed else { return reopened }
+            serving.service = reopened
+            serving.reopenDue = nil
+            return nil
+        }
+        unused?.storage.close()
+    }
 
     /// Sets the injected faults (tests; also `POST /v1/admin/faults`).
     public func setFaults(_ settings: FaultSettings) throws { try faults.set(settings) }
@@ -179,6 +262,7 @@ struct ProtocolMiddleware: RouterMiddleware {
         -> Response
     {
         var response: Response
+        server.reopenIfFailed(context.logger)
         do {
             let path = request.uri.path
             let exempt = path == "/v1/health" || path.hasPrefix("/v1/admin/")
@@ -222,6 +306,9 @@ struct ProtocolMiddleware: RouterMiddleware {
             response = Reply.error(ServiceError(.internalError, "the server failed to answer; try again"))
         }
         response.headers[Reply.versionField] = String(Wire.protocolVersion)
+        // A commit of this request's may have failed the store: its
+        // reopening is timed from here.
+        server.reopenIfFailed(context.logger)
         return response
     }
 

@@ -81,6 +81,14 @@ struct SyncServerCommand: AsyncParsableCommand {
 
     @Option(
         parsing: .unconditional,
+        help: ArgumentHelp(
+            "Seconds after a failed commit (a full disk, a refused sync) before the server reopens its store, and between "
+                + "attempts that fail; 503 meanwhile. 0 for never: 503 until restarted.",
+            valueName: "seconds"))
+    var reopenAfter = 10
+
+    @Option(
+        parsing: .unconditional,
         help: """
             MiB of push bodies held at once, being received or waiting for the store's one writer; a push that would go \
             over it while others are held is answered 503 SERVICE_UNAVAILABLE with Retry-After: 1, which clients retry. \
@@ -132,6 +140,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         guard !data.isEmpty else { throw ValidationError("--data must name a directory") }
         guard (0...86_400).contains(idleTimeout) else { throw ValidationError("--idle-timeout must be 0...86400 seconds") }
         guard (0...86_400).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be 0...86400 seconds") }
+        guard (0...86_400).contains(reopenAfter) else { throw ValidationError("--reopen-after must be 0...86400 seconds") }
         guard (1...1_048_576).contains(pushBufferMib) else { throw ValidationError("--push-buffer-mib must be 1...1048576") }
         guard ["full", "metaAsync", "process"].contains(durability) else {
             throw ValidationError("--durability must be full, metaAsync or process")
@@ -150,6 +159,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.faultInjection = faultInjection
         configuration.idleTimeout = idleTimeout > 0 ? .seconds(idleTimeout) : nil
         configuration.bodyTimeout = bodyTimeout > 0 ? .seconds(bodyTimeout) : nil
+        configuration.reopenInterval = reopenAfter > 0 ? .seconds(reopenAfter) : nil
         configuration.durability = .init(rawValue: durability) ?? .full
         configuration.checkPagesAtStart = checkPages
         configuration.pushBufferBytesMax = pushBufferMib << 20
