@@ -565,6 +565,87 @@ extension FailedCommitProcessTests {
     }
 }
 
+extension FailedCommitProcessTests {
+    /// Every change a pull from the start gives, page by page.
+    static func pulledChanges(_ port: Int) async throws -> [PullChange] {
+        var changes: [PullChange] = []
+        var cursor = ""
+        while true {
+            let query = cursor.isEmpty ? "" : "?cursor=\(cursor)"
+            let page = try JSONDecoder().decode(
+                PullResponse.self, from: try await SyncServerProcessTests.send("/v1/pull\(query)", port: port).body)
+            changes += page.changes
+            cursor = page.cursor
+            if !page.hasMore { return changes }
+        }
+    }
+
+    /// Four clients push at once, one create each time, while a commit
+    /// fails (the fifth sync) and the server reopens its store: the pushes
+    /// in flight then are answered 500 or 503, and pushing goes on after
+    /// the reopening. Every push answered `applied`, before the failure or
+    /// after it, is in the store once when it next starts, and the store
+    /// holds nothing that was not pushed.
+    @Test(.enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"))
+    func pushesFromManyClientsAcrossAReopeningLoseNothing() async throws {
+        let directory = try TemporaryDirectory("syncserver-reopen-concurrent")
+        let data = directory.appending("data")
+        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "1"]
+        /// What one client's pushes were answered.
+        struct Answers: Sendable {
+            var applied: [String] = []
+            /// Not answered `applied`: in the store once or not at all.
+            var unknown: [String] = []
+            /// Applied after a push that was not.
+            var appliedAfterAFailure = 0
+        }
+        let answers: [Answers]
+        do {
+            let (server, port) = try await Self.startedFailingSyncs(arguments, error: "EIO", when: "5")
+            defer { server.kill() }
+            answers = try await withThrowingTaskGroup(of: Answers.self) { group in
+                for client in 0..<4 {
+                    group.addTask {
+                        var answers = Answers()
+                        // Until five pushes applied after one that was not,
+                        // or 30 s of pushing.
+                        let end = ContinuousClock.now + .seconds(30)
+                        var number = 0
+                        while answers.appliedAfterAFailure < 5, ContinuousClock.now < end {
+                            let key = "c\(client)-\(number)"
+                            number += 1
+                            let reply = try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push(key))
+                            let statuses = reply.status == 200 ? try JSONDecoder().decode(PushResponse.self, from: reply.body).results.map(\.status) : []
+                            if statuses == [.applied] {
+                                answers.applied.append(key)
+                                if !answers.unknown.isEmpty { answers.appliedAfterAFailure += 1 }
+                            } else {
+                                answers.unknown.append(key)
+                                try await Task.sleep(for: .milliseconds(50))
+                            }
+                        }
+                        return answers
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            server.kill()
+            #expect(await server.waitForExit(timeout: .seconds(30)))
+            #expect(server.errorText.contains("reopened the store at \(data)"), "\(server.errorText)")
+        }
+        #expect(answers.allSatisfy { $0.appliedAfterAFailure == 5 }, "a client pushed on for 30 s without 5 pushes applied after a failed one")
+        let (server, port) = try await SyncServerProcessTests.started(arguments)
+        defer { server.kill() }
+        let stored = try await Self.pulledChanges(port).map(\.entityID)
+        let applied = Set(answers.flatMap(\.applied))
+        let pushed = applied.union(answers.flatMap(\.unknown)).union(["kept"])
+        #expect(stored.count == Set(stored).count, "a change twice in the feed")
+        #expect(applied.subtracting(stored).isEmpty, "applied but not stored: \(applied.subtracting(stored).sorted())")
+        #expect(Set(stored).subtracting(pushed).isEmpty, "stored but never pushed: \(Set(stored).subtracting(pushed).sorted())")
+        #expect(applied.count > 20, "\(applied.count) pushes applied")
+    }
+}
+
 /// Cursors a hostile or confused client makes up, sent to the executable so
 /// that a crash shows as a dead process rather than a dead test run.
 @Suite struct ForgedCursorProcessTests {
