@@ -68,9 +68,11 @@ public final class SyncServer: Sendable {
         /// A failed commit fails LMDB's environment for good, but not the
         /// store: LMDB writes a commit's meta page only after its pages
         /// reached the disk, so the last commit before the failure stands,
-        /// and the store reopens as a restart would open it. Meanwhile
-        /// every request is answered `503 SERVICE_UNAVAILABLE`. Not
-        /// negative.
+        /// and the store reopens as a restart would open it (with the failed
+        /// commit too when only its meta page's write failed). Meanwhile
+        /// every request is answered `503 SERVICE_UNAVAILABLE`. The
+        /// reopening runs in the request that finds it due, page check
+        /// (`checkPagesAtStart`) included. Not negative.
         public var reopenInterval: Duration? = .seconds(10)
 
         /// - Throws: `ConfigurationError` for the first setting out of range.

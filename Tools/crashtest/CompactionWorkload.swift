@@ -38,8 +38,8 @@ enum CompactionWorkload: StoreWorkload {
         let store = try worker.openStore(smallMap: true)
         let writer = AppWriter.loop(task: 0, store, worker, createsOnly: true)
         let settler: Worker.Loop = {
-            for _ in 0..<worker.writesMax where try await !settle(store, worker) {
-                try await Task.sleep(for: .milliseconds(1))
+            for _ in 0..<worker.writesMax {
+                if try await !settle(store, worker) { try await Task.sleep(for: .milliseconds(1)) }
             }
         }
         let compactor: Worker.Loop = {
