@@ -9,7 +9,7 @@ struct Routes: Sendable {
 
     /// `ok` only while the store can serve push and pull (section 6).
     func health(_ request: Request, _ context: BasicRequestContext) throws -> Response {
-        if let problem = server.service.storage.environment.problem { throw ServiceError.storageUnavailable(problem) }
+        if let problem = server.service.storage.environment.problem { throw server.storageUnavailable(problem) }
         return try Reply.json(HealthResponse(serverID: server.serverID))
     }
 

@@ -223,6 +223,19 @@ public final class SyncServer: Sendable {
         unused?.storage.close()
     }
 
+    /// The 503 for a request the store could not serve: its `Retry-After`
+    /// is the time left until the store is reopened (at least 1 s), or 30 s
+    /// when it will not be (closed, or `reopenInterval` nil).
+    func storageUnavailable(_ problem: LMDBError) -> ServiceError {
+        let left = serving.withLock { serving -> Duration? in
+            guard !serving.closed, let interval = configuration.reopenInterval else { return nil }
+            return serving.reopenDue.map { max($0 - ContinuousClock.now, .zero) } ?? interval
+        }
+        guard let left else { return ServiceError.storageUnavailable(problem) }
+        let seconds = left.components.seconds + (left.components.attoseconds > 0 ? 1 : 0)
+        return ServiceError.storageUnavailable(problem, retryAfter: Int(clamping: max(seconds, 1)))
+    }
+
     /// Sets the injected faults (tests; also `POST /v1/admin/faults`).
     public func setFaults(_ settings: FaultSettings) throws { try faults.set(settings) }
 
@@ -302,7 +315,7 @@ struct ProtocolMiddleware: RouterMiddleware {
             throw error
         } catch let error as LMDBError where [.environmentFailed, .closed].contains(error.code) {
             context.logger.error("storage unavailable: \(error)")
-            response = Reply.error(ServiceError.storageUnavailable(error))
+            response = Reply.error(server.storageUnavailable(error))
         } catch {
             context.logger.error("request failed: \(error)")
             response = Reply.error(ServiceError(.internalError, "the server failed to answer; try again"))

@@ -38,10 +38,10 @@ public struct ServiceError: Error, Equatable, CustomStringConvertible {
     public var description: String { "\(code): \(message)" }
 
     /// The store is closed, or failed after an unsuccessful commit, and
-    /// serves nothing until the server is restarted (section 5: 503, with
-    /// `Retry-After`).
-    static func storageUnavailable(_ problem: LMDBError) -> ServiceError {
-        ServiceError(.serviceUnavailable, "the server's storage is unavailable (\(problem)); try again later", retryAfter: 30)
+    /// serves nothing until the server reopens it or is restarted
+    /// (section 5: 503, with `Retry-After`, in seconds).
+    static func storageUnavailable(_ problem: LMDBError, retryAfter: Int = 30) -> ServiceError {
+        ServiceError(.serviceUnavailable, "the server's storage is unavailable (\(problem)); try again later", retryAfter: retryAfter)
     }
 }
 
