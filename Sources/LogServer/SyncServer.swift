@@ -171,6 +171,9 @@ public final class SyncServer: Sendable {
         var reopenDue: ContinuousClock.Instant?
         /// A request is reopening the store.
         var reopening = false
+        /// A reopening found a store the server refuses to serve: no
+        /// other is tried.
+        var givenUp = false
         /// `close()` was called.
         var closed = false
     }
@@ -179,14 +182,19 @@ public final class SyncServer: Sendable {
     /// since a request found it failed, or since the last attempt, which
     /// failed. Called before and after each request: only one reopens it;
     /// the others, and those in flight, are answered 503 meanwhile, as a
-    /// store that fails or is closed makes them.
+    /// store that fails or is closed makes them. A store the server would
+    /// refuse at start (`ConfigurationError`: its directory taken by
+    /// another server, its server ID or pages damaged) is not tried again:
+    /// that needs the operator.
     func reopenIfFailed(_ logger: Logger) {
         guard let interval = configuration.reopenInterval else { return }
         let now = ContinuousClock.now
         // The failed service to reopen, or nil; and whether the failure was
         // seen just now.
         let (failed, seen) = serving.withLock { serving -> (SyncService?, Bool) in
-            guard !serving.closed, !serving.reopening, serving.service.storage.environment.problem != nil else { return (nil, false) }
+            guard !serving.closed, !serving.reopening, !serving.givenUp, serving.service.storage.environment.problem != nil else {
+                return (nil, false)
+            }
             guard let due = serving.reopenDue else {
                 serving.reopenDue = now + interval
                 return (nil, true)
@@ -200,18 +208,23 @@ public final class SyncServer: Sendable {
         // Waits for the writes queued behind the failure: each fails.
         failed.storage.close()
         var reopened: SyncService?
+        var refused = false
         do {
             let storage = try ServerStorage(
                 path: configuration.dataDirectory, durability: configuration.durability, checkPages: configuration.checkPagesAtStart)
             reopened = SyncService(storage: storage, clock: failed.clock)
             logger.notice("reopened the store at \(configuration.dataDirectory)")
+        } catch let error as ConfigurationError {
+            refused = true
+            logger.error("the store cannot be served again: \(error); not reopening it (restart the server once it is mended)")
         } catch {
             logger.error("could not reopen the store: \(error); trying again in \(interval)")
         }
         let unused = serving.withLock { serving -> SyncService? in
             serving.reopening = false
             guard let reopened else {
-                serving.reopenDue = ContinuousClock.now + interval
+                serving.givenUp = refused
+                serving.reopenDue = refused ? nil : ContinuousClock.now + interval
                 return nil
             }
             // Closed while it reopened: the new store is not served.
@@ -225,10 +238,10 @@ public final class SyncServer: Sendable {
 
     /// The 503 for a request the store could not serve: its `Retry-After`
     /// is the time left until the store is reopened (at least 1 s), or 30 s
-    /// when it will not be (closed, or `reopenInterval` nil).
+    /// when it will not be (closed, given up, or `reopenInterval` nil).
     func storageUnavailable(_ problem: LMDBError) -> ServiceError {
         let left = serving.withLock { serving -> Duration? in
-            guard !serving.closed, let interval = configuration.reopenInterval else { return nil }
+            guard !serving.closed, !serving.givenUp, let interval = configuration.reopenInterval else { return nil }
             return serving.reopenDue.map { max($0 - ContinuousClock.now, .zero) } ?? interval
         }
         guard let left else { return ServiceError.storageUnavailable(problem) }

@@ -570,6 +570,47 @@ extension FailedCommitProcessTests {
 }
 
 extension FailedCommitProcessTests {
+    /// A store found damaged as the server reopens it after a failed commit
+    /// (here its server ID, written by another process meanwhile) is one it
+    /// would refuse at start: it is not served, the server says why and
+    /// that it will not try again, and it does not (one attempt in the log,
+    /// however many requests come after), answering 503 with `Retry-After:
+    /// 30`. The damage is left as it was.
+    @Test(.enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"))
+    func aStoreDamagedWhileFailedIsNotReopenedAgainAndAgain() async throws {
+        let directory = try TemporaryDirectory("syncserver-reopen-refused")
+        let data = directory.appending("data")
+        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "1"]
+        let (server, port) = try await Self.startedFailingSyncs(arguments, error: "EIO", when: "1")
+        defer { server.kill() }
+        #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push("failed")).status == 500)
+        let damaged = [UInt8](repeating: 1, count: 5)
+        do {
+            let environment = try Environment(path: data)
+            defer { environment.close() }
+            let meta = try #require(try environment.openDatabase("meta", create: false))
+            try environment.write { txn in try txn.put(meta, key: Array("server-id".utf8), value: damaged) }
+        }
+        // Requests for 3 s, past the first attempt (due 1 s after the
+        // failure) and two more intervals.
+        let end = ContinuousClock.now + .seconds(3)
+        var last = try await SyncServerProcessTests.send("/v1/health", port: port)
+        while ContinuousClock.now < end {
+            try await Task.sleep(for: .milliseconds(100))
+            last = try await SyncServerProcessTests.send("/v1/health", port: port)
+        }
+        #expect(last.status == 503 && last.retryAfter == "30", "\(last)")
+        server.kill()
+        #expect(await server.waitForExit(timeout: .seconds(30)))
+        let log = server.errorText
+        #expect(log.components(separatedBy: "the store cannot be served again").count == 2, "one attempt: \(log)")
+        #expect(log.contains("server-id") && !log.contains("reopened the store"), "\(log)")
+        let environment = try Environment(path: data)
+        defer { environment.close() }
+        let meta = try #require(try environment.openDatabase("meta", create: false))
+        #expect(try environment.read { txn in try txn.get(meta, key: Array("server-id".utf8)) } == damaged)
+    }
+
     /// Every change a pull from the start gives, page by page.
     static func pulledChanges(_ port: Int) async throws -> [PullChange] {
         var changes: [PullChange] = []
