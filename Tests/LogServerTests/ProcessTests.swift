@@ -630,13 +630,12 @@ extension FailedCommitProcessTests {
 
     /// Four clients push at once, one create each time, while a commit
     /// fails (its sync, or a `pwrite` of its pages part way through them;
-    /// `writev`, which LMDB uses for runs of pages, is also the server's
-    /// socket write) and
-    /// the server reopens its store: the pushes in flight then are answered
-    /// 500 or 503, and pushing goes on after the reopening. Every push
-    /// answered `applied`, before the failure or after it, is in the store
-    /// once when it next starts, and the store holds nothing that was not
-    /// pushed.
+    /// not `writev`, which LMDB uses for runs of pages: the server writes
+    /// its answers with it too) and the server reopens its store: the
+    /// pushes in flight then are answered 500 or 503, and pushing goes on
+    /// after the reopening. Every push answered `applied`, before the
+    /// failure or after it, is in the store once when it next starts, and
+    /// the store holds nothing that was not pushed.
     @Test(
         .enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"),
         arguments: [("fdatasync", "EIO", "5"), ("pwrite64", "EIO", "12"), ("pwrite64", "ENOSPC", "9")])
@@ -668,10 +667,13 @@ extension FailedCommitProcessTests {
                             let key = "c\(client)-\(number)"
                             number += 1
                             // A connection cut is a push without an answer too.
-                            let reply = try? await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push(key))
-                            let statuses =
-                                reply?.status == 200 ? try JSONDecoder().decode(PushResponse.self, from: reply?.body ?? Data()).results.map(\.status) : []
-                            if statuses == [.applied] {
+                            var applied = false
+                            if let reply = try? await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push(key)),
+                                reply.status == 200
+                            {
+                                applied = try JSONDecoder().decode(PushResponse.self, from: reply.body).results.map(\.status) == [.applied]
+                            }
+                            if applied {
                                 answers.applied.append(key)
                                 if !answers.unknown.isEmpty { answers.appliedAfterAFailure += 1 }
                             } else {
