@@ -456,34 +456,103 @@ extension SyncServerProcessTests {
             .changes.map(\.entityID)
     }
 
-    /// Makes the store with one push, `kept`, acknowledged; then starts
-    /// the server again under strace, which fails its calls of `syscall`
-    /// with `error` (`when`: which of them, strace's syntax, counted per
-    /// thread; nil: all).
+    /// Makes the store with one push, `kept`, acknowledged, and stops its
+    /// server: gone, with its lock on the data directory, when this returns.
+    static func makeStoreWithOnePush(_ arguments: [String]) async throws {
+        let (server, port) = try await SyncServerProcessTests.started(arguments)
+        defer { server.kill() }
+        #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: push("kept")).status == 200)
+        server.kill()
+        #expect(await server.waitForExit(timeout: .seconds(30)))
+    }
+
+    /// Makes the store (`makeStoreWithOnePush`); then starts the server
+    /// again under strace, which fails every `fdatasync` it makes with
+    /// `error`.
     /// - Returns: the server (strace and it, a group of their own: the
     ///   pipes close when the server ends) and its port.
-    static func startedFailing(
-        _ arguments: [String], syscall: String = "fdatasync", error: String, when: String? = nil
-    ) async throws -> (ChildProcess, Int) {
-        do {
-            let (server, port) = try await SyncServerProcessTests.started(arguments)
-            defer { server.kill() }
-            #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: push("kept")).status == 200)
-            // Gone, with its lock on the data directory, before the next starts.
-            server.kill()
-            #expect(await server.waitForExit(timeout: .seconds(30)))
-        }
+    static func startedFailingSyncs(_ arguments: [String], error: String) async throws -> (ChildProcess, Int) {
+        try await makeStoreWithOnePush(arguments)
         let strace = try #require(ToolRun.onPath("strace"))
-        let rule = "inject=\(syscall):error=\(error)" + (when.map { ":when=\($0)" } ?? "")
         let server = try ChildProcess(
             "strace", executable: strace,
-            arguments: ["-f", "-qq", "-o", "/dev/null", "-e", "trace=\(syscall)", "-e", rule]
+            arguments: ["-f", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=\(error)"]
                 + [SyncServerProcessTests.executable.path] + arguments,
             ownProcessGroup: true)
+        return (server, try await port(of: server))
+    }
+
+    /// The port in `server`'s banner; without one, the server is killed.
+    static func port(of server: ChildProcess) async throws -> Int {
         let banner = await server.waitForLine(timeout: .seconds(60)) { SyncServerBanner.port(in: $0) != nil }
         let port = banner.flatMap(SyncServerBanner.port(in:))
         if port == nil { server.kill() }
-        return (server, try #require(port, "no banner: \(server.errorText)"))
+        return try #require(port, "no banner: \(server.errorText)")
+    }
+
+    static var prlimitInstalled: Bool { ToolRun.onPath("prlimit") != nil }
+
+    /// Makes the store (`makeStoreWithOnePush`); then starts the server
+    /// again with a file size limit (`RLIMIT_FSIZE`, set by util-linux's
+    /// `prlimit`, which then runs the server in its place) 64 KiB over its
+    /// data file: a commit that grows the file past it fails part way
+    /// through writing its pages, as on a full disk, until `makeRoom`.
+    static func startedWithLittleRoom(_ arguments: [String], data: String) async throws -> (ChildProcess, Int) {
+        try await makeStoreWithOnePush(arguments)
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: data + "/data.mdb")[.size] as? Int)
+        let prlimit = try #require(ToolRun.onPath("prlimit"))
+        let server = try ChildProcess(
+            "syncserver", executable: prlimit,
+            arguments: ["--fsize=\(size + 65_536):unlimited", "--", SyncServerProcessTests.executable.path] + arguments)
+        return (server, try await port(of: server))
+    }
+
+    /// Lifts the file size limit of the server `startedWithLittleRoom`
+    /// started (its process ID), as a disk that was full gets room again.
+    static func makeRoom(_ pid: Int32) async throws {
+        let prlimit = try #require(ToolRun.onPath("prlimit"))
+        let run = try await ToolRun.running(prlimit, ["--pid", String(pid), "--fsize=unlimited:unlimited"])
+        #expect(run.status == 0, "\(run.errors)")
+    }
+
+    /// Makes room (`makeRoom`) for the first caller only.
+    actor RoomMaker {
+        let pid: Int32
+        private var made = false
+
+        init(pid: Int32) { self.pid = pid }
+
+        func makeRoomOnce() async throws {
+            guard !made else { return }
+            made = true
+            try await FailedCommitProcessTests.makeRoom(pid)
+        }
+    }
+
+    /// Pushes `p0`, `p1`, ... one at a time until one is not answered 200
+    /// (at most 2,000).
+    /// - Returns: the keys applied, and the one that was not (nil when
+    ///   none failed) with its status.
+    static func pushUntilAFailure(_ port: Int) async throws -> (applied: [String], failed: String?, status: Int) {
+        var applied: [String] = []
+        for number in 0..<2_000 {
+            let key = "p\(number)"
+            let status = try await SyncServerProcessTests.send("/v1/push", port: port, body: push(key)).status
+            guard status == 200 else { return (applied, key, status) }
+            applied.append(key)
+        }
+        return (applied, nil, 200)
+    }
+
+    /// Requests health every 100 ms until it is 200, for at most 30 s.
+    /// - Returns: its last status.
+    static func healthOnceReopened(_ port: Int) async throws -> Int {
+        var health = 503
+        for _ in 0..<300 where health != 200 {
+            try await Task.sleep(for: .milliseconds(100))
+            health = try await SyncServerProcessTests.send("/v1/health", port: port).status
+        }
+        return health
     }
 
     @Test(.enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"), arguments: [
@@ -495,7 +564,7 @@ extension SyncServerProcessTests {
         let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "0"]
         let push = Self.push
         do {
-            let (server, port) = try await Self.startedFailing(arguments, error: error)
+            let (server, port) = try await Self.startedFailingSyncs(arguments, error: error)
             defer { server.kill() }
             let failed = try await SyncServerProcessTests.send("/v1/push", port: port, body: push("failed"))
             let reply = try JSONDecoder().decode(ErrorEnvelope.self, from: failed.body).error
@@ -524,51 +593,48 @@ extension SyncServerProcessTests {
 }
 
 extension FailedCommitProcessTests {
-    /// After a failed commit the server reopens its store by itself
-    /// (`--reopen-after`), as a restart would: 503 until then, then it
-    /// serves again, with every push it acknowledged and nothing of the
-    /// failed one, which pushed again is applied, and what it applies
-    /// after the reopening is in the store when it next starts. The
-    /// fault comes once (the first `fdatasync`), as a disk that had no
-    /// room makes room again. (Before, the server answered 503 until an
-    /// operator restarted it.)
-    @Test(.enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"), arguments: ["ENOSPC", "EIO"])
-    func aServerWhoseCommitFailedReopensItsStoreAndServesAgain(error: String) async throws {
+    /// After a failed commit (here a data file that cannot grow: a file
+    /// size limit, as a full disk) the server reopens its store by itself
+    /// (`--reopen-after`), as a restart would: 503 until then, with the
+    /// time left in `Retry-After`; once there is room it serves again, with
+    /// every push it acknowledged and nothing of the failed one, which
+    /// pushed again is applied, and what it applies after the reopening is
+    /// in the store when it next starts. (Before, the server answered 503
+    /// until an operator restarted it.)
+    @Test(.enabled(if: FailedCommitProcessTests.prlimitInstalled, "prlimit is not installed"))
+    func aServerWhoseCommitFailedReopensItsStoreAndServesAgain() async throws {
         let directory = try TemporaryDirectory("syncserver-reopen")
         let data = directory.appending("data")
         let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "3"]
-        let (push, pulledIDs) = (Self.push, Self.pulledIDs)
+        let pushed: [String]
         do {
-            let (server, port) = try await Self.startedFailing(arguments, error: error, when: "1")
+            let (server, port) = try await Self.startedWithLittleRoom(arguments, data: data)
             defer { server.kill() }
-            #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: push("failed")).status == 500)
+            let (applied, failed, status) = try await Self.pushUntilAFailure(port)
+            let failedKey = try #require(failed, "2,000 pushes and none failed")
+            #expect(status == 500)
             // 503 until the reopening, with the time left to it (the
             // server's answer comes within the 3 s, unless the host stalls).
             let waiting = try await SyncServerProcessTests.send("/v1/health", port: port)
             #expect(waiting.status == 503 && (1...3).contains(waiting.retryAfter.flatMap { Int($0) } ?? 0), "\(waiting)")
-            // Polled: the reopening comes with the first request 3 s after
-            // the failure.
-            var health = 503
-            for _ in 0..<300 where health == 503 {
-                try await Task.sleep(for: .milliseconds(100))
-                health = try await SyncServerProcessTests.send("/v1/health", port: port).status
-            }
+            try await Self.makeRoom(server.pid)
+            let health = try await Self.healthOnceReopened(port)
             #expect(health == 200, "still \(health) after 30 s: \(server.errorText)")
-            #expect(try await pulledIDs(port) == ["kept"])
             let again = try JSONDecoder().decode(
-                PushResponse.self, from: try await SyncServerProcessTests.send("/v1/push", port: port, body: push("failed")).body)
+                PushResponse.self, from: try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push(failedKey)).body)
             #expect(again.results.map(\.status) == [.applied])
-            #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: push("after")).status == 200)
+            #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push("after")).status == 200)
+            pushed = ["kept"] + applied + [failedKey, "after"]
             server.kill()
             #expect(await server.waitForExit(timeout: .seconds(30)))
             let log = server.errorText
-            let failed = log.range(of: "the store failed; reopening it in 3")
+            let seen = log.range(of: "the store failed; reopening it in 3")
             let reopened = log.range(of: "reopened the store at \(data)")
-            #expect(failed != nil && reopened != nil && failed!.lowerBound < reopened!.lowerBound, "\(log)")
+            #expect(seen != nil && reopened != nil && seen!.lowerBound < reopened!.lowerBound, "\(log)")
         }
         let (server, port) = try await SyncServerProcessTests.started(arguments)
         defer { server.kill() }
-        #expect(try await pulledIDs(port) == ["kept", "failed", "after"])
+        #expect(try await Self.pulledChanges(port).map(\.entityID) == pushed)
     }
 }
 
@@ -579,14 +645,14 @@ extension FailedCommitProcessTests {
     /// that it will not try again, and it does not (one attempt in the log,
     /// however many requests come after), answering 503 with `Retry-After:
     /// 30`. The damage is left as it was.
-    @Test(.enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"))
+    @Test(.enabled(if: FailedCommitProcessTests.prlimitInstalled, "prlimit is not installed"))
     func aStoreDamagedWhileFailedIsNotReopenedAgainAndAgain() async throws {
         let directory = try TemporaryDirectory("syncserver-reopen-refused")
         let data = directory.appending("data")
         let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "1"]
-        let (server, port) = try await Self.startedFailing(arguments, error: "EIO", when: "1")
+        let (server, port) = try await Self.startedWithLittleRoom(arguments, data: data)
         defer { server.kill() }
-        #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push("failed")).status == 500)
+        #expect(try await Self.pushUntilAFailure(port).status == 500)
         let damaged = [UInt8](repeating: 1, count: 5)
         do {
             let environment = try Environment(path: data)
@@ -628,18 +694,15 @@ extension FailedCommitProcessTests {
         }
     }
 
-    /// Four clients push at once, one create each time, while a commit
-    /// fails (its sync, or a `pwrite` of its pages part way through them;
-    /// not `writev`, which LMDB uses for runs of pages: the server writes
-    /// its answers with it too) and the server reopens its store: the
-    /// pushes in flight then are answered 500 or 503, and pushing goes on
-    /// after the reopening. Every push answered `applied`, before the
-    /// failure or after it, is in the store once when it next starts, and
-    /// the store holds nothing that was not pushed.
-    @Test(
-        .enabled(if: DurableAnswerProcessTests.straceInstalled, "strace is not installed"),
-        arguments: [("fdatasync", "EIO", "5"), ("pwrite64", "EIO", "12"), ("pwrite64", "ENOSPC", "9")])
-    func pushesFromManyClientsAcrossAReopeningLoseNothing(syscall: String, error: String, when: String) async throws {
+    /// Four clients push at once, one create each time, while commits fail
+    /// (the data file cannot grow: a file size limit, as a full disk, until
+    /// the first client to see a push fail makes room) and the server
+    /// reopens its store: the pushes in flight then are answered 500 or
+    /// 503, and pushing goes on after the reopening. Every push answered
+    /// `applied`, before the failure or after it, is in the store once when
+    /// it next starts, and the store holds nothing that was not pushed.
+    @Test(.enabled(if: FailedCommitProcessTests.prlimitInstalled, "prlimit is not installed"))
+    func pushesFromManyClientsAcrossAReopeningLoseNothing() async throws {
         let directory = try TemporaryDirectory("syncserver-reopen-concurrent")
         let data = directory.appending("data")
         let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "1"]
@@ -653,8 +716,9 @@ extension FailedCommitProcessTests {
         }
         let answers: [Answers]
         do {
-            let (server, port) = try await Self.startedFailing(arguments, syscall: syscall, error: error, when: when)
+            let (server, port) = try await Self.startedWithLittleRoom(arguments, data: data)
             defer { server.kill() }
+            let roomMaker = RoomMaker(pid: server.pid)
             answers = try await withThrowingTaskGroup(of: Answers.self) { group in
                 for client in 0..<4 {
                     group.addTask {
@@ -678,6 +742,7 @@ extension FailedCommitProcessTests {
                                 if !answers.unknown.isEmpty { answers.appliedAfterAFailure += 1 }
                             } else {
                                 answers.unknown.append(key)
+                                try await roomMaker.makeRoomOnce()
                                 try await Task.sleep(for: .milliseconds(50))
                             }
                         }
