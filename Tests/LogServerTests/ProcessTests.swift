@@ -596,11 +596,13 @@ extension FailedCommitProcessTests {
     /// After a failed commit (here a data file that cannot grow: a file
     /// size limit, as a full disk) the server reopens its store by itself
     /// (`--reopen-after`), as a restart would: 503 until then, with the
-    /// time left in `Retry-After`; once there is room it serves again, with
-    /// every push it acknowledged and nothing of the failed one, which
-    /// pushed again is applied, and what it applies after the reopening is
-    /// in the store when it next starts. (Before, the server answered 503
-    /// until an operator restarted it.)
+    /// time left in `Retry-After`. Reopened while the file still cannot
+    /// grow, its next commit fails too, and it reopens again. Once there
+    /// is room it serves again, with every push it acknowledged and
+    /// nothing of the failed ones, which pushed again are applied, and
+    /// what it applies after the reopening is in the store when it next
+    /// starts. (Before, the server answered 503 until an operator
+    /// restarted it.)
     @Test(.enabled(if: FailedCommitProcessTests.prlimitInstalled, "prlimit is not installed"))
     func aServerWhoseCommitFailedReopensItsStoreAndServesAgain() async throws {
         let directory = try TemporaryDirectory("syncserver-reopen")
@@ -617,14 +619,19 @@ extension FailedCommitProcessTests {
             // server's answer comes within the 3 s, unless the host stalls).
             let waiting = try await SyncServerProcessTests.send("/v1/health", port: port)
             #expect(waiting.status == 503 && (1...3).contains(waiting.retryAfter.flatMap { Int($0) } ?? 0), "\(waiting)")
-            try await Self.makeRoom(server.pid)
-            let health = try await Self.healthOnceReopened(port)
+            var health = try await Self.healthOnceReopened(port)
             #expect(health == 200, "still \(health) after 30 s: \(server.errorText)")
-            let again = try JSONDecoder().decode(
-                PushResponse.self, from: try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push(failedKey)).body)
-            #expect(again.results.map(\.status) == [.applied])
+            #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push("still-full")).status == 500)
+            try await Self.makeRoom(server.pid)
+            health = try await Self.healthOnceReopened(port)
+            #expect(health == 200, "still \(health) after 30 s: \(server.errorText)")
+            for key in [failedKey, "still-full"] {
+                let again = try JSONDecoder().decode(
+                    PushResponse.self, from: try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push(key)).body)
+                #expect(again.results.map(\.status) == [.applied], "\(key)")
+            }
             #expect(try await SyncServerProcessTests.send("/v1/push", port: port, body: Self.push("after")).status == 200)
-            pushed = ["kept"] + applied + [failedKey, "after"]
+            pushed = ["kept"] + applied + [failedKey, "still-full", "after"]
             server.kill()
             #expect(await server.waitForExit(timeout: .seconds(30)))
             let log = server.errorText

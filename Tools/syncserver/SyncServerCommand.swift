@@ -105,8 +105,10 @@ struct SyncServerCommand: AsyncParsableCommand {
         MapFault.install(
             toolName: "syncserver", status: 1, hint: "Check the store with logtool verify before the server serves it again.")
         // A store growing past the file size limit (RLIMIT_FSIZE) fails its
-        // commit with EFBIG, as a full disk does, and the server reopens it
-        // once there is room (--reopen-after); SIGXFSZ would end the server.
+        // commit, as a full disk does, and the server reopens it once there
+        // is room (--reopen-after). The signal the kernel sends the writing
+        // thread then (SIGXFSZ) would end the server wherever it is not
+        // blocked (dispatch's threads block it).
         signal(SIGXFSZ, SIG_IGN)
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
