@@ -456,6 +456,13 @@ extension SyncServerProcessTests {
             .changes.map(\.entityID)
     }
 
+    /// The server's arguments for the store at `data` (`.full`, user
+    /// alice with token `t`), reopening it `reopenAfter` seconds after a
+    /// failed commit (0: never).
+    static func arguments(_ data: String, reopenAfter: Int) -> [String] {
+        ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", String(reopenAfter)]
+    }
+
     /// Makes the store with one push, `kept`, acknowledged, and stops its
     /// server: gone, with its lock on the data directory, when this returns.
     static func makeStoreWithOnePush(_ arguments: [String]) async throws {
@@ -561,7 +568,7 @@ extension SyncServerProcessTests {
     func aPushWhoseCommitFailsIsNotAcknowledgedAndLosesNothing(error: String, message: String) async throws {
         let directory = try TemporaryDirectory("syncserver-failed-commit")
         let data = directory.appending("data")
-        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "0"]
+        let arguments = Self.arguments(data, reopenAfter: 0)
         let push = Self.push
         do {
             let (server, port) = try await Self.startedFailingSyncs(arguments, error: error)
@@ -607,7 +614,7 @@ extension FailedCommitProcessTests {
     func aServerWhoseCommitFailedReopensItsStoreAndServesAgain() async throws {
         let directory = try TemporaryDirectory("syncserver-reopen")
         let data = directory.appending("data")
-        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "3"]
+        let arguments = Self.arguments(data, reopenAfter: 3)
         let pushed: [String]
         do {
             let (server, port) = try await Self.startedWithLittleRoom(arguments, data: data)
@@ -656,7 +663,7 @@ extension FailedCommitProcessTests {
     func aStoreDamagedWhileFailedIsNotReopenedAgainAndAgain() async throws {
         let directory = try TemporaryDirectory("syncserver-reopen-refused")
         let data = directory.appending("data")
-        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "1"]
+        let arguments = Self.arguments(data, reopenAfter: 1)
         let (server, port) = try await Self.startedWithLittleRoom(arguments, data: data)
         defer { server.kill() }
         #expect(try await Self.pushUntilAFailure(port).status == 500)
@@ -712,7 +719,7 @@ extension FailedCommitProcessTests {
     func pushesFromManyClientsAcrossAReopeningLoseNothing() async throws {
         let directory = try TemporaryDirectory("syncserver-reopen-concurrent")
         let data = directory.appending("data")
-        let arguments = ["--data", data, "--port", "0", "--token", "t:alice", "--durability", "full", "--reopen-after", "1"]
+        let arguments = Self.arguments(data, reopenAfter: 1)
         /// What one client's pushes were answered.
         struct Answers: Sendable {
             var applied: [String] = []
