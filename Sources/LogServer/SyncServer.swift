@@ -185,8 +185,11 @@ public final class SyncServer: Sendable {
     /// store that fails or is closed makes them. A store the server would
     /// refuse at start (`ConfigurationError`: its directory taken by
     /// another server, its server ID or pages damaged) is not tried again:
-    /// that needs the operator.
-    func reopenIfFailed(_ logger: Logger) {
+    /// that needs the operator. The closing and opening block (they wait
+    /// for the writes queued behind the failure, and the page check reads
+    /// the whole file), so they run on a thread of dispatch's, not on the
+    /// request's task.
+    func reopenIfFailed(_ logger: Logger) async {
         guard let interval = configuration.reopenInterval else { return }
         let now = ContinuousClock.now
         // The failed service to reopen, or nil; and whether the failure was
@@ -205,20 +208,26 @@ public final class SyncServer: Sendable {
         }
         if seen { logger.error("the store failed; reopening it in \(interval)") }
         guard let failed else { return }
-        // Waits for the writes queued behind the failure: each fails.
-        failed.storage.close()
-        var reopened: SyncService?
-        var refused = false
-        do {
-            let storage = try ServerStorage(
-                path: configuration.dataDirectory, durability: configuration.durability, checkPages: configuration.checkPagesAtStart)
-            reopened = SyncService(storage: storage, clock: failed.clock)
-            logger.notice("reopened the store at \(configuration.dataDirectory)")
-        } catch let error as ConfigurationError {
-            refused = true
-            logger.error("the store cannot be served again: \(error); not reopening it (restart the server once it is mended)")
-        } catch {
-            logger.error("could not reopen the store: \(error); trying again in \(interval)")
+        let configuration = configuration
+        // The new service, or nil; and whether the store was refused.
+        let (reopened, refused) = await withCheckedContinuation { (continuation: CheckedContinuation<(SyncService?, Bool), Never>) in
+            DispatchQueue.global().async {
+                // Waits for the writes queued behind the failure: each fails.
+                failed.storage.close()
+                do {
+                    let storage = try ServerStorage(
+                        path: configuration.dataDirectory, durability: configuration.durability,
+                        checkPages: configuration.checkPagesAtStart)
+                    logger.notice("reopened the store at \(configuration.dataDirectory)")
+                    continuation.resume(returning: (SyncService(storage: storage, clock: failed.clock), false))
+                } catch let error as ConfigurationError {
+                    logger.error("the store cannot be served again: \(error); not reopening it (restart the server once it is mended)")
+                    continuation.resume(returning: (nil, true))
+                } catch {
+                    logger.error("could not reopen the store: \(error); trying again in \(interval)")
+                    continuation.resume(returning: (nil, false))
+                }
+            }
         }
         let unused = serving.withLock { serving -> SyncService? in
             serving.reopening = false
@@ -290,7 +299,7 @@ struct ProtocolMiddleware: RouterMiddleware {
         -> Response
     {
         var response: Response
-        server.reopenIfFailed(context.logger)
+        await server.reopenIfFailed(context.logger)
         do {
             let path = request.uri.path
             let exempt = path == "/v1/health" || path.hasPrefix("/v1/admin/")
@@ -336,7 +345,7 @@ struct ProtocolMiddleware: RouterMiddleware {
         response.headers[Reply.versionField] = String(Wire.protocolVersion)
         // A commit of this request's may have failed the store: its
         // reopening is timed from here.
-        server.reopenIfFailed(context.logger)
+        await server.reopenIfFailed(context.logger)
         return response
     }
 
