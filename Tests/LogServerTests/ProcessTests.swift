@@ -450,10 +450,18 @@ extension SyncServerProcessTests {
         try JSONEncoder().encode(PushRequest(operations: [operation(.create, id, ["n": 1], key: id)]))
     }
 
-    /// The ids of the changes a pull from the start gives.
+    /// The ids of the changes a pull from the start gives, page by page.
     static func pulledIDs(_ port: Int) async throws -> [String] {
-        try JSONDecoder().decode(PullResponse.self, from: try await SyncServerProcessTests.send("/v1/pull", port: port).body)
-            .changes.map(\.entityID)
+        var ids: [String] = []
+        var cursor = ""
+        while true {
+            let query = cursor.isEmpty ? "" : "?cursor=\(cursor)"
+            let page = try JSONDecoder().decode(
+                PullResponse.self, from: try await SyncServerProcessTests.send("/v1/pull\(query)", port: port).body)
+            ids += page.changes.map(\.entityID)
+            cursor = page.cursor
+            if !page.hasMore { return ids }
+        }
     }
 
     /// The server's arguments for the store at `data` (`.full`, user
@@ -648,7 +656,7 @@ extension FailedCommitProcessTests {
         }
         let (server, port) = try await SyncServerProcessTests.started(arguments)
         defer { server.kill() }
-        #expect(try await Self.pulledChanges(port).map(\.entityID) == pushed)
+        #expect(try await Self.pulledIDs(port) == pushed)
     }
 }
 
@@ -692,20 +700,6 @@ extension FailedCommitProcessTests {
         defer { environment.close() }
         let meta = try #require(try environment.openDatabase("meta", create: false))
         #expect(try environment.read { txn in try txn.get(meta, key: Array("server-id".utf8)) } == damaged)
-    }
-
-    /// Every change a pull from the start gives, page by page.
-    static func pulledChanges(_ port: Int) async throws -> [PullChange] {
-        var changes: [PullChange] = []
-        var cursor = ""
-        while true {
-            let query = cursor.isEmpty ? "" : "?cursor=\(cursor)"
-            let page = try JSONDecoder().decode(
-                PullResponse.self, from: try await SyncServerProcessTests.send("/v1/pull\(query)", port: port).body)
-            changes += page.changes
-            cursor = page.cursor
-            if !page.hasMore { return changes }
-        }
     }
 
     /// Four clients push at once, one create each time, while commits fail
@@ -772,7 +766,7 @@ extension FailedCommitProcessTests {
         #expect(answers.allSatisfy { $0.appliedAfterAFailure == 5 }, "a client pushed on for 30 s without 5 pushes applied after a failed one")
         let (server, port) = try await SyncServerProcessTests.started(arguments)
         defer { server.kill() }
-        let stored = try await Self.pulledChanges(port).map(\.entityID)
+        let stored = try await Self.pulledIDs(port)
         let applied = Set(answers.flatMap(\.applied))
         let pushed = applied.union(answers.flatMap(\.unknown)).union(["kept"])
         #expect(stored.count == Set(stored).count, "a change twice in the feed")
