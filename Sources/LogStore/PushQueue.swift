@@ -15,6 +15,11 @@ public struct OutboxSummary: Sendable, Equatable {
     public var oldestWrittenAt: UInt64?
     /// When the oldest pending intent (not failed) was written.
     public var oldestPendingWrittenAt: UInt64?
+    /// Pending intents of the types the summary was asked to hold
+    /// (`outboxSummary(holdingTypes:)`): not pushed now.
+    public var heldCount = 0
+    /// When the oldest pending intent not of those types was written.
+    public var oldestUnheldPendingWrittenAt: UInt64?
 }
 
 extension Store {
@@ -32,14 +37,19 @@ extension Store {
     ///     (the sync engine's monotonic reading).
     ///   - retryWaitMax: an intent whose retry time is more than this after
     ///     `now` is due too (`OutboxState.dueAt`).
+    ///   - holdingTypes: entity types whose intents are not pushed now (the
+    ///     sync engine's `NetworkPolicy` on an expensive path). They hold
+    ///     back nothing else: each entity is of one type.
     /// - Throws: `LogStoreError.invalidArgument` for a negative `limit`.
-    public func pushBatch(limit: Int, now: UInt64, retryWaitMax: UInt64 = .max) throws -> [PendingIntent] {
+    public func pushBatch(limit: Int, now: UInt64, retryWaitMax: UInt64 = .max, holdingTypes: Set<String> = []) throws
+        -> [PendingIntent]
+    {
         try checkLimit(limit)
         guard limit > 0 else { return [] }
         return try log.environment.read { txn in
             var batch: [PendingIntent] = []
             let projector = try self.projector(txn)
-            try forEachDue(txn, projector, now: now, retryWaitMax: retryWaitMax) { item in
+            try forEachDue(txn, projector, now: now, retryWaitMax: retryWaitMax, holdingTypes: holdingTypes) { item in
                 var item = item
                 item.intent.baseVersion = max(
                     item.intent.baseVersion, try projector.ackedVersion(item.intent.entityType, item.intent.entityID, txn))
@@ -54,20 +64,22 @@ extension Store {
     /// together: every pending intent due then, but those held behind an
     /// intent on their entity that is not (`pushBatch`'s rules). A sync
     /// run's push progress counts them. Reads the outbox, and its intents
-    /// only when one of them holds others back.
-    public func dueCount(now: UInt64, retryWaitMax: UInt64 = .max) throws -> Int {
+    /// only when one of them holds others back, or types are held.
+    public func dueCount(now: UInt64, retryWaitMax: UInt64 = .max, holdingTypes: Set<String> = []) throws -> Int {
         try log.environment.read { txn in
             let projector = try self.projector(txn)
             var count = 0
-            var holds = false
-            try txn.forEach(projector.outbox) { key, value in
-                holds = !(try decodeOutboxState(value, key: key).isDue(now: now, retryWaitMax: retryWaitMax))
-                if !holds { count += 1 }
-                return !holds
+            var holds = !holdingTypes.isEmpty
+            if !holds {
+                try txn.forEach(projector.outbox) { key, value in
+                    holds = !(try decodeOutboxState(value, key: key).isDue(now: now, retryWaitMax: retryWaitMax))
+                    if !holds { count += 1 }
+                    return !holds
+                }
             }
             guard holds else { return count }
             count = 0
-            try forEachDue(txn, projector, now: now, retryWaitMax: retryWaitMax) { _ in
+            try forEachDue(txn, projector, now: now, retryWaitMax: retryWaitMax, holdingTypes: holdingTypes) { _ in
                 count += 1
                 return true
             }
@@ -77,14 +89,16 @@ extension Store {
 
     /// Calls `body` with each outbox intent due at `now`, in log order,
     /// until it returns false. An intent that is not due, or has failed,
-    /// holds back every later intent on its entity.
+    /// holds back every later intent on its entity; those of
+    /// `holdingTypes` are skipped.
     private func forEachDue(
-        _ txn: borrowing Transaction, _ projector: Projector, now: UInt64, retryWaitMax: UInt64,
+        _ txn: borrowing Transaction, _ projector: Projector, now: UInt64, retryWaitMax: UInt64, holdingTypes: Set<String>,
         _ body: (PendingIntent) throws -> Bool
     ) throws {
         var held: Set<ByteKey> = []
         try txn.forEach(projector.outbox) { key, value in
             let item = try pendingIntent(at: try outboxOffset(key), try decodeOutboxState(value, key: key), txn)
+            guard !holdingTypes.contains(item.intent.entityType) else { return true }
             let entity = EntityKey.byteKey(type: item.intent.entityType, id: item.intent.entityID)
             guard !held.contains(entity) else { return true }
             guard item.state.isDue(now: now, retryWaitMax: retryWaitMax) else {
@@ -96,12 +110,15 @@ extension Store {
     }
 
     /// Counts the outbox by status and finds its next retry time and its
-    /// oldest intents, reading only the outbox and at most two entries.
-    public func outboxSummary() throws -> OutboxSummary {
+    /// oldest intents, reading only the outbox and at most three entries;
+    /// with `holdingTypes`, the intent of every pending row too, to count
+    /// those of these types (`heldCount`).
+    public func outboxSummary(holdingTypes: Set<String> = []) throws -> OutboxSummary {
         try log.environment.read { txn in
             var summary = OutboxSummary()
             var oldest: UInt64?
             var oldestPending: UInt64?
+            var oldestUnheld: UInt64?
             try txn.forEach(projector(txn).outbox) { key, value in
                 let state = try decodeOutboxState(value, key: key)
                 let offset = try outboxOffset(key)
@@ -110,6 +127,11 @@ extension Store {
                 case .pending:
                     summary.pendingCount += 1
                     if oldestPending == nil { oldestPending = offset }
+                    if !holdingTypes.isEmpty, holdingTypes.contains(try pendingIntent(at: offset, state, txn).intent.entityType) {
+                        summary.heldCount += 1
+                    } else if oldestUnheld == nil {
+                        oldestUnheld = offset
+                    }
                     if state.nextAttemptAt > 0 {
                         summary.nextAttemptAt = min(summary.nextAttemptAt ?? .max, state.nextAttemptAt)
                     }
@@ -118,11 +140,14 @@ extension Store {
                 }
                 return true
             }
-            if let oldest { summary.oldestWrittenAt = try entryInside(txn, at: oldest).timestamp.milliseconds }
-            if let oldestPending {
-                summary.oldestPendingWrittenAt =
-                    oldestPending == oldest ? summary.oldestWrittenAt : try entryInside(txn, at: oldestPending).timestamp.milliseconds
+            // Each offset's entry read once: they are most often the same.
+            var writtenAt: [UInt64: UInt64] = [:]
+            for offset in [oldest, oldestPending, oldestUnheld].compactMap({ $0 }) where writtenAt[offset] == nil {
+                writtenAt[offset] = try entryInside(txn, at: offset).timestamp.milliseconds
             }
+            summary.oldestWrittenAt = oldest.flatMap { writtenAt[$0] }
+            summary.oldestPendingWrittenAt = oldestPending.flatMap { writtenAt[$0] }
+            summary.oldestUnheldPendingWrittenAt = oldestUnheld.flatMap { writtenAt[$0] }
             return summary
         }
     }

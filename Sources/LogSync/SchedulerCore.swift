@@ -8,7 +8,12 @@
 /// - A local write arms a debounce timer (re-armed by each write), so a
 ///   burst of writes gives one sync.
 /// - Connectivity regained arms a 2.5 s timer; it fires only if the
-///   connection is still up (a loss cancels it), and only a gain arms it.
+///   connection is still up (a loss cancels it), and only a gain (or a
+///   freed path, below) arms it.
+/// - The path stopped being expensive or constrained while online, and
+///   intents wait for that (`NetworkPolicy.typesPushedOnlyOnFreePaths`):
+///   it arms the same 2.5 s timer. (A path the policy syncs not over is
+///   offline to these rules.)
 /// - A server nudge syncs at once while online.
 /// - Stopped, the scheduler forgets the connectivity: after a restart, the
 ///   rules wait for its first report, as they did at the first start.
@@ -42,6 +47,9 @@ public struct SchedulerCore: Sendable, Equatable {
         case started(online: Bool)
         case localWrite
         case connectivity(Bool)
+        /// Still online, the path stopped being expensive or constrained,
+        /// and intents waited for that.
+        case pathFreed
         case nudge
         case timerFired(Timer)
         /// A run is under way (whoever started it): it pushes or pulls.
@@ -93,6 +101,8 @@ public struct SchedulerCore: Sendable, Equatable {
             defer { online = isOnline }
             if isOnline && !online { return [Self.set(.networkRegained, networkDebounceMilliseconds, after: now)] }
             return !isOnline && online ? Self.everyTimerCancelled : []
+        case .pathFreed:
+            return online ? [Self.set(.networkRegained, networkDebounceMilliseconds, after: now)] : []
         case .nudge:
             return online ? sync(.nudge, at: now) : []
         case .timerFired(let timer):

@@ -18,6 +18,8 @@ public struct SyncConfiguration: Sendable {
     /// Full resyncs one run may start before it gives up (a server that
     /// keeps asking for one is broken).
     public var resyncsPerRunMax = 3
+    /// What to send over an expensive or constrained network path.
+    public var network = NetworkPolicy()
 
     public init() {}
 

@@ -43,7 +43,7 @@ public actor SyncEngine {
     /// Every deadline of the engine is on this clock's monotonic reading:
     /// a `SyncScheduler` given no clock of its own keeps its timers on it.
     let clock: any SyncClock
-    private let configuration: SyncConfiguration
+    let configuration: SyncConfiguration
     private var random: any RandomNumberGenerator & Sendable
 
     private var breaker: CircuitBreaker
@@ -246,7 +246,7 @@ public actor SyncEngine {
 
     /// The outbox and the engine's view of the server, now.
     public func health() throws -> SyncHealth {
-        var summary = try store.outboxSummary()
+        var summary = try store.outboxSummary(holdingTypes: heldTypes)
         // On the monotonic reading, as `pushBatch` compares it: a retry time
         // further off than any wait the policy sets is due now.
         let now = monotonicNow
@@ -260,13 +260,38 @@ public actor SyncEngine {
             offlineReason: offlineReason, breakerOpenUntil: breakerOpenUntil, nextRunAt: nextRunAt, state: state, serverProtocolVersion: serverProtocolVersion)
     }
 
-    /// The device lost its network path (the scheduler's monitor said so):
-    /// the server is unreachable from now on, without a health check to
-    /// find out, so the wait from here is not counted toward `isStuck`.
-    func networkPathLost() {
+    /// The device's network path, as the monitor last reported it
+    /// (`networkPathChanged`); one that costs nothing until it reports.
+    public private(set) var networkPath = NetworkPath.satisfied
+
+    /// The device's network path changed. A `SyncScheduler` calls this with
+    /// each of its monitor's reports; an app that runs the engine without
+    /// one calls it with its own monitor's.
+    ///
+    /// Without a path, or on one `SyncConfiguration.network` syncs not
+    /// over, the server counts as unreachable from now on, without a health
+    /// check to find out: the wait from here is not counted toward
+    /// `isStuck`, and `SyncHealth.offlineReason` says why. On an expensive
+    /// or constrained path, the intents of the types the policy pushes only
+    /// on free paths are not pushed (`SyncHealth.heldCount`).
+    public func networkPathChanged(_ path: NetworkPath) {
+        networkPath = path
+        guard let reason = pathRefusal else { return }
         onlineSince = nil
-        offlineReason = "the device has no network path"
+        offlineReason = reason
     }
+
+    /// Why no run may sync over the current path; nil when one may.
+    private var pathRefusal: String? {
+        let path = networkPath
+        if !path.isSatisfied { return "the device has no network path" }
+        if configuration.network.allowsSync(over: path) { return nil }
+        let cost = path.isExpensive && !configuration.network.syncsOnExpensivePaths ? "expensive" : "constrained"
+        return "the network path is \(cost), and the configuration does not sync over such a path"
+    }
+
+    /// The types whose intents wait for a path that costs nothing.
+    private var heldTypes: Set<String> { configuration.network.heldTypes(on: networkPath) }
 
     /// Closes the circuit breaker, for an app whose user asked to retry now.
     /// A `.rateLimited` state that the last run left becomes `.idle`: a
@@ -334,6 +359,14 @@ public actor SyncEngine {
         // network, the health check included: whoever cancelled it wants
         // no request, and the OS's background window may be over.
         if isCancelled { return finish(&report, .cancelled) }
+        // The monitor said there is no path: the health check below finds
+        // out for itself, as a path is no proof of reaching the server. One
+        // the configuration does not sync over gets no request at all.
+        if networkPath.isSatisfied, let reason = pathRefusal {
+            onlineSince = nil
+            offlineReason = reason
+            return finish(&report, .pathNotAllowed)
+        }
         do throws(TransportError) {
             _ = try await transport.health()
             if onlineSince == nil { onlineSince = (monotonicNow, clock.nowMilliseconds) }
@@ -393,7 +426,7 @@ public actor SyncEngine {
             let intentRetryAt = try? store.nextRetry(
                 after: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds)
             set(.idle, intentRetryAt: intentRetryAt, background: background)
-        case .offline, .deferred:
+        case .offline, .pathNotAllowed, .deferred:
             set(.idle, background: background)
         case .cancelled:
             set(.idle, cancelled: true, background: background)
@@ -448,7 +481,9 @@ public actor SyncEngine {
     private func push(_ report: inout SyncReport) async throws -> SyncOutcome? {
         // The intents due now, not every pending one: an intent waiting for
         // its retry time is not pushed, nor are the later ones on its entity.
-        let total = try store.dueCount(now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds)
+        let held = heldTypes
+        let total = try store.dueCount(
+            now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds, holdingTypes: held)
         var synced = 0
         set(.pushing(synced: 0, total: total))
         // Each batch settles its intents or defers them, so the due set
@@ -464,7 +499,7 @@ public actor SyncEngine {
             // more than a background task's budget may allow.
             if isCancelled { return nil }
             let batch = try store.pushBatch(
-                limit: limit, now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds)
+                limit: limit, now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds, holdingTypes: held)
             guard !batch.isEmpty else { return nil }
             switch try await pushBatch(batch, &report) {
             case .split:

@@ -7,6 +7,11 @@ import LogStore
 public struct SyncHealth: Sendable, Equatable {
     /// Intents waiting to be pushed (due or waiting for a retry).
     public var pendingCount: Int
+    /// Pending intents that wait for a network path that is neither
+    /// expensive nor constrained: those of the types
+    /// `NetworkPolicy.typesPushedOnlyOnFreePaths` names, while the path is
+    /// one of these. 0 on a free path.
+    public var heldCount: Int
     /// Intents out of retries, waiting for the app (`Store.retryFailed`);
     /// `Store.outbox()` lists them with their last error.
     public var failedCount: Int
@@ -44,7 +49,8 @@ public struct SyncHealth: Sendable, Equatable {
     /// `SyncConfiguration.stuckAfterMilliseconds` while the server was
     /// reachable: something other than connectivity keeps it from the
     /// server (a retry loop, an open breaker, a server that never answers).
-    /// The wait is measured on the clock's monotonic reading: a step of the
+    /// An intent held for a free path (`heldCount`) is not counted: the
+    /// policy keeps it. The wait is measured on the clock's monotonic reading: a step of the
     /// wall clock neither raises the flag nor clears it.
     public var isStuck: Bool
 }
@@ -66,6 +72,7 @@ extension SyncHealth {
         serverProtocolVersion: String?
     ) {
         pendingCount = summary.pendingCount
+        heldCount = summary.heldCount
         failedCount = summary.failedCount
         oldestPendingAgeMilliseconds = summary.oldestPendingWrittenAt.map { now - min(now, $0) }
         nextAttemptAt = summary.nextAttemptAt
@@ -77,7 +84,7 @@ extension SyncHealth {
         self.nextRunAt = nextRunAt
         self.state = state
         self.serverProtocolVersion = serverProtocolVersion
-        if let online, let written = summary.oldestPendingWrittenAt {
+        if let online, let written = summary.oldestUnheldPendingWrittenAt {
             let writtenAfter = written - min(written, online.since)
             isStuck = online.duration > writtenAfter && online.duration - writtenAfter > stuckAfter
         } else {
@@ -93,7 +100,10 @@ extension SyncHealth: CustomStringConvertible {
         func date(_ milliseconds: UInt64) -> String {
             Value.iso8601(microseconds: Int64(clamping: min(milliseconds, UInt64(Int64.max / 1_000))) * 1_000)
         }
-        var parts = ["\(pendingCount) pending" + (oldestPendingAgeMilliseconds.map { " (oldest \($0 / 1_000) s)" } ?? "")]
+        let details = [
+            oldestPendingAgeMilliseconds.map { "oldest \($0 / 1_000) s" }, heldCount > 0 ? "\(heldCount) held for a free path" : nil,
+        ].compactMap { $0 }
+        var parts = ["\(pendingCount) pending" + (details.isEmpty ? "" : " (\(details.joined(separator: ", ")))")]
         parts.append("\(failedCount) failed")
         parts.append(isOnline ? "online" : "offline" + (offlineReason.map { " (\($0))" } ?? ""))
         if isStuck { parts.append("STUCK") }

@@ -3,7 +3,11 @@ import LogStore
 /// Runs `SchedulerCore`'s rules: it listens to the store's intent commits,
 /// the connectivity monitor and server nudges, keeps the timers on the
 /// engine's clock, and starts syncs (the engine's single flight merges
-/// overlapping ones). Also runs time-boxed background syncs.
+/// overlapping ones). Also runs time-boxed background syncs. It hands each
+/// of the monitor's paths to the engine (`SyncEngine.networkPathChanged`);
+/// a path the engine's `NetworkPolicy` syncs not over is no path to its
+/// rules, and one that stops being expensive or constrained, while intents
+/// wait for that, is a gain.
 ///
 /// A trigger that comes while a run pushes or pulls starts one more run
 /// as it ends, for all such triggers together: joined, the run could have
@@ -73,13 +77,25 @@ public actor SyncScheduler {
         // monitor that reports at once), the start joined the run under
         // way, which may be past its push.
         let (engineStateHeard, heard) = AsyncStream<Void>.makeStream()
+        let policy = engine.configuration.network
         listeners.append(Task { [weak self] in
-            var first = true
-            for await online in monitor.paths() {
-                if !online { await engine.networkPathLost() }
-                if first { for await _ in engineStateHeard {} }
-                await self?.listened(first ? .started(online: online) : .connectivity(online), epoch)
-                first = false
+            var last: NetworkPath?
+            for await path in monitor.paths() {
+                await engine.networkPathChanged(path)
+                // A path the policy syncs not over is no path to the rules:
+                // leaving it for one it syncs over is a gain.
+                let online = policy.allowsSync(over: path)
+                let event: SchedulerCore.Event
+                if let last {
+                    let wasOnline = policy.allowsSync(over: last)
+                    let freed = online && wasOnline && !policy.heldTypes(on: last).isEmpty && policy.heldTypes(on: path).isEmpty
+                    event = freed ? .pathFreed : .connectivity(online)
+                } else {
+                    for await _ in engineStateHeard {}
+                    event = .started(online: online)
+                }
+                await self?.listened(event, epoch)
+                last = path
             }
         })
         listeners.append(Task { [weak self] in

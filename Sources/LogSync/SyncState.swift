@@ -42,6 +42,11 @@ public enum SyncOutcome: Sendable, Equatable {
     /// The health check failed (no real connectivity): nothing was tried,
     /// and nothing counts as a failure.
     case offline
+    /// The device's network path is expensive or constrained, and
+    /// `SyncConfiguration.network` syncs over no such path: no request was
+    /// made, and nothing counts as a failure. The scheduler syncs once the
+    /// path allows it.
+    case pathNotAllowed
     /// Stopped by cancellation before a push request or a pulled page;
     /// what was recorded and applied stays, and it does not count as a
     /// failure. A run cancelled before it started (a background run's

@@ -1,4 +1,5 @@
 import Foundation
+import LogSync
 import LogSyncHTTP
 import LogTesting
 import Testing
@@ -28,12 +29,12 @@ import Testing
     /// a root with a path (eth0 up, an IPv4 default route): it has reported
     /// the path, and sleeps until its next poll.
     static func polling(_ name: String, every pollMilliseconds: UInt64) async throws
-        -> (root: TemporaryDirectory, clock: ManualClock, paths: AsyncStream<Bool>.Iterator)
+        -> (root: TemporaryDirectory, clock: ManualClock, paths: AsyncStream<NetworkPath>.Iterator)
     {
         let root = try Self.root(name, route: Self.routeHeader + Self.ipv4Default, route6: Self.ipv6None)
         let clock = ManualClock()
         var paths = LinuxConnectivityMonitor(pollMilliseconds: pollMilliseconds, clock: clock, root: root.path).paths().makeAsyncIterator()
-        #expect(await paths.next() == true)
+        #expect(await paths.next() == .satisfied)
         try await clock.waitForSleepers(1)
         return (root, clock, paths)
     }
@@ -139,7 +140,7 @@ import Testing
         try await clock.waitForSleepers(1)
         try "down\n".write(toFile: root.appending("sys/class/net/eth0/operstate"), atomically: true, encoding: .utf8)
         clock.advance(by: 1_000)
-        #expect(await iterator.next() == false)
+        #expect(await iterator.next() == .unsatisfied)
     }
 
     /// A watcher that stops listening stops the polling: its stream ends,
@@ -154,5 +155,70 @@ import Testing
         try await clock.waitForSleepers(1)
         watcher.cancel()
         try await waitUntil { clock.sleeperCount == 0 }
+    }
+
+    /// A default route of `device` at `metric`, IPv4 or IPv6.
+    static func ipv4Default(_ device: String, metric: Int) -> String {
+        "\(device)\t00000000\t0100000A\t0003\t0\t0\t\(metric)\t00000000\t0\t0\t0\n"
+    }
+
+    static func ipv6Default(_ device: String, metric: Int) -> String {
+        "00000000000000000000000000000000 00 00000000000000000000000000000000 00 "
+            + "fd000000000000000000000000000001 \(String(format: "%08x", metric)) 00000003 00000000 00000003 \(device)\n"
+    }
+
+    /// Marks `device` a mobile broadband modem, as the kernel does in its
+    /// `uevent`.
+    static func makeModem(_ device: String, in root: TemporaryDirectory) throws {
+        try "DEVTYPE=wwan\nINTERFACE=\(device)\nIFINDEX=5\n".write(
+            toFile: root.appending("sys/class/net/\(device)/uevent"), atomically: true, encoding: .utf8)
+    }
+
+    /// The path is expensive when the route the kernel prefers (the lowest
+    /// metric, of either family) goes over a modem, or over an interface
+    /// the app names; a modem's route the kernel does not prefer, or one
+    /// whose modem is down, costs nothing.
+    @Test func aPreferredRouteOverAModemIsExpensive() throws {
+        let wifiFirst = Self.routeHeader + Self.ipv4Default("wlan0", metric: 600) + Self.ipv4Default("wwan0", metric: 700)
+        let modemFirst = Self.routeHeader + Self.ipv4Default("wlan0", metric: 600) + Self.ipv4Default("wwan0", metric: 100)
+        let cases: [(name: String, route: String, route6: String, up: [String], expensive: Set<String>, path: NetworkPath)] = [
+            ("wifi-preferred", wifiFirst, Self.ipv6None, ["wlan0", "wwan0"], [], .satisfied),
+            ("modem-preferred", modemFirst, Self.ipv6None, ["wlan0", "wwan0"], [], NetworkPath(isSatisfied: true, isExpensive: true)),
+            ("modem-down", modemFirst, Self.ipv6None, ["wlan0"], [], .satisfied),
+            (
+                "modem-ipv6", Self.routeHeader + Self.ipv4Default("wlan0", metric: 600), Self.ipv6Default("wwan0", metric: 1024),
+                ["wlan0", "wwan0"], [], NetworkPath(isSatisfied: true, isExpensive: true)
+            ),
+            ("named", wifiFirst, Self.ipv6None, ["wlan0", "wwan0"], ["wlan0"], NetworkPath(isSatisfied: true, isExpensive: true)),
+        ]
+        for item in cases {
+            let root = try Self.root("connectivity-\(item.name)", state: "down", alsoUp: item.up, route: item.route, route6: item.route6)
+            try FileManager.default.createDirectory(atPath: root.appending("sys/class/net/wwan0"), withIntermediateDirectories: true)
+            try Self.makeModem("wwan0", in: root)
+            let monitor = LinuxConnectivityMonitor(expensiveInterfaces: item.expensive, root: root.path)
+            #expect(monitor.currentPath() == item.path, "\(item.name)")
+        }
+    }
+
+    /// An interface whose `uevent` says another device type (or has no
+    /// `uevent`) is no modem.
+    @Test func onlyAModemsDeviceTypeIsExpensive() throws {
+        let route = Self.routeHeader + Self.ipv4Default("usb0", metric: 100)
+        let root = try Self.root("connectivity-usb", alsoUp: ["usb0"], route: route, route6: Self.ipv6None)
+        let monitor = LinuxConnectivityMonitor(root: root.path)
+        #expect(monitor.currentPath() == .satisfied)
+        try "DEVTYPE=gadget\nINTERFACE=usb0\n".write(
+            toFile: root.appending("sys/class/net/usb0/uevent"), atomically: true, encoding: .utf8)
+        #expect(monitor.currentPath() == .satisfied)
+        try Self.makeModem("usb0", in: root)
+        #expect(monitor.currentPath() == NetworkPath(isSatisfied: true, isExpensive: true))
+    }
+
+    /// A path that becomes expensive is reported as a change, as a lost one is.
+    @Test func aPathThatBecomesExpensiveIsReported() async throws {
+        var (root, clock, iterator) = try await Self.polling("connectivity-becomes-expensive", every: 1_000)
+        try Self.makeModem("eth0", in: root)
+        clock.advance(by: 1_000)
+        #expect(await iterator.next() == NetworkPath(isSatisfied: true, isExpensive: true))
     }
 }

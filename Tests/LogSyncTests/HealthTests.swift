@@ -32,7 +32,7 @@ import Testing
     /// The log line gives times as dates, not as raw milliseconds.
     @Test func theDescriptionShowsDates() {
         let health = SyncHealth(
-            pendingCount: 2, failedCount: 0, oldestPendingAgeMilliseconds: 4_000, nextAttemptAt: nil,
+            pendingCount: 2, heldCount: 0, failedCount: 0, oldestPendingAgeMilliseconds: 4_000, nextAttemptAt: nil,
             lastSuccessAt: 1_795_356_309_120, lastError: nil, isOnline: true, breakerOpenUntil: 1_795_356_369_120,
             nextRunAt: nil, state: .idle, isStuck: false)
         #expect(

@@ -345,7 +345,7 @@ import Testing
         let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor, core: core)
         await scheduler.start()
         try await waitUntil { await scheduler.isSyncRunning }
-        monitor.continuation.yield(true)
+        monitor.continuation.yield(.satisfied)
         try await replica.clock.waitForSleepers(1)  // the periodic timer (never due): the start was heard
         #expect(await scheduler.isSyncRunning, "the run is still under way")
         try await replica.store.create(type: "task", fields: ["title": "written during the run"])

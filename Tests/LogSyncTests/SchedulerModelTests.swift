@@ -6,7 +6,8 @@ import Testing
 /// times, its timers firing when due as a real timer set would, with the
 /// scheduling rules checked after every step: the rules come from the
 /// design (periodic sync, local writes debounced 1 s, network regained
-/// debounced 2.5 s and only on a gain, nudges at once, and a trigger that
+/// debounced 2.5 s and only on a gain or a freed path (one no longer
+/// expensive, where intents waited for that), nudges at once, and a trigger that
 /// comes while a run is under way held for one run as it ends, unless the
 /// run was cancelled or a background run) and
 /// `Format/sync-protocol.md` section 10 ("Retry timing": after a failed
@@ -41,11 +42,12 @@ private struct Owed {
 }
 
 private enum Trigger: Hashable, CustomStringConvertible {
-    case localWrite, nudge, intentRetry
+    case localWrite, nudge, intentRetry, pathFreed
 
     var description: String {
         switch self {
         case .localWrite: "local write"
+        case .pathFreed: "freed path"
         case .nudge: "nudge"
         case .intentRetry: "intent's retry"
         }
@@ -143,7 +145,8 @@ private struct SchedulerModel {
         case 0..<35: return .localWrite
         case 35..<45: return .nudge
         case 45..<55: return .connectivity(!online)
-        case 55..<60: return .connectivity(online)
+        case 55..<58: return .connectivity(online)
+        case 58..<60: return .pathFreed
         case 60..<75: return .syncRunning
         default: return runEnded()
         }
@@ -255,6 +258,14 @@ extension SchedulerModel {
             owed[.localWrite] = Owed(due: online ? now + core.localWriteDebounceMilliseconds : nil)
         case .nudge:
             if online { owed[.nudge] = Owed(due: now) }
+        case .pathFreed:
+            // The intents held on the costly path are owed the network
+            // timer's run; it is armed again, so what a gain left waiting
+            // for it waits as long.
+            guard online else { return }
+            let due = now + core.networkDebounceMilliseconds
+            for (trigger, owing) in owed where owing.due != nil && owing.due == timers[.networkRegained] { owed[trigger]?.due = due }
+            owed[.pathFreed] = Owed(due: due)
         case .connectivity(let isOnline):
             guard isOnline != online else { return }
             online = isOnline
@@ -328,6 +339,11 @@ extension SchedulerModel {
             if isOnline == wasOnline && (!actions.isEmpty) { fail("no change of connectivity, yet \(actions)") }
             if !syncs.isEmpty { fail("a connectivity change syncs at once") }
         }
+        if case .pathFreed = event {
+            let expected: [SchedulerCore.Action] =
+                online ? [.setTimer(.networkRegained, at: now + core.networkDebounceMilliseconds)] : []
+            if actions != expected { fail("a freed path gives \(actions), not \(expected)") }
+        }
     }
 
     /// A trigger while online and not backing off syncs, for its reason.
@@ -341,7 +357,7 @@ extension SchedulerModel {
             case .timerFired(.localWrite): .localWrite
             case .timerFired(.networkRegained): .networkRegained
             case .timerFired(.retry): .retry
-            case .localWrite, .connectivity, .syncRunning, .syncEnded, .stopped: nil
+            case .localWrite, .connectivity, .pathFreed, .syncRunning, .syncEnded, .stopped: nil
             }
         // While a run is under way, a trigger is held for the run's end,
         // backing off or not: the run's end says whether it backs off.

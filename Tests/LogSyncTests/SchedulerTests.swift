@@ -944,11 +944,12 @@ extension SyncScheduler {
 }
 
 struct FixedConnectivity: ConnectivityMonitor {
-    let online: Bool
-    init(online: Bool) { self.online = online }
-    func paths() -> AsyncStream<Bool> {
-        let (stream, continuation) = AsyncStream<Bool>.makeStream()
-        continuation.yield(online)
+    let path: NetworkPath
+    init(path: NetworkPath) { self.path = path }
+    init(online: Bool) { path = online ? .satisfied : .unsatisfied }
+    func paths() -> AsyncStream<NetworkPath> {
+        let (stream, continuation) = AsyncStream<NetworkPath>.makeStream()
+        continuation.yield(path)
         return stream
     }
 }

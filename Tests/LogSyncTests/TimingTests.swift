@@ -172,8 +172,8 @@ import Testing
         try await replica.clock.waitForSleepers(1)  // the periodic timer
         await scheduler.settle()
         for _ in 0..<50 {
-            monitor.continuation.yield(false)
-            monitor.continuation.yield(true)
+            monitor.continuation.yield(.unsatisfied)
+            monitor.continuation.yield(.satisfied)
         }
         await scheduler.stop()
         try await Task.sleep(for: .milliseconds(300))
@@ -198,7 +198,7 @@ import Testing
         try await waitUntil { await scheduler.triggered.count == 1 }
         await scheduler.settle()
         #expect(await replica.engine.isOnline)
-        monitor.continuation.yield(false)
+        monitor.continuation.yield(.unsatisfied)
         try await waitUntil { replica.clock.sleeperCount == 0 }  // the periodic timer is cancelled
         try await replica.store.create(type: "task", fields: ["n": 1])
         replica.clock.advance(by: 3_600_000)
@@ -211,12 +211,12 @@ import Testing
 
 /// Connectivity reports a test sends through `continuation`.
 struct ScriptedConnectivity: ConnectivityMonitor {
-    let stream: AsyncStream<Bool>
-    let continuation: AsyncStream<Bool>.Continuation
+    let stream: AsyncStream<NetworkPath>
+    let continuation: AsyncStream<NetworkPath>.Continuation
 
     init() { (stream, continuation) = AsyncStream.makeStream() }
 
-    func paths() -> AsyncStream<Bool> { stream }
+    func paths() -> AsyncStream<NetworkPath> { stream }
 
     /// A scheduler of `replica`'s engine on a monitor of this kind, started,
     /// the monitor having reported a path (its sync may not have begun).
@@ -224,7 +224,7 @@ struct ScriptedConnectivity: ConnectivityMonitor {
         let monitor = ScriptedConnectivity()
         let scheduler = SyncScheduler(engine: replica.engine, clock: replica.clock, monitor: monitor)
         await scheduler.start()
-        monitor.continuation.yield(true)
+        monitor.continuation.yield(.satisfied)
         return (monitor, scheduler)
     }
 }
