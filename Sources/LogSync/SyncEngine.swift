@@ -276,10 +276,21 @@ public actor SyncEngine {
     /// on free paths are not pushed (`SyncHealth.heldCount`).
     public func networkPathChanged(_ path: NetworkPath) {
         networkPath = path
-        guard let reason = pathRefusal else { return }
+        guard let reason = pathRefusal else {
+            // What the last path kept from the server no longer does; the
+            // next health check says whether it is reachable.
+            if offlineReason == pathRefusalWas { offlineReason = nil }
+            pathRefusalWas = nil
+            return
+        }
         onlineSince = nil
         offlineReason = reason
+        pathRefusalWas = reason
     }
+
+    /// The reason the last path gave for being offline, while it is
+    /// `offlineReason`.
+    private var pathRefusalWas: String?
 
     /// Why no run may sync over the current path; nil when one may.
     private var pathRefusal: String? {
