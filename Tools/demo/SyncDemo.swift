@@ -3,7 +3,8 @@ import SyncStore
 
 /// The sync half of the demo: two replicas of one user write offline, sync
 /// through the server, meet a conflict that waits for the app, resolve it,
-/// and converge.
+/// hold a photo on the phone's cellular path until it is on Wi-Fi, and
+/// converge.
 enum SyncDemo {
     static func run(server: URL, token: String, directory: String) async throws {
         var options = HTTPTransport.Options()
@@ -17,7 +18,10 @@ enum SyncDemo {
             phone.close()
         }
         let laptopSync = try SyncEngine(store: laptop, transport: transport)
-        let phoneSync = try SyncEngine(store: phone, transport: transport)
+        // The phone's user keeps photos off cellular.
+        var phoneConfiguration = SyncConfiguration()
+        phoneConfiguration.network.typesPushedOnlyOnFreePaths = ["photo"]
+        let phoneSync = try SyncEngine(store: phone, transport: transport, configuration: phoneConfiguration)
 
         print("\n== Two replicas write offline")
         let groceries = try await laptop.create(type: "task", fields: ["title": "Buy milk", "done": false])
@@ -50,13 +54,26 @@ enum SyncDemo {
         try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
         try await report("phone", await phoneSync.sync(), phoneSync, server: server)
 
+        print("\n== On cellular, the phone holds its photo for Wi-Fi")
+        await phoneSync.networkPathChanged(NetworkPath(isSatisfied: true, isExpensive: true))
+        let photo = try await phone.create(type: "photo", fields: ["name": "receipt.jpg", "bytes": .bytes(Array(repeating: 0xFF, count: 65_536))])
+        try await phone.update(type: "task", id: groceries, changes: ["done": true])
+        try await report("phone", await phoneSync.sync(), phoneSync, server: server)
+        print("phone health: \(try await phoneSync.health())")
+        print("phone: on Wi-Fi")
+        await phoneSync.networkPathChanged(.satisfied)
+        try await report("phone", await phoneSync.sync(), phoneSync, server: server)
+        try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
+        guard try laptop.get(type: "photo", id: photo) != nil else { throw DemoError("the laptop did not get the phone's photo") }
+
         print("\n== Converged")
         let mine = try laptop.all(type: "task").map { "\($0.id) \($0.fields)" }
         let theirs = try phone.all(type: "task").map { "\($0.id) \($0.fields)" }
         for line in mine { print("  \(line)") }
-        print(mine == theirs ? "laptop and phone hold the same \(mine.count) tasks" : "NOT CONVERGED")
+        let photos = try laptop.all(type: "photo").map(\.id) == phone.all(type: "photo").map(\.id)
+        print(mine == theirs && photos ? "laptop and phone hold the same \(mine.count) tasks and 1 photo" : "NOT CONVERGED")
         print("laptop health: \(try await laptopSync.health())")
-        guard mine == theirs, try laptop.conflicts().isEmpty else { throw DemoError("the replicas did not converge") }
+        guard mine == theirs, photos, try laptop.conflicts().isEmpty else { throw DemoError("the replicas did not converge") }
     }
 
     /// Prints how a run ended, and ends the demo when it failed or found
