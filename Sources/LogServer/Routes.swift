@@ -10,7 +10,7 @@ struct Routes: Sendable {
     /// `ok` only while the store can serve push and pull (section 6).
     func health(_ request: Request, _ context: BasicRequestContext) throws -> Response {
         if let problem = server.service.storage.environment.problem { throw server.storageUnavailable(problem) }
-        return try Reply.json(HealthResponse(serverID: server.serverID))
+        return try reply(Wire.makeEncoder().encode(HealthResponse(serverID: server.serverID)), to: request)
     }
 
     func push(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
@@ -34,7 +34,7 @@ struct Routes: Sendable {
                     throw DroppedAnswer()
                 })
         }
-        return Reply.json(body: try response.encodeJSON())
+        return try reply(response.encodeJSON(), to: request)
     }
 
     func pull(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
@@ -51,7 +51,7 @@ struct Routes: Sendable {
             else { throw ServiceError(.validationError, "limit \"\(text.prefix(40))\" is not 1 to \(Wire.pullPageCountMax)") }
             limit = number
         }
-        return Reply.json(body: try server.service.pull(cursor: cursor, limit: limit, as: identity).encodeJSON())
+        return try reply(server.service.pull(cursor: cursor, limit: limit, as: identity).encodeJSON(), to: request)
     }
 
     func resync(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
@@ -67,6 +67,23 @@ struct Routes: Sendable {
     }
 
     // MARK: Helpers
+
+    /// The JSON answer `body` to `request`: in gzip when the request
+    /// accepts it, the body has at least `ResponseCompression.bytesMin`
+    /// bytes and `Configuration.gzipLevel` is not 0. While it is not, every
+    /// answer says it varies with `Accept-Encoding`, for caches between.
+    private func reply(_ body: Data, to request: Request) throws -> Response {
+        var response = Reply.json(body: body)
+        let level = server.configuration.gzipLevel
+        guard level > 0 else { return response }
+        response.headers[.vary] = "Accept-Encoding"
+        guard body.count >= ResponseCompression.bytesMin,
+            ResponseCompression.acceptsGzip(request.headers[values: .acceptEncoding].joined(separator: ","))
+        else { return response }
+        response.headers[.contentEncoding] = "gzip"
+        response.body = ResponseBody(byteBuffer: try ResponseCompression.gzip(body, level: level))
+        return response
+    }
 
     /// The token of an `Authorization: Bearer` header (section 3): after
     /// the scheme, matched without regard to case (RFC 9110, section 11.1),

@@ -247,6 +247,7 @@ extension SyncServerProcessTests {
         let cases = [
             (["--port", "-1"], "--port must be 0...65535"), (["--idle-timeout", "-5"], "--idle-timeout must be 0...86400"),
             (["--rate-limit", "-1"], "--rate-limit must be a finite number >= 0"), (["--push-buffer-mib", "-2"], "--push-buffer-mib must be"),
+            (["--gzip-level", "-1"], "--gzip-level must be 0...9"), (["--gzip-level", "10"], "--gzip-level must be 0...9"),
         ]
         for (arguments, message) in cases {
             let run = try await ToolRun.running(Self.executable.path, ["--data", directory.appending("data"), "--token", "t:alice", "--stop-at-stdin-end"] + arguments)

@@ -1,8 +1,10 @@
+import CompressNIO
 import Foundation
 import LMDB
 import LogFormat
 import LogServer
 import LogTesting
+import NIOCore
 import Testing
 
 @Suite struct PushTests {
@@ -1785,6 +1787,18 @@ private func rawExchange(
     port: Int, untilClosed: Bool = false, closeWriting: Bool = false, receiveTimeoutSeconds: Int = 60,
     onEnd: (_ closedByServer: Bool) -> Void = { _ in }, _ write: ((Data) -> Bool) -> Void
 ) throws -> String {
+    String(
+        decoding: try rawBytes(
+            port: port, untilClosed: untilClosed, closeWriting: closeWriting, receiveTimeoutSeconds: receiveTimeoutSeconds,
+            onEnd: onEnd, write),
+        as: UTF8.self)
+}
+
+/// `rawExchange`'s bytes as the server sent them.
+private func rawBytes(
+    port: Int, untilClosed: Bool = false, closeWriting: Bool = false, receiveTimeoutSeconds: Int = 60,
+    onEnd: (_ closedByServer: Bool) -> Void = { _ in }, _ write: ((Data) -> Bool) -> Void
+) throws -> Data {
     let descriptor = try LoopbackSocket.make()
     defer { close(descriptor) }
     let connected = LoopbackSocket.withAddress(port: port) { connect(descriptor, $0, $1) }
@@ -1824,7 +1838,7 @@ private func rawExchange(
         reply.append(contentsOf: buffer[0..<n])
         if !untilClosed, let text = String(data: reply, encoding: .utf8), text.contains("\r\n\r\n"), text.contains("}") { break }
     }
-    return String(decoding: reply, as: UTF8.self)
+    return reply
 }
 
 /// Sends `head` at once, then `body` one byte per `pause`, stopping when a
@@ -1872,5 +1886,120 @@ extension ProtocolErrorTests {
         #expect(try await server.pullAll().isEmpty, "a refused push applies nothing")
         let identity = try await server.send("POST", "/v1/push", body: body, headers: ["Content-Encoding": "identity"])
         #expect(identity.status == 200, "\(String(decoding: identity.body, as: UTF8.self))")
+    }
+}
+
+/// gzip of answers (`Format/sync-protocol.md` section 2, "Bodies"), read
+/// off the wire: the bytes the server sent, not what a client's HTTP
+/// library made of them (URLSession asks for gzip itself, and inflates).
+@Suite struct ResponseCompressionTests {
+    /// One request on its own connection (read on a thread of its own, off
+    /// the pool the server's handlers run on): the head's fields (names in
+    /// lower case) and the body, as sent.
+    static func exchange(_ server: TestServer, _ path: String, headers: [String] = []) async throws
+        -> (fields: [String: String], body: Data)
+    {
+        let head = (["GET \(path) HTTP/1.1", "Host: localhost", "Authorization: Bearer alice-token", "Connection: close"] + headers)
+            .joined(separator: "\r\n") + "\r\n\r\n"
+        let port = server.port
+        let reply = try await onAThreadOfItsOwn {
+            try rawBytes(port: port, untilClosed: true) { sendAll in _ = sendAll(Data(head.utf8)) }
+        }
+        let end = try #require(reply.firstRange(of: Data("\r\n\r\n".utf8)))
+        var fields: [String: String] = [:]
+        for line in String(decoding: reply[..<end.lowerBound], as: UTF8.self).split(separator: "\r\n").dropFirst() {
+            let parts = line.split(separator: ":", maxSplits: 1)
+            fields[parts[0].lowercased()] = parts.count == 2 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
+        }
+        let body = Data(reply[end.upperBound...])
+        #expect(fields["content-length"] == String(body.count), "\(path) \(headers)")
+        return (fields, body)
+    }
+
+    /// A server with a feed whose first page is several kilobytes of JSON.
+    static func serverWithAFeed(_ name: String, gzipLevel: Int = 1) async throws -> TestServer {
+        let server = try await TestServer(name)
+        if gzipLevel != 1 {
+            var configuration = server.configuration
+            configuration.gzipLevel = gzipLevel
+            server.configuration = configuration
+            try await server.restart()
+        }
+        let operations = (0..<40).map { operation(.create, "t\($0)", ["title": .string("Task \($0) of the list"), "done": false]) }
+        #expect(try await server.push(operations).status == 200)
+        return server
+    }
+
+    static func gunzip(_ data: Data) throws -> Data {
+        var buffer = ByteBuffer(bytes: data)
+        var inflated = try buffer.decompress(with: .gzip())
+        return Data(inflated.readBytes(length: inflated.readableBytes) ?? [])
+    }
+
+    /// A pulled page is gzipped for exactly the `Accept-Encoding` values
+    /// that accept gzip (RFC 9110 section 12.5.3: a name in any case,
+    /// `x-gzip`, a weight above 0, or `*` when gzip is not named), and
+    /// inflates to the page sent as it is; every answer says it varies with
+    /// `Accept-Encoding`.
+    @Test func aPageIsGzippedForClientsThatAcceptIt() async throws {
+        let server = try await Self.serverWithAFeed("gzip-accept")
+        defer { Task { await server.stop() } }
+        let plain = try await Self.exchange(server, "/v1/pull?limit=100")
+        #expect(plain.fields["content-encoding"] == nil && plain.fields["vary"] == "Accept-Encoding")
+        #expect(try JSONDecoder().decode(PullResponse.self, from: plain.body).changes.count == 40)
+        let cases: [(accept: [String], gzip: Bool)] = [
+            (["Accept-Encoding: gzip"], true), (["Accept-Encoding: GZip"], true), (["Accept-Encoding: x-gzip"], true),
+            (["Accept-Encoding: deflate, gzip;q=0.5"], true), (["Accept-Encoding: br", "Accept-Encoding: gzip"], true),
+            (["Accept-Encoding: *"], true), (["Accept-Encoding: gzip ; q=1.000"], true),
+            (["Accept-Encoding: gzip;q=0"], false), (["Accept-Encoding: gzip;q=0.000, *"], false), (["Accept-Encoding: *;q=0"], false),
+            (["Accept-Encoding: identity"], false), (["Accept-Encoding: br, deflate"], false), (["Accept-Encoding: gzip;q=1.5"], false),
+            (["Accept-Encoding: gzip;q=0.0001"], false), (["Accept-Encoding: "], false),
+        ]
+        for item in cases {
+            let answer = try await Self.exchange(server, "/v1/pull?limit=100", headers: item.accept)
+            #expect(answer.fields["vary"] == "Accept-Encoding", "\(item.accept)")
+            if item.gzip {
+                #expect(answer.fields["content-encoding"] == "gzip", "\(item.accept)")
+                #expect(try Self.gunzip(answer.body) == plain.body, "\(item.accept)")
+                #expect(answer.body.count * 4 < plain.body.count, "\(answer.body.count) of \(plain.body.count) bytes")
+            } else {
+                #expect(answer.fields["content-encoding"] == nil && answer.body == plain.body, "\(item.accept)")
+            }
+        }
+    }
+
+    /// A body under 1 KiB (health, a page of one change) goes as it is.
+    @Test func aSmallBodyGoesAsItIs() async throws {
+        let server = try await Self.serverWithAFeed("gzip-small")
+        defer { Task { await server.stop() } }
+        for path in ["/v1/health", "/v1/pull?limit=1"] {
+            let answer = try await Self.exchange(server, path, headers: ["Accept-Encoding: gzip"])
+            #expect(answer.fields["content-encoding"] == nil && answer.body.count < 1_024, "\(path)")
+            #expect(answer.body.first == UInt8(ascii: "{"), "\(path)")
+        }
+    }
+
+    /// Level 0 sends every body as it is, and says nothing of
+    /// `Accept-Encoding`; level 9 gzips, and a level out of 0...9 is refused.
+    @Test func theLevelIsTheOperators() async throws {
+        let off = try await Self.serverWithAFeed("gzip-off", gzipLevel: 0)
+        let answer = try await Self.exchange(off, "/v1/pull?limit=100", headers: ["Accept-Encoding: gzip"])
+        #expect(answer.fields["content-encoding"] == nil && answer.fields["vary"] == nil)
+        await off.stop()
+        let best = try await Self.serverWithAFeed("gzip-best", gzipLevel: 9)
+        let smallest = try await Self.exchange(best, "/v1/pull?limit=100", headers: ["Accept-Encoding: gzip"])
+        #expect(smallest.fields["content-encoding"] == "gzip")
+        let sameAsItIs = try await Self.exchange(best, "/v1/pull?limit=100").body
+        #expect(try Self.gunzip(smallest.body) == sameAsItIs)
+        await best.stop()
+        for level in [-1, 10] {
+            var configuration = SyncServer.Configuration(dataDirectory: "/nonexistent")
+            configuration.gzipLevel = level
+            #expect {
+                try SyncServer(configuration: configuration)
+            } throws: { error in
+                "\(error)" == "sync server configuration: gzipLevel must be 0...9, not \(level)"
+            }
+        }
     }
 }

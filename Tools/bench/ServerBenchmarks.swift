@@ -40,9 +40,16 @@ enum ServerBenchmark {
         if counts.pullChanges > counts.pushOperations {
             _ = try await client.pushCreates(counts.pushOperations..<counts.pullChanges, batch: counts.pushBatch, operation)
         }
-        progress("server: pull \(counts.pullChanges) changes")
-        let (pulled, pullTime) = try await client.pullAll(page: counts.pullPage) { _ in }
-        guard pulled == counts.pullChanges else { throw BenchError("pulled \(pulled) changes, expected \(counts.pullChanges)") }
+        // The same feed twice: pages as they are, then in gzip (the
+        // server's default level), as the Swift client asks for them.
+        var pulls: [(encoding: String, pulled: Int, time: Duration, wireBytes: Int)] = []
+        for encoding in ["identity", "gzip"] {
+            progress("server: pull \(counts.pullChanges) changes (Accept-Encoding: \(encoding))")
+            let (pulled, time, wireBytes) = try await client.pullAll(page: counts.pullPage, acceptEncoding: encoding) { _ in }
+            guard pulled == counts.pullChanges else { throw BenchError("pulled \(pulled) changes, expected \(counts.pullChanges)") }
+            pulls.append((encoding, pulled, time, wireBytes))
+        }
+        let (plain, gzip) = (pulls[0], pulls[1])
 
         var section = ReportSection("8. Reference server over loopback HTTP (.full durability)")
         section.rows = [
@@ -50,8 +57,16 @@ enum ServerBenchmark {
                 "push: \(counts.pushOperations) creates in batches of \(counts.pushBatch)",
                 Double(counts.pushOperations) / pushTime.seconds, "ops/s"),
             ResultRow(
-                "pull: \(counts.pullChanges) changes in pages of \(counts.pullPage)", Double(pulled) / pullTime.seconds,
-                "ops/s", target: .atLeast(pullTarget, "ops/s")),
+                "pull: \(counts.pullChanges) changes in pages of \(counts.pullPage)", Double(plain.pulled) / plain.time.seconds,
+                "ops/s", target: .atLeast(pullTarget, "ops/s"),
+                detail: String(format: "bodies as they are: %.0f bytes per change", Double(plain.wireBytes) / Double(plain.pulled))),
+            ResultRow(
+                "pull, the same pages in gzip (level \(SyncServer.Configuration(dataDirectory: "").gzipLevel))",
+                Double(gzip.pulled) / gzip.time.seconds, "ops/s", target: .atLeast(pullTarget, "ops/s"),
+                detail: String(
+                    format: "%.2fx the rate as they are; %.0f bytes per change, %.3fx the bytes",
+                    (Double(gzip.pulled) / gzip.time.seconds) / (Double(plain.pulled) / plain.time.seconds),
+                    Double(gzip.wireBytes) / Double(gzip.pulled), Double(gzip.wireBytes) / Double(plain.wireBytes))),
         ]
         section.notes = [
             "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides (the server reads pushes and the client reads pull pages with JSONReader); a push commits (with fsync) before it answers.",
@@ -127,15 +142,28 @@ struct BenchClient: Sendable {
     }
 
     func send(_ method: String, _ path: String, body: Data?) async throws -> Data {
+        try await exchange(method, path, body: body).body
+    }
+
+    /// `send`, asking for the body in `acceptEncoding` when given; with
+    /// the body's length on the wire (its `Content-Length`, before
+    /// URLSession undoes a coding).
+    func exchange(_ method: String, _ path: String, body: Data?, acceptEncoding: String? = nil) async throws
+        -> (body: Data, wireBytes: Int)
+    {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
         request.httpMethod = method
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        if let acceptEncoding { request.setValue(acceptEncoding, forHTTPHeaderField: "Accept-Encoding") }
         request.httpBody = body
         let (data, response) = try await session.data(for: request)
-        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+        guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
             throw BenchError("\(method) \(path): \(String(decoding: data, as: UTF8.self))")
         }
-        return data
+        if let acceptEncoding, (http.value(forHTTPHeaderField: "Content-Encoding") ?? "identity") != acceptEncoding, data.count >= 1_024 {
+            throw BenchError("\(method) \(path): asked for \(acceptEncoding), got \(http.value(forHTTPHeaderField: "Content-Encoding") ?? "identity")")
+        }
+        return (data, http.value(forHTTPHeaderField: "Content-Length").flatMap { Int($0) } ?? data.count)
     }
 
     /// Pushes the operations `make` builds for `numbers`, `batch` per
@@ -159,23 +187,30 @@ struct BenchClient: Sendable {
     }
 
     /// Pulls the whole feed from its start, `page` changes per request,
-    /// handing each page's changes to `visit`.
-    /// - Returns: the changes pulled and the time it took.
-    func pullAll(page: Int, _ visit: ([PullChange]) -> Void) async throws -> (Int, Duration) {
+    /// asking for the bodies in `acceptEncoding` (URLSession's own choice
+    /// when nil), handing each page's changes to `visit`.
+    /// - Returns: the changes pulled, the time it took and the bodies'
+    ///   bytes on the wire.
+    func pullAll(page: Int, acceptEncoding: String? = nil, _ visit: ([PullChange]) -> Void) async throws
+        -> (pulled: Int, time: Duration, wireBytes: Int)
+    {
         let clock = ContinuousClock()
         let started = clock.now
         var cursor: String?
         var pulled = 0
+        var wireBytes = 0
         for _ in 0..<1_000_000 {
             var path = "/v1/pull?limit=\(page)"
             if let cursor { path += "&cursor=\(cursor)" }
+            let answer = try await exchange("GET", path, body: nil, acceptEncoding: acceptEncoding)
+            wireBytes += answer.wireBytes
             // As a client reads pages: JSONReader, not JSONDecoder (see WireJSON.swift).
-            let response = try PullResponse.decode(json: try await send("GET", path, body: nil))
+            let response = try PullResponse.decode(json: answer.body)
             visit(response.changes)
             pulled += response.changes.count
             cursor = response.cursor
             if !response.hasMore { break }
         }
-        return (pulled, clock.now - started)
+        return (pulled, clock.now - started, wireBytes)
     }
 }

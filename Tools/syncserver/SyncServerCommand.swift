@@ -89,6 +89,13 @@ struct SyncServerCommand: AsyncParsableCommand {
 
     @Option(
         parsing: .unconditional,
+        help: ArgumentHelp(
+            "gzip level of answers of 1 KiB or more to clients that accept gzip: 1 the fastest, 9 the smallest, 0 for none.",
+            valueName: "level"))
+    var gzipLevel = 1
+
+    @Option(
+        parsing: .unconditional,
         help: """
             MiB of push bodies held at once, being received or waiting for the store's one writer; a push that would go \
             over it while others are held is answered 503 SERVICE_UNAVAILABLE with Retry-After: 1, which clients retry. \
@@ -147,6 +154,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         guard (0...86_400).contains(idleTimeout) else { throw ValidationError("--idle-timeout must be 0...86400 seconds") }
         guard (0...86_400).contains(bodyTimeout) else { throw ValidationError("--body-timeout must be 0...86400 seconds") }
         guard (0...86_400).contains(reopenAfter) else { throw ValidationError("--reopen-after must be 0...86400 seconds") }
+        guard (0...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 0...9") }
         guard (1...1_048_576).contains(pushBufferMib) else { throw ValidationError("--push-buffer-mib must be 1...1048576") }
         guard ["full", "metaAsync", "process"].contains(durability) else {
             throw ValidationError("--durability must be full, metaAsync or process")
@@ -169,6 +177,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.durability = .init(rawValue: durability) ?? .full
         configuration.checkPagesAtStart = checkPages
         configuration.pushBufferBytesMax = pushBufferMib << 20
+        configuration.gzipLevel = gzipLevel
         let before = DataDirectoryBefore(data)
         try before.checkParentExists()
         MapFault.watch(storeAt: data)
