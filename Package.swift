@@ -18,7 +18,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
-        .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         // Both already come with Hummingbird; named for the server's parser-error handler.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -33,9 +32,10 @@ let package = Package(
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
         ),
         .target(name: "CCRC32C"),
+        .systemLibrary(name: "CZlib", providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]),
         // posix_spawn for LogTesting's ChildProcess (see cspawn.h).
         .target(name: "CSpawn"),
-        .target(name: "LogFormat", dependencies: ["CCRC32C"]),
+        .target(name: "LogFormat", dependencies: ["CCRC32C", "CZlib"]),
         .target(name: "LMDB", dependencies: ["CLMDB"]),
         .target(name: "LogStore", dependencies: ["LogFormat", "LMDB"]),
         .target(
@@ -50,7 +50,6 @@ let package = Package(
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "CompressNIO", package: "compress-nio"),
             ]
         ),
         .target(name: "LogSync", dependencies: ["LogFormat", "LogStore"]),
@@ -111,10 +110,7 @@ let package = Package(
         .testTarget(name: "LogStoreTests", dependencies: ["LogStore", "LMDB", "LogTesting", "SyncStore"]),
         .testTarget(
             name: "LogServerTests",
-            dependencies: [
-                "LogServer", "LogFormat", "LMDB", "LogTesting", .product(name: "CompressNIO", package: "compress-nio"),
-                .product(name: "NIOCore", package: "swift-nio"),
-            ]),
+            dependencies: ["LogServer", "LogFormat", "LMDB", "LogTesting"]),
         .testTarget(
             name: "LogSyncTests",
             dependencies: ["LogSync", "LogSyncHTTP", "LogStore", "LogServer", "LogFormat", "LMDB", "LogTesting"]),

@@ -121,17 +121,22 @@ public struct HealthResponse: Codable, Sendable, Equatable {
     public var status: String
     public var protocolVersion: Int
     public var serverID: String
+    /// The content codings the server undoes in request bodies (`gzip`);
+    /// nil from a server that names none, which takes bodies as they are.
+    public var requestCodings: [String]?
 
-    public init(serverID: String) {
+    public init(serverID: String, requestCodings: [String]? = nil) {
         status = "ok"
         protocolVersion = Wire.protocolVersion
         self.serverID = serverID
+        self.requestCodings = requestCodings
     }
 
     enum CodingKeys: String, CodingKey {
         case status
         case protocolVersion = "protocol_version"
         case serverID = "server_id"
+        case requestCodings = "request_codings"
     }
 }
 

@@ -10,7 +10,8 @@ struct Routes: Sendable {
     /// `ok` only while the store can serve push and pull (section 6).
     func health(_ request: Request, _ context: BasicRequestContext) throws -> Response {
         if let problem = server.service.storage.environment.problem { throw server.storageUnavailable(problem) }
-        return try reply(Wire.makeEncoder().encode(HealthResponse(serverID: server.serverID)), to: request)
+        let health = HealthResponse(serverID: server.serverID, requestCodings: BodyCompression.requestCodings)
+        return try reply(Wire.makeEncoder().encode(health), to: request)
     }
 
     func push(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
@@ -69,7 +70,7 @@ struct Routes: Sendable {
     // MARK: Helpers
 
     /// The JSON answer `body` to `request`: in gzip when the request
-    /// accepts it, the body has at least `ResponseCompression.bytesMin`
+    /// accepts it, the body has at least `BodyCompression.bytesMin`
     /// bytes and `Configuration.gzipLevel` is not 0. While it is not, every
     /// answer says it varies with `Accept-Encoding`, for caches between.
     private func reply(_ body: Data, to request: Request) throws -> Response {
@@ -77,11 +78,11 @@ struct Routes: Sendable {
         let level = server.configuration.gzipLevel
         guard level > 0 else { return response }
         response.headers[.vary] = "Accept-Encoding"
-        guard body.count >= ResponseCompression.bytesMin,
-            ResponseCompression.acceptsGzip(request.headers[values: .acceptEncoding].joined(separator: ","))
+        guard body.count >= BodyCompression.bytesMin,
+            BodyCompression.acceptsGzip(request.headers[values: .acceptEncoding].joined(separator: ","))
         else { return response }
         response.headers[.contentEncoding] = "gzip"
-        response.body = ResponseBody(byteBuffer: try ResponseCompression.gzip(body, level: level))
+        response.body = ResponseBody(byteBuffer: ByteBuffer(bytes: try BodyCompression.gzip(body, level: level)))
         return response
     }
 
@@ -131,20 +132,15 @@ struct Routes: Sendable {
         }
     }
 
-    /// Refuses a body in a content coding (section 2, "Bodies"): 415, as RFC
-    /// 9110 section 15.5.16 answers a coding the server does not support,
-    /// where such a body failed to parse and was answered 400, which blamed
-    /// its JSON. `identity` is no coding: the body as it is.
-    static func refuseContentCoding(_ headers: HTTPFields) throws {
-        let codings = headers[values: .contentEncoding].flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
-        guard let coding = codings.first(where: { !$0.isEmpty && $0.lowercased() != "identity" }) else { return }
-        throw ServiceError(.unsupportedMediaType, "Content-Encoding \(coding.prefix(40)) is not supported: send the body as it is, not content-encoded")
-    }
-
-    /// The body, refusing more than `Wire.requestBodyBytesMax` bytes; `take`
-    /// is told the size of each part before it is kept, and may refuse it.
+    /// The body, refusing more than `Wire.requestBodyBytesMax` bytes, as
+    /// sent and, in gzip (section 2, "Bodies"), inflated; `take` is told the
+    /// size of each part before it is kept, and of the inflated body, and
+    /// may refuse it. Another coding is refused before the body is read:
+    /// 415, as RFC 9110 section 15.5.16 answers a coding the server does
+    /// not support, where such a body failed to parse and was answered 400,
+    /// which blamed its JSON. `identity` is no coding: the body as it is.
     private func collect(_ request: Request, taking take: (Int) throws -> Void = { _ in }) async throws -> Data {
-        try Routes.refuseContentCoding(request.headers)
+        let gzipped = try BodyCompression.isGzipped(request.headers[values: .contentEncoding])
         if let length = request.headers[.contentLength].flatMap(Int.init), length > Wire.requestBodyBytesMax {
             throw ServiceError(.payloadTooLarge, "the body is \(length) bytes; the limit is \(Wire.requestBodyBytesMax)")
         }
@@ -156,6 +152,9 @@ struct Routes: Sendable {
             try take(buffer.readableBytes)
             data.append(contentsOf: buffer.readableBytesView)
         }
-        return data
+        guard gzipped else { return data }
+        let inflated = try BodyCompression.gunzip(data, bytesMax: Wire.requestBodyBytesMax)
+        try take(inflated.count)
+        return inflated
     }
 }

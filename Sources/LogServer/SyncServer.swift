@@ -97,8 +97,8 @@ public final class SyncServer: Sendable {
             if let reopenInterval, reopenInterval < .zero {
                 throw ConfigurationError("reopenInterval must not be negative (nil for never), not \(reopenInterval)")
             }
-            guard ResponseCompression.levels.contains(gzipLevel) else {
-                throw ConfigurationError("gzipLevel must be \(ResponseCompression.levels), not \(gzipLevel)")
+            guard BodyCompression.levels.contains(gzipLevel) else {
+                throw ConfigurationError("gzipLevel must be \(BodyCompression.levels), not \(gzipLevel)")
             }
         }
 
@@ -393,8 +393,10 @@ enum Reply {
         if let retryAfter = error.retryAfter { response.headers[.retryAfter] = String(retryAfter) }
         if let allow = error.allow { response.headers[.allow] = allow }
         if error.code == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
-        // The codings a body may be in (RFC 9110 section 15.5.16): none.
-        if error.code == .unsupportedMediaType { response.headers[.acceptEncoding] = "identity" }
+        // The codings a body may be in (RFC 9110 section 15.5.16).
+        if error.code == .unsupportedMediaType {
+            response.headers[.acceptEncoding] = BodyCompression.requestCodings.joined(separator: ", ")
+        }
         return response
     }
 

@@ -1,13 +1,16 @@
 import Foundation
 import LogFormat
 import LogSync
+import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
 
 /// The sync protocol over HTTP with `URLSession` (`Format/sync-protocol.md`):
-/// bearer token, timeouts, gzip accepted, bodies read up to a limit. It
+/// bearer token, timeouts, gzip accepted, push bodies of 1 KiB or more sent
+/// in gzip to a server whose health answer says it takes them, bodies read
+/// up to a limit. It
 /// works on Linux and Apple platforms alike. It never retries; the engine
 /// decides that.
 ///
@@ -32,6 +35,8 @@ public final class HTTPTransport: SyncTransport {
         /// longer one fails its request as `.responseTooLarge`. A negative
         /// one, as 0, reads no body.
         public var responseBodyBytesMax = HTTPTransport.responseBodyBytesDefault
+        /// Whether to send push bodies in gzip to a server that takes them.
+        public var gzipsPushes = true
 
         public init() {}
     }
@@ -57,6 +62,12 @@ public final class HTTPTransport: SyncTransport {
     private let options: Options
     private let reader: ResponseReader
     private let session: URLSession
+    /// Whether the server's last health answer listed gzip among the
+    /// codings it takes in request bodies (`request_codings`).
+    private let serverTakesGzip = Atomic(false)
+
+    /// Push bodies shorter than this go as they are.
+    static let gzipBytesMin = 1_024
 
     /// - Parameters:
     ///   - baseURL: the server's root, such as `http://127.0.0.1:8080`.
@@ -97,6 +108,7 @@ public final class HTTPTransport: SyncTransport {
         guard let health = try? JSONDecoder().decode(HealthResponse.self, from: body), health.status == "ok",
             health.protocolVersion == Wire.protocolVersion
         else { throw TransportError(.network, "health: the answer is not a healthy sync server's") }
+        serverTakesGzip.store(health.requestCodings?.contains("gzip") == true, ordering: .relaxed)
         return health
     }
 
@@ -113,7 +125,22 @@ public final class HTTPTransport: SyncTransport {
                 "POST /v1/push: \(request.operations.count) operations make a body of \(body.count) bytes, over requestBodyBytesMax "
                     + "(\(Wire.requestBodyBytesMax)); not sent")
         }
-        let (data, _) = try await exchange("POST", "/v1/push", body: body)
+        let data: Data
+        if options.gzipsPushes, body.count >= Self.gzipBytesMin, serverTakesGzip.load(ordering: .relaxed),
+            // zlib's default level: a phone's radio costs more than its CPU.
+            let gzipped = Gzip.compress(body)
+        {
+            do {
+                (data, _) = try await exchange("POST", "/v1/push", body: gzipped, contentEncoding: "gzip")
+            } catch let error where error.kind == .status(415, .unsupportedMediaType) {
+                // Refused before it was read (another server now answers
+                // there): nothing was applied. As it is, from now on.
+                serverTakesGzip.store(false, ordering: .relaxed)
+                (data, _) = try await exchange("POST", "/v1/push", body: body)
+            }
+        } else {
+            (data, _) = try await exchange("POST", "/v1/push", body: body)
+        }
         do { return try PushResponse.decode(json: data) } catch {
             throw TransportError(.network, "POST /v1/push: the answer is not a push response: \(error)")
         }
@@ -131,7 +158,8 @@ public final class HTTPTransport: SyncTransport {
     /// Sends one request and returns a 2xx body, or throws the failure
     /// classified as the protocol's section 10 says.
     private func exchange(
-        _ method: String, _ path: String, query: [URLQueryItem] = [], body: Data? = nil, authorized: Bool = true
+        _ method: String, _ path: String, query: [URLQueryItem] = [], body: Data? = nil, contentEncoding: String? = nil,
+        authorized: Bool = true
     ) async throws(TransportError) -> (Data, HTTPURLResponse) {
         // URLSession's "unsupported URL" names neither the URL nor the fix,
         // and the engine counts a health check that fails so as offline.
@@ -158,6 +186,7 @@ public final class HTTPTransport: SyncTransport {
         if let body {
             request.httpBody = body
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            if let contentEncoding { request.setValue(contentEncoding, forHTTPHeaderField: "Content-Encoding") }
         }
         let data: Data
         let response: URLResponse
