@@ -301,6 +301,9 @@ public actor SyncEngine {
         return "the network path is \(cost), and the configuration does not sync over such a path"
     }
 
+    /// A path that the configuration syncs not over (one there is).
+    private var pathDisallowed: Bool { networkPath.isSatisfied && !configuration.network.allowsSync(over: networkPath) }
+
     /// The types whose intents wait for a path that costs nothing.
     private var heldTypes: Set<String> { configuration.network.heldTypes(on: networkPath) }
 
@@ -373,9 +376,9 @@ public actor SyncEngine {
         // The monitor said there is no path: the health check below finds
         // out for itself, as a path is no proof of reaching the server. One
         // the configuration does not sync over gets no request at all.
-        if networkPath.isSatisfied, let reason = pathRefusal {
+        if pathDisallowed {
             onlineSince = nil
-            offlineReason = reason
+            offlineReason = pathRefusal
             return finish(&report, .pathNotAllowed)
         }
         do throws(TransportError) {
@@ -492,9 +495,8 @@ public actor SyncEngine {
     private func push(_ report: inout SyncReport) async throws -> SyncOutcome? {
         // The intents due now, not every pending one: an intent waiting for
         // its retry time is not pushed, nor are the later ones on its entity.
-        let held = heldTypes
         let total = try store.dueCount(
-            now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds, holdingTypes: held)
+            now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds, holdingTypes: heldTypes)
         var synced = 0
         set(.pushing(synced: 0, total: total))
         // Each batch settles its intents or defers them, so the due set
@@ -509,8 +511,12 @@ public actor SyncEngine {
             // cancelled. An outbox after days offline takes many requests,
             // more than a background task's budget may allow.
             if isCancelled { return nil }
+            // The path may have changed since the last request (Wi-Fi left
+            // for cellular): what it allows now goes.
+            if pathDisallowed { return .pathNotAllowed }
             let batch = try store.pushBatch(
-                limit: limit, now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds, holdingTypes: held)
+                limit: limit, now: monotonicNow, retryWaitMax: configuration.retry.delayLongestMilliseconds,
+                holdingTypes: heldTypes)
             guard !batch.isEmpty else { return nil }
             switch try await pushBatch(batch, &report) {
             case .split:
@@ -674,6 +680,7 @@ public actor SyncEngine {
         let acknowledgedThrough = try store.log.lastOffset()
         for _ in 0..<SyncEngine.pullPagesPerRunMax {
             if isCancelled { return .cancelled }
+            if pathDisallowed { return .pathNotAllowed }
             let sent: String?
             do {
                 sent = try store.pullCursor()

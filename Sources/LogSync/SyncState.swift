@@ -44,7 +44,9 @@ public enum SyncOutcome: Sendable, Equatable {
     case offline
     /// The device's network path is expensive or constrained, and
     /// `SyncConfiguration.network` syncs over no such path: no request was
-    /// made, and nothing counts as a failure. The scheduler syncs once the
+    /// made, or, when the path changed during the run (the device left
+    /// Wi-Fi), none after the change (what was recorded and applied
+    /// stays). Nothing counts as a failure. The scheduler syncs once the
     /// path allows it.
     case pathNotAllowed
     /// Stopped by cancellation before a push request or a pulled page;

@@ -184,4 +184,68 @@ import Testing
         await scheduler.stop()
         await server.stop()
     }
+
+    /// A path that changes during a run, to one the policy syncs not over
+    /// (the phone left Wi-Fi), stops the run before its next request: the
+    /// answers recorded stay, the rest waits for a free path.
+    @Test func aRunStopsWhenThePathStopsAllowingIt() async throws {
+        let server = try await TestServer("policy-mid-run")
+        var configuration = SyncConfiguration()
+        configuration.network.syncsOnExpensivePaths = false
+        configuration.pushBatchCountMax = 1
+        let transport = AfterFirstAnswer(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback))
+        let a = try Replica("a", server: server, configuration: configuration, transport: transport)
+        transport.then { await a.engine.networkPathChanged(Self.expensive) }
+        for n in 0..<3 { try await a.store.create(type: "task", fields: ["n": .int(Int64(n))]) }
+        let report = await a.sync()
+        #expect(report.outcome == .pathNotAllowed && report.acknowledged == 1 && report.pages == 0, "\(report)")
+        #expect(try a.store.outboxCount() == 2)
+        #expect(await a.engine.state == .idle)
+        await a.engine.networkPathChanged(.satisfied)
+        #expect(await a.sync().acknowledged == 2)
+
+        // Between pulled pages alike.
+        configuration.pullPageCountMax = 1
+        let pulling = AfterFirstAnswer(inner: HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback), afterPull: true)
+        let b = try Replica("b", server: server, configuration: configuration, transport: pulling)
+        pulling.then { await b.engine.networkPathChanged(Self.expensive) }
+        let pulled = await b.sync()
+        #expect(pulled.outcome == .pathNotAllowed && pulled.pages == 1, "\(pulled)")
+        #expect(try b.store.count(type: "task") == 1)
+        await b.engine.networkPathChanged(.satisfied)
+        #expect(await b.sync().outcome == .completed)
+        #expect(try b.store.count(type: "task") == 3)
+        await server.stop()
+    }
+}
+
+/// Through `inner`; after the first push's answer (or the first pull's,
+/// with `afterPull`), and before the engine gets it, runs what `then` set.
+final class AfterFirstAnswer: SyncTransport {
+    private let inner: HTTPTransport
+    private let afterPull: Bool
+    private let action = Mutex<(@Sendable () async -> Void)?>(nil)
+
+    init(inner: HTTPTransport, afterPull: Bool = false) {
+        self.inner = inner
+        self.afterPull = afterPull
+    }
+
+    private func runAction() async {
+        if let body = action.withLock({ action in defer { action = nil }; return action }) { await body() }
+    }
+
+    func then(_ body: @escaping @Sendable () async -> Void) { action.withLock { $0 = body } }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
+        let response = try await inner.push(request)
+        if !afterPull { await runAction() }
+        return response
+    }
+    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        let page = try await inner.pull(cursor: cursor, limit: limit)
+        if afterPull { await runAction() }
+        return page
+    }
 }
