@@ -10,9 +10,9 @@ import Synchronization
 /// The sync protocol over HTTP with `URLSession` (`Format/sync-protocol.md`):
 /// bearer token, timeouts, gzip accepted, push bodies of 1 KiB or more sent
 /// in gzip to a server whose health answer says it takes them, bodies read
-/// up to a limit. It
-/// works on Linux and Apple platforms alike. It never retries; the engine
-/// decides that.
+/// up to a limit. It works on Linux and Apple platforms alike. It never
+/// retries; the engine decides that (but for a push in gzip refused with
+/// 415, sent again at once as it is).
 ///
 /// Caveats: on Linux, FoundationNetworking (libcurl) inflates a compressed
 /// body whatever the request accepted, and cannot cancel a transfer while
