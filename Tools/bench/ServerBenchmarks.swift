@@ -93,13 +93,16 @@ struct LoopbackServer {
     let server: SyncServer
     let port: Int
 
-    /// Runs `body` with the server serving, then stops it gracefully and
-    /// closes its store, whether `body` throws or not.
+    /// Runs `body` with the server serving (answers in gzip at
+    /// `gzipLevel`, 0 for none), then stops it gracefully and closes its
+    /// store, whether `body` throws or not.
     static func serving<T>(
-        directory: String, users: [String], _ body: (LoopbackServer) async throws -> T
+        directory: String, users: [String], gzipLevel: Int = SyncServer.Configuration(dataDirectory: "").gzipLevel,
+        _ body: (LoopbackServer) async throws -> T
     ) async throws -> T {
         var configuration = SyncServer.Configuration(dataDirectory: directory)
         configuration.port = 0
+        configuration.gzipLevel = gzipLevel
         configuration.tokens = Dictionary(uniqueKeysWithValues: users.map { ($0, Identity(user: $0)) })
         configuration.durability = .full
         // Stopping cancels the server's connections, which Hummingbird logs

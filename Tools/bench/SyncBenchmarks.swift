@@ -21,7 +21,9 @@ struct SyncBenchSettings: Codable, Sendable {
 ///    batches, records each answer, then pulls (its own changes come back);
 /// b. the initial pull: one `sync()` of an empty store reads the whole feed.
 /// Each runs with the engine's default sizes and with the largest the
-/// protocol allows.
+/// protocol allows, bodies in gzip both ways (the defaults of client and
+/// server), and with the default sizes once more without gzip, on a server
+/// of its own, to show what gzip costs where bandwidth is free.
 enum SyncBenchmark {
     static let target = 20_000.0
     static let clientDurability = Durability.full
@@ -32,9 +34,11 @@ enum SyncBenchmark {
     struct Shape: Sendable {
         var name: String
         var configuration: SyncConfiguration
+        /// Bodies in gzip both ways: pushes from the client, answers from the server.
+        var gzip = true
 
         var label: String {
-            "\(name) (batch \(configuration.pushBatchCountMax), page \(configuration.pullPageCountMax))"
+            "\(name) (batch \(configuration.pushBatchCountMax), page \(configuration.pullPageCountMax)\(gzip ? "" : ", no gzip"))"
         }
     }
 
@@ -42,38 +46,51 @@ enum SyncBenchmark {
         var largest = SyncConfiguration()
         largest.pushBatchCountMax = Wire.pushOperationCountMax
         largest.pullPageCountMax = Wire.pullPageCountMax
-        return [Shape(name: "default", configuration: SyncConfiguration()), Shape(name: "largest", configuration: largest)]
+        return [
+            Shape(name: "default", configuration: SyncConfiguration()), Shape(name: "largest", configuration: largest),
+            Shape(name: "default-plain", configuration: SyncConfiguration(), gzip: false),
+        ]
     }()
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
-        let counts = settings.sync
-        let workload = TimeEntryWorkload()
-        let flushUsers = shapes.map { "flush-\($0.name)" }
-        let pullUser = "pull"
-        return try await LoopbackServer.serving(directory: workspace.path("sync-server"), users: flushUsers + [pullUser]) {
-            server in
-            try await run(counts, workload, flushUsers: flushUsers, pullUser: pullUser, server, workspace)
-        }
-    }
-
-    private static func run(
-        _ counts: SyncBenchSettings, _ workload: TimeEntryWorkload, flushUsers: [String], pullUser: String,
-        _ server: LoopbackServer, _ workspace: Workspace
-    ) async throws -> ReportSection {
         var section = ReportSection(
             "9. Sync end to end: Store + SyncEngine + HTTPTransport + server over loopback (client .\(clientDurability), server .full)")
-        for (shape, user) in zip(shapes, flushUsers) {
-            progress("sync: flush \(Report.grouped(counts.intents)) intents (\(shape.label))")
-            section.rows.append(try await flush(counts.intents, shape, user: user, workload, server, workspace))
+        var flushRows: [ResultRow] = []
+        var pullRows: [ResultRow] = []
+        for gzip in [true, false] {
+            let (flushed, pulled) = try await run(
+                settings.sync, shapes: shapes.filter { $0.gzip == gzip }, gzip: gzip, TimeEntryWorkload(), workspace)
+            flushRows += flushed
+            pullRows += pulled
         }
-        progress("sync: fill the server with \(Report.grouped(counts.entities)) entities")
-        try await fill(counts.entities, user: pullUser, workload, server)
-        for shape in shapes {
-            progress("sync: initial pull of \(Report.grouped(counts.entities)) entities (\(shape.label))")
-            section.rows.append(try await initialPull(counts.entities, shape, user: pullUser, server, workspace))
-        }
-        section.notes = notes(workload)
+        section.rows = flushRows + pullRows
+        section.notes = notes(TimeEntryWorkload())
         return section
+    }
+
+    /// Runs `shapes` on a server of their own, which answers in gzip or not.
+    private static func run(
+        _ counts: SyncBenchSettings, shapes: [Shape], gzip: Bool, _ workload: TimeEntryWorkload, _ workspace: Workspace
+    ) async throws -> (flushes: [ResultRow], pulls: [ResultRow]) {
+        let flushUsers = shapes.map { "flush-\($0.name)" }
+        let pullUser = "pull"
+        let name = gzip ? "sync-server" : "sync-server-plain"
+        return try await LoopbackServer.serving(directory: workspace.path(name), users: flushUsers + [pullUser], gzipLevel: gzip ? 1 : 0) {
+            server in
+            var flushes: [ResultRow] = []
+            for (shape, user) in zip(shapes, flushUsers) {
+                progress("sync: flush \(Report.grouped(counts.intents)) intents (\(shape.label))")
+                flushes.append(try await flush(counts.intents, shape, user: user, workload, server, workspace))
+            }
+            progress("sync: fill the server with \(Report.grouped(counts.entities)) entities")
+            try await fill(counts.entities, user: pullUser, workload, server)
+            var pulls: [ResultRow] = []
+            for shape in shapes {
+                progress("sync: initial pull of \(Report.grouped(counts.entities)) entities (\(shape.label))")
+                pulls.append(try await initialPull(counts.entities, shape, user: pullUser, server, workspace))
+            }
+            return (flushes, pulls)
+        }
     }
 
     private static func notes(_ workload: TimeEntryWorkload) -> [String] {
@@ -83,6 +100,7 @@ enum SyncBenchmark {
             "a flush's sync() also pulls: the server's feed returns the client's own changes, which it applies as remote entries; 'push phase' in the detail is the time until the first pull.",
             "each push batch costs two durable commits (the server's, then the client's acks: four fsyncs) and each pulled page one (the client's); the larger sizes mostly save those.",
             "transport time is inside HTTPTransport (JSON encoding and decoding, HTTP over loopback, the server's work and commit); engine + store is the rest (outbox reads, ack and remote entries committed with their projections).",
+            "gzip: pushes of 1 KiB or more go in gzip at zlib's default level (the client's default), answers of 1 KiB or more at level 1 (the server's); the no-gzip rows run on a second server with gzip off, and a client that sends none. Over loopback the bytes cost nothing, so those rows show gzip's CPU cost alone; section 8 gives the bytes it saves.",
             "no SQLite comparison: there is no SQLite sync engine to run beside it.",
         ]
     }
@@ -188,6 +206,7 @@ enum SyncBenchmark {
     {
         var options = HTTPTransport.Options()
         options.ignoreProxies = true
+        options.gzipsPushes = shape.gzip
         let transport = TimedTransport(HTTPTransport(baseURL: server.url, token: user, options: options))
         let engine = try SyncEngine(store: store, transport: transport, configuration: shape.configuration)
         let clock = ContinuousClock()
