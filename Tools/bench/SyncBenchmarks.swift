@@ -100,7 +100,7 @@ enum SyncBenchmark {
             "a flush's sync() also pulls: the server's feed returns the client's own changes, which it applies as remote entries; 'push phase' in the detail is the time until the first pull.",
             "each push batch costs two durable commits (the server's, then the client's acks: four fsyncs) and each pulled page one (the client's); the larger sizes mostly save those.",
             "transport time is inside HTTPTransport (JSON encoding and decoding, HTTP over loopback, the server's work and commit); engine + store is the rest (outbox reads, ack and remote entries committed with their projections).",
-            "gzip: pushes of 1 KiB or more go in gzip at zlib's default level (the client's default), answers of 1 KiB or more at level 1 (the server's); the no-gzip rows run on a second server with gzip off, and a client that sends none. Over loopback the bytes cost nothing, so those rows show gzip's CPU cost alone; section 8 gives the bytes it saves.",
+            "gzip: pushes and answers of 1 KiB or more go in gzip at level 1 (the client's and the server's defaults); the no-gzip rows run on a second server with gzip off, and a client that sends none. Over loopback the bytes cost nothing, so those rows show gzip's CPU cost alone; section 8 gives the bytes it saves.",
             "no SQLite comparison: there is no SQLite sync engine to run beside it.",
         ]
     }
