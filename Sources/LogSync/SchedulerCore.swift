@@ -10,10 +10,11 @@
 /// - Connectivity regained arms a 2.5 s timer; it fires only if the
 ///   connection is still up (a loss cancels it), and only a gain (or a
 ///   freed path, below) arms it.
-/// - The path stopped being expensive or constrained while online, and
-///   intents wait for that (`NetworkPolicy.typesPushedOnlyOnFreePaths`):
-///   it arms the same 2.5 s timer. (A path the policy syncs not over is
-///   offline to these rules.)
+/// - The path stopped being expensive or constrained while online, and the
+///   policy pushes some types only on free paths
+///   (`NetworkPolicy.typesPushedOnlyOnFreePaths`): it arms the same 2.5 s
+///   timer, for the intents of those types that may wait. (A path the
+///   policy syncs not over is offline to these rules.)
 /// - A server nudge syncs at once while online.
 /// - Stopped, the scheduler forgets the connectivity: after a restart, the
 ///   rules wait for its first report, as they did at the first start.
@@ -48,7 +49,7 @@ public struct SchedulerCore: Sendable, Equatable {
         case localWrite
         case connectivity(Bool)
         /// Still online, the path stopped being expensive or constrained,
-        /// and intents waited for that.
+        /// and the policy pushes some types only on free paths.
         case pathFreed
         case nudge
         case timerFired(Timer)

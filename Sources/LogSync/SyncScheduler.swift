@@ -6,8 +6,9 @@ import LogStore
 /// overlapping ones). Also runs time-boxed background syncs. It hands each
 /// of the monitor's paths to the engine (`SyncEngine.networkPathChanged`);
 /// a path the engine's `NetworkPolicy` syncs not over is no path to its
-/// rules, and one that stops being expensive or constrained, while intents
-/// wait for that, is a gain.
+/// rules, and one that stops being expensive or constrained, when the
+/// policy pushes some types only on free paths, arms the network timer as
+/// a gain does.
 ///
 /// A trigger that comes while a run pushes or pulls starts one more run
 /// as it ends, for all such triggers together: joined, the run could have
