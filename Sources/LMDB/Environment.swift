@@ -53,13 +53,15 @@ public final class Environment: @unchecked Sendable {
     /// the one in `spareRead`).
     static let readPoolCountMax = 16
 
-    let handle: OpaquePointer
+    /// LMDB's environment. Replaced only by `reopenIfFailed`, which holds
+    /// the resize lock exclusively; every other use holds it shared.
+    private(set) var handle: OpaquePointer
     public let path: String
     public let options: Options
     /// LMDB's page size for this file, read at open: `mdb_env_stat` reads
     /// it from a meta page through the map, which `checkDataFileWhole`
     /// must not touch.
-    private let pageSize: Int
+    private var pageSize: Int
     private let resizeLock = ReadWriteLock()
     private let state: Mutex<State>
     private let openDatabaseLock = Mutex(())
@@ -81,6 +83,14 @@ public final class Environment: @unchecked Sendable {
         /// What `info()` reports once the environment is closed (its handle
         /// is freed then), or has lost its map (`setMapSize`).
         var closedInfo: Info?
+        /// The databases a reopening opens again, ascending by handle; nil
+        /// when a failed environment stays failed (`reopensAfterFailure`).
+        var reopenDatabases: [(name: String, database: Database)]?
+        /// `handle` is closed: a reopening closed it and could not open
+        /// the environment again.
+        var detached = false
+        /// How many times the environment was opened again after failing.
+        var reopens = 0
     }
 
     /// The directories open in this process, by their resolved path.
@@ -107,9 +117,7 @@ public final class Environment: @unchecked Sendable {
         try check(mdb_env_create(&env), "mdb_env_create", path: resolved)
         guard let env else { preconditionFailure("mdb_env_create returned no environment") }
         do {
-            try check(mdb_env_set_mapsize(env, options.mapSize), "mdb_env_set_mapsize", path: resolved)
-            try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs", path: resolved)
-            try check(mdb_env_set_maxreaders(env, UInt32(options.maxReaders)), "mdb_env_set_maxreaders", path: resolved)
+            try Environment.configure(env, options, mapSize: options.mapSize, path: resolved)
             try Environment.checkDataFileExists(resolved, options: options)
             try Environment.register(resolved)
             let lockFile = resolved + "/lock.mdb"
@@ -119,9 +127,7 @@ public final class Environment: @unchecked Sendable {
                 if !hadLockFile && !options.readOnly {
                     try LockFileSpace.allocate(directory: resolved, maxReaders: options.maxReaders)
                 }
-                let opened = mdb_env_open(env, resolved, Environment.flags(options), 0o644)
-                try OpenFailure.check(opened, directory: resolved, readOnly: options.readOnly)
-                pageSize = try Environment.checkDataFileSize(env, path: resolved)
+                pageSize = try Environment.open(env, options, path: resolved)
             } catch {
                 // LMDB makes the lock file before it reads the data file. A
                 // data file that is not LMDB's, lacks pages or has a damaged
@@ -144,6 +150,22 @@ public final class Environment: @unchecked Sendable {
     }
 
     deinit { close() }
+
+    /// Sets what LMDB needs before it opens the environment.
+    private static func configure(_ env: OpaquePointer, _ options: Options, mapSize: Int, path: String) throws(LMDBError) {
+        try check(mdb_env_set_mapsize(env, mapSize), "mdb_env_set_mapsize", path: path)
+        try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs", path: path)
+        try check(mdb_env_set_maxreaders(env, UInt32(options.maxReaders)), "mdb_env_set_maxreaders", path: path)
+    }
+
+    /// Opens `env` on the directory at `path` and checks its data file
+    /// holds every page in use.
+    /// - Returns: LMDB's page size.
+    private static func open(_ env: OpaquePointer, _ options: Options, path: String) throws(LMDBError) -> Int {
+        let opened = mdb_env_open(env, path, Environment.flags(options), 0o644)
+        try OpenFailure.check(opened, directory: path, readOnly: options.readOnly)
+        return try Environment.checkDataFileSize(env, path: path)
+    }
 
     private static func flags(_ options: Options) -> UInt32 {
         var flags = UInt32(MDB_NOTLS)
@@ -378,8 +400,11 @@ public final class Environment: @unchecked Sendable {
             }
             for txn in pool { mdb_txn_abort(txn.handle) }
             let last = state.withLock { $0.closedInfo } ?? currentInfo()
-            state.withLock { $0.closedInfo = last }
-            mdb_env_close(handle)
+            let detached = state.withLock { state in
+                state.closedInfo = last
+                return state.detached
+            }
+            if !detached { mdb_env_close(handle) }
             Environment.unregister(path)
         }
     }
@@ -433,9 +458,11 @@ extension Environment {
     /// aborted, the map grows, and `body` runs again.
     /// - Throws: what `body` throws, or `LMDBError`; after a failed commit,
     ///   or a growth of the map that `mmap` refused (`ENOMEM`), the
-    ///   environment answers `.environmentFailed` until it is reopened.
+    ///   environment answers `.environmentFailed` until it is reopened
+    ///   (the next transaction does that, after `reopensAfterFailure`).
     public func write<R>(_ body: (borrowing Transaction) throws -> R) throws -> R {
         precondition(!options.readOnly, "write on a read-only environment")
+        if !usable.load(ordering: .acquiring) { try reopenIfFailed() }
         for _ in 0..<Environment.mapGrowthAttemptsMax {
             do {
                 return try resizeLock.withShared { try writeOnce(body) }
@@ -489,6 +516,7 @@ extension Environment {
     ///   `LMDBError` from LMDB.
     @usableFromInline
     func beginRead() throws(LMDBError) -> OpaquePointer {
+        if !usable.load(ordering: .acquiring) { try reopenIfFailed() }
         for _ in 0..<Environment.mapGrowthAttemptsMax {
             resizeLock.lockShared()
             do {
@@ -615,6 +643,115 @@ extension Environment {
     private func checkNoReadHeld(_ code: LMDBError.Code, _ why: String) throws(LMDBError) {
         guard ReadWriteLock.threadHoldsShared else { return }
         throw LMDBError(code: code, operation: "mdb_env_set_mapsize", path: path, detail: why)
+    }
+}
+
+// MARK: - Reopening after a failure
+
+extension Environment {
+    /// Has a failed environment opened again, as a close and a new open
+    /// would, by the next transaction that begins: a failed commit (a full
+    /// disk, an I/O error) or map growth then fails the calls that met it,
+    /// not every later one. `databases` are the handles to open again (all
+    /// that the caller uses): a reopening that does not get the same
+    /// handles for them leaves the environment failed.
+    ///
+    /// What the reopened environment holds is what LMDB's meta pages name:
+    /// every commit that succeeded. A failed commit wrote no meta page
+    /// that names it (or, when writing the meta page failed, wrote the
+    /// page it replaced back), so it is not there; with `.full`, every
+    /// commit before it was synced. The caller re-reads anything it
+    /// derived from the environment (`reopenCount` tells it to).
+    public func reopensAfterFailure(keeping databases: [String: Database]) {
+        let ordered = databases.map { (name: $0.key, database: $0.value) }.sorted { $0.database.dbi < $1.database.dbi }
+        state.withLock { $0.reopenDatabases = ordered }
+    }
+
+    /// How many times the environment has been opened again after failing.
+    public var reopenCount: Int { state.withLock { $0.reopens } }
+
+    /// Opens the environment again when it has failed and is to reopen
+    /// (`reopensAfterFailure`); nothing otherwise, and nothing on a thread
+    /// inside a read, which would wait for its own hold (the transaction
+    /// it begins then meets the failure).
+    /// - Throws: `.environmentFailed` naming why it could not reopen; it
+    ///   stays failed, and the next transaction tries again.
+    private func reopenIfFailed() throws(LMDBError) {
+        guard !ReadWriteLock.threadHoldsShared else { return }
+        try resizeLock.withExclusive { () throws(LMDBError) in
+            // Another thread may have reopened it while this one waited.
+            let failure = state.withLock { state in
+                state.closed ? nil : state.failed.flatMap { failed in state.reopenDatabases.map { (failed, $0, state.detached) } }
+            }
+            guard let (failed, databases, detached) = failure else { return }
+            // No transaction is running (they hold the resize lock shared):
+            // the pooled reads are this handle's, and go with it.
+            if let spare = OpaquePointer(bitPattern: spareRead.exchange(0, ordering: .acquiringAndReleasing)) {
+                mdb_txn_abort(spare)
+            }
+            for txn in state.withLock({ $0.readPool }) { mdb_txn_abort(txn.handle) }
+            let last = state.withLock { $0.closedInfo } ?? currentInfo()
+            state.withLock { state in
+                state.readPool = []
+                state.closedInfo = last
+                state.detached = true
+            }
+            if !detached { mdb_env_close(handle) }
+            do {
+                let (env, pageSize) = try reopened(mapSize: last.mapSize, databases)
+                handle = env
+                self.pageSize = pageSize
+                state.withLock { state in
+                    state.failed = nil
+                    state.closedInfo = nil
+                    state.detached = false
+                    state.reopens += 1
+                }
+                usable.store(true, ordering: .releasing)
+            } catch {
+                let stillFailed = LMDBError(
+                    code: .environmentFailed, operation: "reopen", path: path,
+                    detail: "it failed (\(failed)), and opening it again failed: \(error)")
+                state.withLock { $0.failed = stillFailed }
+                throw stillFailed
+            }
+        }
+    }
+
+    /// A new LMDB environment on this directory, mapped at `mapSize`, with
+    /// `databases` opened again under the same handles.
+    private func reopened(mapSize: Int, _ databases: [(name: String, database: Database)]) throws(LMDBError)
+        -> (OpaquePointer, pageSize: Int)
+    {
+        var env: OpaquePointer?
+        try check(mdb_env_create(&env), "mdb_env_create", path: path)
+        guard let env else { preconditionFailure("mdb_env_create returned no environment") }
+        do throws(LMDBError) {
+            try Environment.configure(env, options, mapSize: mapSize, path: path)
+            let pageSize = try Environment.open(env, options, path: path)
+            // Handles opened in a read transaction stay open once it commits.
+            var txn: OpaquePointer?
+            try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin", path: path)
+            do throws(LMDBError) {
+                for (name, database) in databases {
+                    var dbi = MDB_dbi()
+                    try check(mdb_dbi_open(txn, name, 0, &dbi), "mdb_dbi_open", path: path)
+                    guard dbi == database.dbi else {
+                        throw LMDBError(
+                            code: .invalid, operation: "mdb_dbi_open", path: path,
+                            detail: "database \(name) opened as handle \(dbi), not \(database.dbi) as before")
+                    }
+                }
+            } catch {
+                mdb_txn_abort(txn)
+                throw error
+            }
+            try check(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
+            return (env, pageSize)
+        } catch {
+            mdb_env_close(env)
+            throw error
+        }
     }
 }
 

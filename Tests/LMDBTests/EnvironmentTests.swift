@@ -768,6 +768,80 @@ extension EnvironmentTests {
         #expect(environment.info().usedBytes == (lastPage + 1) * pageSize && environment.info().lastTransactionID == 2)
     }
 
+    /// An environment told to reopen after a failure (`reopensAfterFailure`)
+    /// does so before its next transaction. The failure here is a data file
+    /// cut while open: reopening it while it is still cut fails, naming
+    /// both, and leaves the environment failed; once the file is whole
+    /// again, the next read reopens it, its databases keep their handles,
+    /// and writes commit.
+    @Test func aFailedEnvironmentReopensBeforeItsNextTransaction() throws {
+        let directory = try TemporaryDirectory("lmdb-reopen")
+        let environment = try Environment(path: directory.path)
+        defer { environment.close() }
+        let first = try #require(try environment.openDatabase("first"))
+        let second = try #require(try environment.openDatabase("second"))
+        environment.reopensAfterFailure(keeping: ["second": second, "first": first])
+        try environment.write { txn in
+            for n in 0..<200 { try txn.put(first, key: key(n), value: [UInt8](repeating: 7, count: 1_000)) }
+            try txn.put(second, key: key(0), value: [2])
+        }
+        let file = directory.appending("data.mdb")
+        let whole = try Data(contentsOf: URL(fileURLWithPath: file))
+        let handle = try #require(FileHandle(forUpdatingAtPath: file))
+        defer { try? handle.close() }
+        try handle.truncate(atOffset: UInt64(4 * environment.info().pageSize))
+        #expect(throws: LMDBError.self) { try environment.checkDataFileWhole() }
+
+        for attempt in 0..<2 {
+            let stillCut = #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(second, key: key(0)) } }
+            #expect(stillCut?.code == .environmentFailed && stillCut?.operation == "reopen", "\(String(describing: stillCut))")
+            #expect(stillCut?.detail?.contains("data file truncated") == true, "attempt \(attempt): \(String(describing: stillCut))")
+            #expect(throws: LMDBError.self) { try environment.write { txn in try txn.put(second, key: key(1), value: [1]) } }
+        }
+        #expect(environment.reopenCount == 0)
+
+        try handle.seek(toOffset: 0)
+        try handle.write(contentsOf: whole)
+        #expect(try environment.read { txn in try txn.get(second, key: key(0)) } == [2])
+        #expect(environment.reopenCount == 1)
+        try environment.write { txn in try txn.put(first, key: key(500), value: [5]) }
+        #expect(try environment.read { txn in try txn.get(first, key: key(500)) } == [5])
+        #expect(try environment.read { txn in try txn.get(first, key: key(199)) }?.count == 1_000)
+        #expect(environment.reopenCount == 1)
+    }
+
+    /// A failed environment not told to reopen stays failed, also once the
+    /// cause is gone; and one whose reopening failed closes safely (LMDB's
+    /// handle is gone by then), with the numbers it had (none: the file
+    /// was cut below its meta pages).
+    @Test func aFailedEnvironmentReopensOnlyWhenToldAndClosesAfterAFailedReopening() throws {
+        for reopens in [false, true] {
+            let directory = try TemporaryDirectory("lmdb-reopen-\(reopens)")
+            let environment = try Environment(path: directory.path)
+            let table = try #require(try environment.openDatabase("t"))
+            if reopens { environment.reopensAfterFailure(keeping: ["t": table]) }
+            try environment.write { txn in try txn.put(table, key: key(1), value: [1]) }
+            let file = directory.appending("data.mdb")
+            let whole = try Data(contentsOf: URL(fileURLWithPath: file))
+            let handle = try #require(FileHandle(forUpdatingAtPath: file))
+            try handle.truncate(atOffset: 0)
+            #expect(throws: LMDBError.self) { try environment.checkDataFileWhole() }
+            let read = #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(table, key: key(1)) } }
+            #expect(read?.code == (reopens ? .environmentFailed : .truncated), "\(String(describing: read))")
+            try handle.write(contentsOf: whole)
+            try handle.close()
+            if !reopens {
+                let still = #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(table, key: key(1)) } }
+                #expect(still?.code == .truncated, "\(String(describing: still))")
+            }
+            environment.close()
+            #expect(environment.info().usedBytes == 0 && environment.info().lastTransactionID == 0)
+            let closed = #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(table, key: key(1)) } }
+            #expect(closed?.code == .closed, "\(String(describing: closed))")
+            directory.remove()
+        }
+    }
+
     /// A data file cut below its meta pages: nothing in it says what was in
     /// use.
     @Test func aDataFileCutToNothingWhileOpenIsNamedBeforeAnyRead() throws {
