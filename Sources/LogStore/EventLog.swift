@@ -189,6 +189,15 @@ public final class EventLog: Sendable {
         }
         self.writerLock = writerLock
         self.environment = environment
+        if !options.readOnly {
+            // After a failed commit (a full disk, an I/O error) the next
+            // read or write opens the environment again: the app goes on
+            // once the disk has room, with what was committed.
+            var named = derived.compactMapValues { $0 }
+            named["log"] = databases.log
+            named["meta"] = databases.meta
+            environment.reopensAfterFailure(keeping: named)
+        }
         self.path = environment.path
         let log = databases.log
         logDatabase = log

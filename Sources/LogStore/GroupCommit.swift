@@ -39,6 +39,9 @@ final class GroupCommitter: @unchecked Sendable {
     private let onCompletions = DispatchSpecificKey<Bool>()
     /// Owned by the writer thread: the log's position between commits.
     private var committed: WriteContext.Position
+    /// Owned by the writer thread: the environment's `reopenCount` when
+    /// `committed` was last known to be the log's end.
+    private var reopensSeen = 0
     private let log: Database
     /// Called on the writer thread after each commit with the new position
     /// and the number of jobs the commit carried.
@@ -55,6 +58,7 @@ final class GroupCommitter: @unchecked Sendable {
         self.environment = environment
         self.log = log
         self.committed = position
+        reopensSeen = environment.reopenCount
         self.onCommit = onCommit
         self.onStop = onStop
         completions.setSpecific(key: onCompletions, value: true)
@@ -181,6 +185,19 @@ final class GroupCommitter: @unchecked Sendable {
         return queue.count >= count || closing
     }
 
+    /// Where the group's entries go: after `committed`, unless the
+    /// environment was opened again after a failure since it was known.
+    /// Then the log's last entry says: a commit whose meta page failed to
+    /// write is reported failed, and LMDB writes the old page back, but a
+    /// log that went on from memory would clash with any that came through.
+    private func startPosition(_ txn: borrowing Transaction) throws -> WriteContext.Position {
+        let reopens = environment.reopenCount
+        guard reopens != reopensSeen else { return committed }
+        committed = try EventLog.lastPosition(txn, log: log, path: environment.path)
+        reopensSeen = reopens
+        return committed
+    }
+
     private func commit(_ group: [any WriteJob]) {
         // The first pass runs the jobs straight in the transaction, the
         // cheap way. When one throws, that pass is undone and the group runs
@@ -198,7 +215,7 @@ final class GroupCommitter: @unchecked Sendable {
             do {
                 let (position, effects) = try environment.write { txn in
                     (succeeded, rejected) = ([], [])
-                    var context = WriteContext(log: log, path: environment.path, position: committed)
+                    var context = WriteContext(log: log, path: environment.path, position: try startPosition(txn))
                     for job in group {
                         do {
                             if isolated {

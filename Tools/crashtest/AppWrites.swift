@@ -87,6 +87,8 @@ struct AppWriter {
     private(set) var lastBatch: (id: String, operations: [AppOperation]) = ("", [])
     private var random: SeededRandom
     private var alive: [String] = []
+    /// `alive` before the last batch was planned.
+    private var aliveBeforeLastBatch: [String] = []
     private var created = 0
     private var batches = 0
     private var sequence = 0
@@ -116,6 +118,7 @@ struct AppWriter {
 
     mutating func writeBatch(_ store: Store, _ worker: Worker) async throws {
         let count = Int.random(in: 1...operationsMax, using: &random)
+        aliveBeforeLastBatch = alive
         var operations: [AppOperation] = []
         for _ in 0..<count { operations.append(nextOperation(avoiding: Set(operations.map(\.id)))) }
         let id = "\(tag)-\(task)-\(batches)"
@@ -134,6 +137,15 @@ struct AppWriter {
         }
         try await store.write(batch)
         worker.reporter.send("ack", [id])
+    }
+
+    /// Leaves the entities of the last batch, which failed, alone from now
+    /// on: what it created does not exist, and a later delete of one it
+    /// deleted would be taken for its own (a delete is known by its
+    /// entity alone).
+    mutating func forgetLastBatch() {
+        let touched = Set(lastBatch.operations.map(\.id))
+        alive = aliveBeforeLastBatch.filter { !touched.contains($0) }
     }
 
     /// A create, or an update or delete of a living entity not in `taken`.

@@ -72,7 +72,7 @@ enum AppendWorkload: StoreWorkload {
             } catch {
                 worker.reporter.send("fail", [key])
                 throw await CommitFailure.after("append of \(key)", failed: error) {
-                    "succeeded at offset \(try await log.append(body(key: key + "-after")))"
+                    "succeeded at offset \(try await reportedAppend(key + "-after", log, worker))"
                 }
             }
             worker.reporter.send("ack", [String(offset), key])
@@ -90,6 +90,14 @@ enum AppendWorkload: StoreWorkload {
 
 /// A write that threw, with what the store answered the write after it:
 /// after a failed commit a store must refuse writes until it is reopened.
+/// Appends `key`'s entry, reported `try` before and `ack` after.
+func reportedAppend(_ key: String, _ log: EventLog, _ worker: Worker) async throws -> UInt64 {
+    worker.reporter.send("try", [key])
+    let offset = try await log.append(AppendWorkload.body(key: key))
+    worker.reporter.send("ack", [String(offset), key])
+    return offset
+}
+
 struct CommitFailure: Error, CustomStringConvertible {
     var write: String
     var error: any Error
@@ -98,8 +106,9 @@ struct CommitFailure: Error, CustomStringConvertible {
     var description: String { "\(write) failed: \(type(of: error)): \(error); the next write: \(next)" }
 
     /// `write`'s failure with `error`, after one more write, `next`, which
-    /// returns what it did: a store must refuse writes after a failed
-    /// commit, and the failure says whether this one did.
+    /// returns what it did: the store opens its environment again, and the
+    /// write commits once the fault has passed (or meets it again), and the
+    /// failure says which.
     static func after(_ write: String, failed error: any Error, next: () async throws -> String) async -> CommitFailure {
         let outcome: String
         do {

@@ -120,6 +120,7 @@ enum CompactionWorkload: StoreWorkload {
                 if let now = try? store.compactedBelow(), now != compactedBefore { seen.append("compactedBelow:\(compactedBefore)->\(now)") }
                 for difference in seen { worker.reporter.send("seen", [failed, difference]) }
                 throw await CommitFailure.after(failed, failed: error) {
+                    if step.isEmpty { writer.forgetLastBatch() }
                     try await writer.writeBatch(store, worker)
                     return "succeeded"
                 }

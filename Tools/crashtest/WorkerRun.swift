@@ -1,4 +1,5 @@
 import Foundation
+import LogStore
 import LogTesting
 
 #if canImport(Glibc)
@@ -53,6 +54,24 @@ enum WorkerRun {
             context.violation("the worker (seed \(seed)) ended by itself with \(worker.ending) before its kill: \(worker.errorText)")
         }
         return parse(worker.outputLines, &context)
+    }
+
+    /// Starts a worker on `store` with `durability` that ends by itself
+    /// (no kill), and returns it ended, with what it reported.
+    /// - Throws: `HarnessError` when it has not ended within `durationMax`.
+    static func endingByItself(
+        _ workload: String, store: String, durability: Durability, within durationMax: Duration, _ context: inout IterationContext
+    ) async throws -> (worker: ChildProcess, reports: [Report]) {
+        var options = context.options
+        options.durability = durability
+        let worker = try ChildProcess(
+            "worker", executable: options.executable,
+            arguments: arguments(workload, store: store, seed: context.workerSeed(), options))
+        guard await worker.waitForExit(timeout: durationMax) else {
+            worker.kill()
+            throw HarnessError("the \(workload) worker did not end within \(durationMax): \(worker.errorText)")
+        }
+        return (worker, parse(worker.outputLines, &context))
     }
 
     /// One kill in this many is timed from the start instead of from `ready`.
