@@ -173,6 +173,18 @@ import Testing
         #expect(summary.iterations == 1 && summary.faults == 1 && summary.acknowledged > 0 && summary.violations == 0, "\(run.output)")
     }
 
+    /// A disk that fills (the worker limits the size of files it writes)
+    /// fails a write, and the app's reads go on; once the worker lifts the
+    /// limit, its writes commit on the same `Store`, which opened its
+    /// environment again by itself. Three iterations on one store: the
+    /// later ones fill a disk that a store already spans.
+    @Test func aStoreWritesAgainOnceAFullDiskHasRoom() async throws {
+        let run = try await Self.run(["--workload", "full-disk", "--iterations", "3", "--seed", "3"])
+        #expect(run.status == 0, "\(run.output)\(run.errors)")
+        let summary = try Self.summary(run)
+        #expect(summary.iterations == 3 && summary.faults == 3 && summary.acknowledged > 0 && summary.violations == 0, "\(run.output)")
+    }
+
     static let prlimit = "/usr/bin/prlimit"
 
     /// A disk that fills while a store is created leaves LMDB's first meta

@@ -40,7 +40,7 @@ enum Workloads {
 
     /// Those whose worker process the workload starts itself, with more
     /// around it than `KilledWriter` has (a server).
-    static var ownWorkers: [any StoreWorkload.Type] { [SyncWorkload.self, MapLimitWorkload.self] }
+    static var ownWorkers: [any StoreWorkload.Type] { [SyncWorkload.self, MapLimitWorkload.self, FullDiskWorkload.self] }
 
     static var all: [any Workload.Type] {
         stores.map { killed($0) } + [ServerWorkload.self, SyncWorkload.self, IOFaultWorkload.self]
@@ -48,7 +48,7 @@ enum Workloads {
 
     /// Workloads that run only when named: each iteration takes seconds
     /// and checks what one iteration shows (`CrashTestTests` runs them).
-    static var onRequest: [any Workload.Type] { [MapLimitWorkload.self] }
+    static var onRequest: [any Workload.Type] { [MapLimitWorkload.self, FullDiskWorkload.self] }
 
     private static func killed<Recipe: StoreWorkload>(_: Recipe.Type) -> any Workload.Type { KilledWriter<Recipe>.self }
 
