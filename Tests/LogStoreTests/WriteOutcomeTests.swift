@@ -134,3 +134,41 @@ private func yieldUntil(_ yieldsMax: Int = 1_000_000, _ condition: () -> Bool) a
         store.close()
     }
 }
+
+/// A store whose environment failed opens it again by itself before its
+/// next read or write, keeping the app's `Store` (and everything holding
+/// it) usable. The failure here is its data file cut while open, which a
+/// test can make and mend in-process; failed commits (a full disk, an I/O
+/// error) are made in a child process by the crash harness (`full-disk`,
+/// `io-faults`).
+@Suite struct StoreReopeningTests {
+    @Test func aStoreReadsAndWritesAgainOnceItsFailureIsMended() async throws {
+        var fixture = try StoreFixture("store-reopening", durability: .full)
+        let store = fixture.store
+        for n in 0..<50 { _ = try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
+        let lastBefore = try store.log.lastOffset()
+        let file = fixture.directory.appending("data.mdb")
+        let whole = try Data(contentsOf: URL(fileURLWithPath: file))
+        let handle = try #require(FileHandle(forUpdatingAtPath: file))
+        defer { try? handle.close() }
+        try handle.truncate(atOffset: 4_096 * 3)
+        #expect(throws: LMDBError.self) { try store.log.checkDataFileWhole() }
+
+        // Still cut: each call tries to reopen, and fails naming the cut.
+        let read = #expect(throws: LMDBError.self) { try store.get(type: "te", id: "e1") }
+        #expect(read?.code == .environmentFailed && read?.detail?.contains("data file truncated") == true, "\(String(describing: read))")
+        await #expect(throws: LMDBError.self) { try await store.create(type: "te", id: "lost", fields: [:]) }
+
+        try handle.seek(toOffset: 0)
+        try handle.write(contentsOf: whole)
+        #expect(try store.get(type: "te", id: "e49")?.fields == ["n": 49])
+        #expect(try store.log.lastOffset() == lastBefore)
+        _ = try await store.create(type: "te", id: "after", fields: [:])
+        #expect(try store.log.lastOffset() == lastBefore + 1)
+        #expect(try store.count(type: "te") == 51 && store.get(type: "te", id: "lost") == nil)
+        #expect(try await store.projectionProblems().isEmpty)
+        try fixture.reopen()
+        #expect(try fixture.store.count(type: "te") == 51)
+        fixture.store.close()
+    }
+}
