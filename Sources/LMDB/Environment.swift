@@ -677,7 +677,11 @@ extension Environment {
     /// - Throws: `.environmentFailed` naming why it could not reopen; it
     ///   stays failed, and the next transaction tries again.
     private func reopenIfFailed() throws(LMDBError) {
-        guard !ReadWriteLock.threadHoldsShared else { return }
+        // Checked first without the exclusive hold, which would wait for
+        // every transaction: a closed environment, or a failed one that
+        // stays failed, is read (and refused) at full speed.
+        let due = state.withLock { !$0.closed && $0.failed != nil && $0.reopenDatabases != nil }
+        guard due, !ReadWriteLock.threadHoldsShared else { return }
         try resizeLock.withExclusive { () throws(LMDBError) in
             // Another thread may have reopened it while this one waited.
             let failure = state.withLock { state in

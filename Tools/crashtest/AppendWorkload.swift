@@ -88,8 +88,6 @@ enum AppendWorkload: StoreWorkload {
     }
 }
 
-/// A write that threw, with what the store answered the write after it:
-/// after a failed commit a store must refuse writes until it is reopened.
 /// Appends `key`'s entry, reported `try` before and `ack` after.
 func reportedAppend(_ key: String, _ log: EventLog, _ worker: Worker) async throws -> UInt64 {
     worker.reporter.send("try", [key])
@@ -98,6 +96,9 @@ func reportedAppend(_ key: String, _ log: EventLog, _ worker: Worker) async thro
     return offset
 }
 
+/// A write that threw, with what the store answered the write after it:
+/// after a failed commit a store opens its environment again, so that
+/// write commits, or meets the fault again while it lasts.
 struct CommitFailure: Error, CustomStringConvertible {
     var write: String
     var error: any Error

@@ -20,7 +20,8 @@ import LogTesting
 /// failed one.
 ///
 /// Reports: those of `AppWritesWorkload` (`try BATCH OP...`, `ack BATCH`,
-/// `fail BATCH`), and `full COUNT` (the reads answered while the disk was
+/// `fail BATCH`, `seen BATCH WHAT` for a read that showed something of the
+/// failed batch), and `full COUNT` (a read answered while the disk was
 /// full, with the entity count) and `room` (the limit lifted).
 struct FullDiskWorkload: StoreWorkload, Workload {
     static let name = "full-disk"
@@ -54,11 +55,17 @@ struct FullDiskWorkload: StoreWorkload, Workload {
         var failure: (any Error)?
         var written = 0
         while failure == nil, written < worker.writesMax {
+            let before = try AppView(store)
             do {
                 try await writer.writeBatch(store, worker)
                 written += 1
             } catch {
-                worker.reporter.send("fail", [writer.lastBatch.id])
+                let (id, operations) = writer.lastBatch
+                worker.reporter.send("fail", [id])
+                // These reads open the environment again, the disk still full.
+                for difference in before.differences(store, ids: operations.map(\.id)) {
+                    worker.reporter.send("seen", [id, difference])
+                }
                 writer.forgetLastBatch()
                 failure = error
             }
@@ -114,8 +121,9 @@ struct FullDiskWorkload: StoreWorkload, Workload {
     }
 
     /// The worker must have filled the disk (a batch failed with an
-    /// `LMDBError`), read while it was full, and committed every batch once
-    /// it had room; no failed batch may be acknowledged.
+    /// `LMDBError`), read while it was full without seeing the failed
+    /// batch, and committed every batch once it had room; no failed batch
+    /// may be acknowledged.
     private func judge(_ worker: ChildProcess, _ reports: [Report], _ context: inout IterationContext) {
         let errors = worker.errorText
         guard worker.ending == .exit(0) else {
@@ -135,6 +143,9 @@ struct FullDiskWorkload: StoreWorkload, Workload {
             context.violation("\(acknowledgedAfter) of \(Self.afterCount) batches committed once the disk had room")
         }
         if full > room { context.violation("the worker had room before it read while full") }
+        for seen in reports where seen.verb == "seen" {
+            context.violation("a read showed the failed batch: \(seen.words.joined(separator: " "))")
+        }
         let failed = Set(reports.filter { $0.verb == "fail" }.flatMap(\.words))
         for key in failed where reports.contains(where: { $0.verb == "ack" && $0.words.contains(key) }) {
             context.violation("the failed batch \(key) was acknowledged")
