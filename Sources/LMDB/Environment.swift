@@ -670,6 +670,17 @@ extension Environment {
     /// How many times the environment has been opened again after failing.
     public var reopenCount: Int { state.withLock { $0.reopens } }
 
+    /// Fails the environment as a failed commit does, at a moment a test
+    /// chooses (with readers and writers running, say): a commit that
+    /// fails on purpose needs a child process.
+    package func failForTesting() {
+        state.withLock {
+            if $0.closed || $0.failed != nil { return }
+            $0.failed = LMDBError(code: .environmentFailed, operation: "failForTesting", path: path)
+            usable.store(false, ordering: .releasing)
+        }
+    }
+
     /// Opens the environment again when it has failed and is to reopen
     /// (`reopensAfterFailure`); nothing otherwise, and nothing on a thread
     /// inside a read, which would wait for its own hold (the transaction

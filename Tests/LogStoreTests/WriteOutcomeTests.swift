@@ -172,3 +172,74 @@ private func yieldUntil(_ yieldsMax: Int = 1_000_000, _ condition: () -> Bool) a
         fixture.store.close()
     }
 }
+
+extension StoreReopeningTests {
+    /// Failures and reopenings while readers on threads of their own and a
+    /// writer keep going: no read or write sees anything but the store's
+    /// data or an `.environmentFailed` that raced with a failure, every
+    /// acknowledged write is there at the end, at dense offsets, and the
+    /// tables equal a replay. (A reopening waits for the transactions under
+    /// way and aborts the pooled ones; a reader that comes during one waits
+    /// for it.)
+    @Test func readersAndAWriterGoOnThroughRepeatedReopenings() async throws {
+        var fixture = try StoreFixture("store-reopening-concurrent")
+        let store = fixture.store
+        for n in 0..<100 { _ = try await store.create(type: "te", id: "seed\(n)", fields: ["n": .int(Int64(n))]) }
+        let stop = Atomic(false)
+        let unexpected = Mutex<[String]>([])
+        let reads = Atomic(0)
+        let finished = DispatchGroup()
+        for reader in 0..<3 {
+            finished.enter()
+            Thread.detachNewThread {
+                defer { finished.leave() }
+                var n = 0
+                while !stop.load(ordering: .relaxed) {
+                    do {
+                        let id = "seed\((n * 7 + reader) % 100)"
+                        guard try store.get(type: "te", id: id) != nil, try store.count(type: "te") >= 100 else {
+                            unexpected.withLock { $0.append("reader \(reader): \(id) missing") }
+                            return
+                        }
+                        reads.add(1, ordering: .relaxed)
+                    } catch let error as LMDBError where error.code == .environmentFailed {
+                    } catch {
+                        unexpected.withLock { $0.append("reader \(reader): \(error)") }
+                        return
+                    }
+                    n += 1
+                }
+            }
+        }
+        let writer = Task {
+            var acknowledged: [String] = []
+            var n = 0
+            while !stop.load(ordering: .relaxed) {
+                do {
+                    acknowledged.append(try await store.create(type: "te", id: "w\(n)", fields: [:]))
+                } catch let error as LMDBError where error.code == .environmentFailed {
+                } catch {
+                    unexpected.withLock { $0.append("writer: \(error)") }
+                    break
+                }
+                n += 1
+            }
+            return acknowledged
+        }
+        for _ in 0..<200 {
+            store.log.environment.failForTesting()
+            try await Task.sleep(for: .microseconds(500))
+        }
+        stop.store(true, ordering: .relaxed)
+        let acknowledged = await writer.value
+        await withCheckedContinuation { done in finished.notify(queue: .global()) { done.resume() } }
+        #expect(unexpected.withLock { $0 }.isEmpty, "\(unexpected.withLock { $0 })")
+        #expect(store.log.environment.reopenCount > 0 && reads.load(ordering: .relaxed) > 0 && !acknowledged.isEmpty)
+        for id in acknowledged { #expect(try store.get(type: "te", id: id) != nil, "\(id)") }
+        #expect(try store.log.lastOffset() == UInt64(100 + acknowledged.count))
+        #expect(try await store.projectionProblems().isEmpty)
+        try fixture.reopen()
+        #expect(try fixture.store.count(type: "te") == 100 + acknowledged.count)
+        fixture.store.close()
+    }
+}
