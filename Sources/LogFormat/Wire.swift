@@ -21,6 +21,34 @@ public enum Wire {
     /// The most changes one pull page may ask for, and the default.
     public static let pullPageCountMax = 1000
     public static let pullPageCountDefault = 100
+    /// The most entity types one pull may name (`types`, section 8).
+    public static let pullTypesCountMax = 64
+
+    /// The entity types a pull's `types` parameter names (`task,note`), or
+    /// why it names none the protocol allows (section 8): an empty item, a
+    /// name the rules refuse, more than `pullTypesCountMax`.
+    public static func pullTypes(_ text: Substring) -> Result<Set<String>, PullTypesProblem> {
+        let items = text.split(separator: ",", omittingEmptySubsequences: false)
+        var types = Set<String>()
+        for item in items {
+            if let problem = NameRules.entityTypeProblem(String(item)) {
+                return .failure(PullTypesProblem(description: "types: \(problem)"))
+            }
+            types.insert(String(item))
+        }
+        guard types.count <= pullTypesCountMax else {
+            return .failure(PullTypesProblem(description: "types names \(types.count) entity types; at most \(pullTypesCountMax)"))
+        }
+        return .success(types)
+    }
+
+    /// Why a pull's `types` is refused.
+    public struct PullTypesProblem: Error, Equatable, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The `types` value for `types`: sorted, comma-separated.
+    public static func pullTypesValue(_ types: Set<String>) -> String { types.sorted().joined(separator: ",") }
     /// The longest cursor a server accepts (longer ones are not its own).
     public static let cursorBytesMax = 1024
 

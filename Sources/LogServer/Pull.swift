@@ -3,9 +3,10 @@ import LMDB
 import LogFormat
 
 /// An opaque pull cursor: the server's ID, the resync generation it was
-/// made in, the offset in the user's own feed it points after, and a mark
-/// of the change at that offset, in base64url. Clients never look inside;
-/// the server refuses one it did not make.
+/// made in, the offset in the user's own feed it points after, a mark of
+/// the change at that offset, and, for a pull of some types only, a mark of
+/// those types, in base64url. Clients never look inside; the server
+/// refuses one it did not make.
 struct Cursor: Equatable {
     var serverID: UUIDv7
     var generation: UInt64
@@ -16,55 +17,79 @@ struct Cursor: Equatable {
     /// change there is another one. Nil in a cursor issued before marks,
     /// which is taken unchecked.
     var mark: UInt32?
+    /// `Cursor.typesMark` of the types the pull that made it named; nil for
+    /// a pull of every type. A cursor goes only with the types it was made
+    /// for: the changes of other types before it were skipped.
+    var types: UInt32?
 
     var token: String {
         var bytes = serverID.bytes
         bytes += generation.bigEndianBytes
         bytes += offset.bigEndianBytes
         if let mark { bytes += mark.bigEndianBytes }
+        if let types { bytes += types.bigEndianBytes }
         return Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }
 
-    init(serverID: UUIDv7, generation: UInt64, offset: UInt64, mark: UInt32?) {
+    init(serverID: UUIDv7, generation: UInt64, offset: UInt64, mark: UInt32?, types: UInt32? = nil) {
+        precondition(types == nil || mark != nil, "a cursor with a types mark has a change mark")
         self.serverID = serverID
         self.generation = generation
         self.offset = offset
         self.mark = mark
+        self.types = types
     }
 
-    /// Nil unless `token` is one this encoding produced: 48 characters
-    /// (36 bytes, with a mark) or 43 (32 bytes, issued before marks).
+    /// Nil unless `token` is one this encoding produced: 54 characters (40
+    /// bytes, with both marks), 48 (36 bytes, with a change mark) or 43 (32
+    /// bytes, issued before marks).
     init?(token: String) {
-        guard [Cursor.tokenCount, Cursor.unmarkedTokenCount].contains(token.utf8.count),
+        let count = token.utf8.count
+        guard [Cursor.typedTokenCount, Cursor.tokenCount, Cursor.unmarkedTokenCount].contains(count),
             token.utf8.allSatisfy({ Cursor.alphabet.contains($0) })
         else { return nil }
-        let marked = token.utf8.count == Cursor.tokenCount
-        let standard = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + (marked ? "" : "=")
-        guard let data = Data(base64Encoded: standard), data.count == (marked ? 36 : 32), let id = UUIDv7(bytes: data.prefix(16)),
+        let byteCount = count == Cursor.typedTokenCount ? 40 : count == Cursor.tokenCount ? 36 : 32
+        let padding = String(repeating: "=", count: (4 - count % 4) % 4)
+        let standard = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + padding
+        guard let data = Data(base64Encoded: standard), data.count == byteCount, let id = UUIDv7(bytes: data.prefix(16)),
             let generation = UInt64(bigEndianBytes: Array(data[16..<24])), let offset = UInt64(bigEndianBytes: Array(data[24..<32]))
         else { return nil }
-        self.init(serverID: id, generation: generation, offset: offset, mark: marked ? UInt32(bigEndianBytes: Array(data[32..<36])) : nil)
+        self.init(
+            serverID: id, generation: generation, offset: offset,
+            mark: byteCount >= 36 ? UInt32(bigEndianBytes: Array(data[32..<36])) : nil,
+            types: byteCount == 40 ? UInt32(bigEndianBytes: Array(data[36..<40])) : nil)
         // The decoder ignores the last character's two pad bits: a token
         // that differs from this one only there was never issued.
         guard self.token == token else { return nil }
     }
 
+    /// The length of a token with a types mark: 40 bytes in base64url,
+    /// without padding.
+    static let typedTokenCount = 54
     /// The length of a token: 36 bytes in base64url, without padding.
     static let tokenCount = 48
     /// The length of a token issued before marks: 32 bytes.
     static let unmarkedTokenCount = 43
+
+    /// The mark of a pull's `types`: the CRC32C of the names, sorted, each
+    /// followed by a comma (no name holds one).
+    static func typesMark(_ types: Set<String>) -> UInt32 {
+        CRC32C.checksum(Array(types.sorted().map { $0 + "," }.joined().utf8))
+    }
 
     private static let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 }
 
 extension SyncService {
     /// A page of the caller's change feed after `cursor` (nil: from the
-    /// start), at most `limit` changes, in feed order.
+    /// start), at most `limit` changes, in feed order; with `types`, only
+    /// changes of those types (section 8).
     /// - Throws: `ServiceError` `.cursorInvalid` for a cursor this server did
-    ///   not make; `.validationError` for a limit outside 1...1000.
-    func pull(cursor token: String?, limit: Int, as identity: Identity) throws -> PullResponse {
+    ///   not make, or made for other types; `.validationError` for a limit
+    ///   outside 1...1000.
+    func pull(cursor token: String?, limit: Int, types: Set<String>? = nil, as identity: Identity) throws -> PullResponse {
         guard (1...Wire.pullPageCountMax).contains(limit) else {
             throw ServiceError(.validationError, "limit must be 1 to \(Wire.pullPageCountMax), not \(limit)")
         }
@@ -95,11 +120,18 @@ extension SyncService {
             if let cursor, let mark = cursor.mark, try self.mark(user: user, offset: cursor.offset, txn) != mark {
                 throw ServiceError(.cursorInvalid, "the cursor names a change this server's feed does not hold; pull again without one")
             }
+            // The changes of other types before the cursor were skipped: it
+            // cannot serve a pull of types it was not made for.
+            let typesMark = types.map(Cursor.typesMark)
+            if let cursor, cursor.types != typesMark {
+                throw ServiceError(.cursorInvalid, "the cursor was made for a pull of other types; pull again without one")
+            }
             guard let user else {
-                let start = Cursor(serverID: storage.serverID, generation: generation, offset: 0, mark: 0)
+                let start = Cursor(serverID: storage.serverID, generation: generation, offset: 0, mark: 0, types: typesMark)
                 return PullResponse(changes: [], cursor: token ?? start.token, hasMore: false)
             }
-            return try page(user: user, after: cursor?.offset ?? 0, token: token, limit: limit, generation: generation, txn)
+            return try page(
+                user: user, after: cursor?.offset ?? 0, token: token, limit: limit, types: types, generation: generation, txn)
         }
     }
 
@@ -114,10 +146,14 @@ extension SyncService {
     }
 
     /// A page after `after`, where the request's cursor `token` (nil: none)
-    /// points; an empty page answers with that same token.
-    private func page(user: UInt32, after: UInt64, token: String?, limit: Int, generation: UInt64, _ txn: borrowing Transaction)
-        throws -> PullResponse
-    {
+    /// points; an empty page answers with that same token. With `types`,
+    /// changes of other types are skipped: a page that holds a change
+    /// points past those that follow its last one (up to the next change it
+    /// would hold, or the feed's end), so that no pull reads them again.
+    private func page(
+        user: UInt32, after: UInt64, token: String?, limit: Int, types: Set<String>?, generation: UInt64,
+        _ txn: borrowing Transaction
+    ) throws -> PullResponse {
         let prefix = user.bigEndianBytes
         var changes: [PullChange] = []
         var last = (offset: after, mark: UInt32(0))
@@ -129,13 +165,17 @@ extension SyncService {
         var bytes = 0
         try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, after + 1)) { key, value in
             guard key.count == 12, key.starts(with: prefix) else { return false }
+            let offset = UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
+            let (remote, timestamp, idempotencyKey) = try ChangeRow.decode(value, offset: offset)
+            if let types, !types.contains(remote.entityType) {
+                if !changes.isEmpty { last = (offset, CRC32C.checksum(value)) }
+                return true
+            }
             guard changes.count < limit, changes.isEmpty || bytes + value.count <= Wire.requestBodyBytesMax else {
                 hasMore = true
                 return false
             }
             bytes += value.count
-            let offset = UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
-            let (remote, timestamp, idempotencyKey) = try ChangeRow.decode(value, offset: offset)
             changes.append(
                 PullChange(
                     entityType: remote.entityType, entityID: remote.entityID,
@@ -148,7 +188,9 @@ extension SyncService {
         }
         // Section 8: a page without changes keeps the request's cursor.
         if changes.isEmpty, let token { return PullResponse(changes: [], cursor: token, hasMore: hasMore) }
-        let next = Cursor(serverID: storage.serverID, generation: generation, offset: last.offset, mark: last.mark)
+        let next = Cursor(
+            serverID: storage.serverID, generation: generation, offset: last.offset, mark: last.mark,
+            types: types.map(Cursor.typesMark))
         return PullResponse(changes: changes, cursor: next.token, hasMore: hasMore)
     }
 

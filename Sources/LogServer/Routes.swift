@@ -41,7 +41,7 @@ struct Routes: Sendable {
     func pull(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let identity = try authenticate(request)
         let query = request.uri.queryParameters
-        for name in ["cursor", "limit"] where query.getAll(name).count > 1 {
+        for name in ["cursor", "limit", "types"] where query.getAll(name).count > 1 {
             throw ServiceError(.validationError, "\(name) is given more than once")
         }
         let cursor = query["cursor"].map(String.init)
@@ -52,7 +52,13 @@ struct Routes: Sendable {
             else { throw ServiceError(.validationError, "limit \"\(text.prefix(40))\" is not 1 to \(Wire.pullPageCountMax)") }
             limit = number
         }
-        return try reply(server.service.pull(cursor: cursor, limit: limit, as: identity).encodeJSON(), to: request)
+        let types = try query["types"].map { text in
+            switch Wire.pullTypes(text) {
+            case .success(let types): return types
+            case .failure(let problem): throw ServiceError(.validationError, problem.description)
+            }
+        }
+        return try reply(server.service.pull(cursor: cursor, limit: limit, types: types, as: identity).encodeJSON(), to: request)
     }
 
     func resync(_ request: Request, _ context: BasicRequestContext) async throws -> Response {

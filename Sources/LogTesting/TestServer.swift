@@ -187,10 +187,13 @@ public final class TestServer: Sendable {
         try await send("POST", "/v1/push", token: token, body: try JSONEncoder().encode(PushRequest(operations: operations)))
     }
 
-    public func pull(cursor: String? = nil, limit: Int? = nil, token: String = "alice-token") async throws -> Reply {
+    public func pull(cursor: String? = nil, limit: Int? = nil, types: String? = nil, token: String = "alice-token") async throws
+        -> Reply
+    {
         var query: [String: String] = [:]
         if let cursor { query["cursor"] = cursor }
         if let limit { query["limit"] = String(limit) }
+        if let types { query["types"] = types }
         return try await send("GET", "/v1/pull", token: token, query: query)
     }
 
