@@ -20,6 +20,15 @@ public struct SyncConfiguration: Sendable {
     public var resyncsPerRunMax = 3
     /// What to send over an expensive or constrained network path.
     public var network = NetworkPolicy()
+    /// The entity types to pull (`Format/sync-protocol.md` section 8,
+    /// `types`); nil pulls every type. Changes of other types never come:
+    /// an app whose user keeps large attachments off the device leaves
+    /// their type out. Intents of any type are still pushed. The server's
+    /// cursor goes with the set it was made for, so a store that pulled
+    /// another set (or every type) does a full resync at its next pull:
+    /// the confirmed state of every type is forgotten, pending intents
+    /// stay, and the new set comes from the start of the feed.
+    public var pulledTypes: Set<String>?
 
     public init() {}
 
@@ -40,6 +49,15 @@ public struct SyncConfiguration: Sendable {
         // A jitter outside 0...1 (or NaN) makes no range of factors, or negative ones.
         guard (0...1).contains(retry.jitter) else { throw SyncConfigurationError("retry.jitter \(retry.jitter) is outside 0...1") }
         guard retry.attemptsMax >= 1 else { throw SyncConfigurationError("retry.attemptsMax 0 allows no attempt") }
+        if let pulledTypes {
+            guard (1...Wire.pullTypesCountMax).contains(pulledTypes.count) else {
+                throw SyncConfigurationError(
+                    "pulledTypes names \(pulledTypes.count) types; 1 to \(Wire.pullTypesCountMax), or nil for every type")
+            }
+            for type in pulledTypes.sorted() {
+                if let problem = NameRules.entityTypeProblem(type) { throw SyncConfigurationError("pulledTypes: \(problem)") }
+            }
+        }
     }
 }
 

@@ -695,7 +695,7 @@ public actor SyncEngine {
             }
             let page: PullResponse
             do throws(TransportError) {
-                page = try await transport.pull(cursor: sent, limit: limit)
+                page = try await transport.pull(cursor: sent, limit: limit, types: configuration.pulledTypes)
             } catch {
                 if abandoned(error) { return .cancelled }
                 if error.kind == .responseTooLarge, limit > 1 {
@@ -739,7 +739,7 @@ public actor SyncEngine {
             report.pages += 1
             report.changes += changes.count
             guard !page.hasMore else { continue }
-            let lost = try store.acknowledgedChangesNotInFeed(through: acknowledgedThrough)
+            let lost = try await changesNotInFeed(through: acknowledgedThrough)
             guard let first = lost.first else { return .completed }
             // The server lost them: its store was put back from a backup.
             if feed.fromStart {
@@ -761,6 +761,16 @@ public actor SyncEngine {
             try await store.forgetAcknowledgedChanges(lost)
         }
         return .failed("pull: more than \(SyncEngine.pullPagesPerRunMax) pages in one run")
+    }
+
+    /// The changes the server acknowledged that its feed has not shown, of
+    /// the types this engine pulls: the feed leaves out the others, so one
+    /// of theirs never shows and is no loss; it is awaited no longer.
+    private func changesNotInFeed(through offset: UInt64) async throws -> [AwaitedChange] {
+        let awaited = try store.acknowledgedChangesNotInFeed(through: offset)
+        guard let pulled = configuration.pulledTypes else { return awaited }
+        try await store.forgetAcknowledgedChanges(awaited.filter { !pulled.contains($0.entityType) })
+        return awaited.filter { pulled.contains($0.entityType) }
     }
 
     /// Where a run's pull is in the feed, across the resyncs it makes.

@@ -23,10 +23,18 @@ public protocol SyncTransport: Sendable {
     ///   the server said it was too large.
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse
 
-    /// `GET /v1/pull` from `cursor` (nil: the beginning of the feed).
+    /// `GET /v1/pull` from `cursor` (nil: the beginning of the feed), of
+    /// the entity types `types` only (nil: every type; section 8, `types`).
     /// - Throws: `TransportError`; `.status(410, .cursorInvalid)` for a
-    ///   cursor the server cannot use.
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse
+    ///   cursor the server cannot use (one made for other types, too).
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse
+}
+
+extension SyncTransport {
+    /// `GET /v1/pull` of every type.
+    public func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+        try await pull(cursor: cursor, limit: limit, types: nil)
+    }
 }
 
 /// A request that did not produce a protocol response.

@@ -149,8 +149,9 @@ public final class HTTPTransport: SyncTransport {
         }
     }
 
-    public func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    public func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         var query = [URLQueryItem(name: "limit", value: String(limit))]
+        if let types { query.append(URLQueryItem(name: "types", value: Wire.pullTypesValue(types))) }
         if let cursor { query.append(URLQueryItem(name: "cursor", value: cursor)) }
         let (data, _) = try await exchange("GET", "/v1/pull", query: query)
         do { return try PullResponse.decode(json: data) } catch {

@@ -229,7 +229,7 @@ final class FlakyPulls: SyncTransport {
         if refuse { throw TransportError(.status(413, nil), "push: HTTP 413") }
         return try await inner.push(request)
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         let fails = state.withLock { state in
             state.count += 1
             guard state.on, state.count % state.every == 0 else { return false }
@@ -237,6 +237,6 @@ final class FlakyPulls: SyncTransport {
             return true
         }
         if fails { throw TransportError(.network, "pull: connection reset") }
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }

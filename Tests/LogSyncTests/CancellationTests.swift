@@ -144,9 +144,9 @@ final class HeldRequests: SyncTransport {
         answered()
         return response
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         await Self.pass(pullGate)
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }
 
@@ -179,8 +179,8 @@ final class TornDownWhenCancelled: SyncTransport {
         if holding == "push" { try await tornDown("POST /v1/push") }
         return try await inner.push(request)
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         if holding == "pull" { try await tornDown("GET /v1/pull") }
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }

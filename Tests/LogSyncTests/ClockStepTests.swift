@@ -159,7 +159,7 @@ final class SteppingPulls: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         let first = pulls.withLock { count in
             count += 1
             return count == 1
@@ -168,6 +168,6 @@ final class SteppingPulls: SyncTransport {
             clock.stepWallClock(by: step)
             clock.advance(by: advance)
         }
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }

@@ -839,8 +839,8 @@ struct RewritingTransport: SyncTransport {
         pushes(&response)
         return response
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        var page = try await inner.pull(cursor: cursor, limit: limit)
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
+        var page = try await inner.pull(cursor: cursor, limit: limit, types: types)
         pulls(&page)
         return page
     }
@@ -865,8 +865,8 @@ struct AfterPull: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        let page = try await inner.pull(cursor: cursor, limit: limit)
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
+        let page = try await inner.pull(cursor: cursor, limit: limit, types: types)
         await afterPull()
         return page
     }
@@ -893,5 +893,5 @@ private final class PushesOverACountRefused: SyncTransport {
         guard request.operations.count <= countMax else { throw TransportError(.status(413, .payloadTooLarge), "push: HTTP 413") }
         return try await inner.push(request)
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit, types: types) }
 }

@@ -601,8 +601,8 @@ struct AnswersTooLong: SyncTransport {
         if tooLong() { throw TransportError(.responseTooLarge, "push: too long to read") }
         return response
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        try await inner.pull(cursor: cursor, limit: limit)
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
+        try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }
 
@@ -617,7 +617,7 @@ struct LongAnswers: SyncTransport {
         guard request.operations.count == 1 else { throw TransportError(.responseTooLarge, "push: too long to read") }
         return response
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        try await inner.pull(cursor: cursor, limit: limit)
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
+        try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }

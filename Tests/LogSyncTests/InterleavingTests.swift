@@ -85,12 +85,12 @@ final class BeforeEachPull: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         let (number, action) = state.withLock { state in
             state.count += 1
             return (state.count, state.action)
         }
         await action?(number)
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }

@@ -243,8 +243,8 @@ final class AfterFirstAnswer: SyncTransport {
         if !afterPull { await runAction() }
         return response
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
-        let page = try await inner.pull(cursor: cursor, limit: limit)
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
+        let page = try await inner.pull(cursor: cursor, limit: limit, types: types)
         if afterPull { await runAction() }
         return page
     }

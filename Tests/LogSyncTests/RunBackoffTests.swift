@@ -519,12 +519,12 @@ final class FailingPulls: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         let failing = state.withLock { state in
             state.count += 1
             return state.failing
         }
-        guard failing else { return try await inner.pull(cursor: cursor, limit: limit) }
+        guard failing else { return try await inner.pull(cursor: cursor, limit: limit, types: types) }
         throw failure
     }
 }
@@ -536,9 +536,9 @@ struct HeldPulls: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         await gate.pass()
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }
 
@@ -565,7 +565,7 @@ final class SplitThenRefusedCursor: SyncTransport {
         }
         return try await inner.push(request)
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         throw TransportError(.status(410, nil), "pull: HTTP 410")
     }
 }
@@ -584,7 +584,7 @@ struct AnsweredAsCancelled: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { throw answered() }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { throw answered() }
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse { throw answered() }
 
     private func answered() -> TransportError {
         cancel()
@@ -599,8 +599,8 @@ private struct PullsFailingOnDemand: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         if failing() { throw TransportError(.status(500, .internalError), "GET /v1/pull: HTTP 500 (the test's)") }
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }

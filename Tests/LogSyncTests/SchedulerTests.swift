@@ -726,21 +726,21 @@ struct SlowPulls: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         await gate.pass()
         let page: PullResponse
         if answeringCancelled {
             let inner = self.inner
             let answer = Task { () -> Result<PullResponse, TransportError> in
                 do throws(TransportError) {
-                    return .success(try await inner.pull(cursor: cursor, limit: limit))
+                    return .success(try await inner.pull(cursor: cursor, limit: limit, types: types))
                 } catch {
                     return .failure(error)
                 }
             }
             page = try await answer.value.get()
         } else {
-            page = try await inner.pull(cursor: cursor, limit: limit)
+            page = try await inner.pull(cursor: cursor, limit: limit, types: types)
         }
         clock.advance(by: milliseconds)
         return page
@@ -765,9 +765,9 @@ final class CountedRequests: SyncTransport {
         requests.withLock { $0 += 1 }
         return try await inner.push(request)
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         requests.withLock { $0 += 1 }
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 }
 
@@ -783,7 +783,7 @@ struct HeldPushAnswers: SyncTransport {
         await gate.pass()
         return response
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit, types: types) }
 }
 
 /// `inner`'s time, whose monotonic reading can be made to block the
@@ -878,7 +878,7 @@ struct SlowPushes: SyncTransport {
         clock.advance(by: milliseconds)
         return response
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit) }
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse { try await inner.pull(cursor: cursor, limit: limit, types: types) }
 }
 
 /// Holds the first pull until `release()`, and tells when it is held.

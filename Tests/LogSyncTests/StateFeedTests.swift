@@ -11,7 +11,7 @@ private struct FailingExchanges: SyncTransport {
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse {
         throw TransportError(.network, "push: down")
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         throw TransportError(.network, "pull: down")
     }
 }

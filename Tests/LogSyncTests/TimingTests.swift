@@ -250,9 +250,9 @@ final class Refusing: SyncTransport {
         try refuse("push")
         return try await inner.push(request)
     }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         try refuse("pull")
-        return try await inner.pull(cursor: cursor, limit: limit)
+        return try await inner.pull(cursor: cursor, limit: limit, types: types)
     }
 
     private func refuse(_ path: String) throws(TransportError) {
@@ -268,7 +268,7 @@ struct RateLimited: SyncTransport {
 
     func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
     func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { throw limited("push") }
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse { throw limited("pull") }
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse { throw limited("pull") }
 
     private func limited(_ path: String) -> TransportError {
         TransportError(.status(429, nil), "\(path): HTTP 429", retryAfterSeconds: retryAfterSeconds)

@@ -295,7 +295,7 @@ final class TimedTransport: SyncTransport {
         return try await base.push(request)
     }
 
-    func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         let started = clock.now
         defer {
             totals.withLock {
