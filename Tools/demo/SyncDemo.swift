@@ -4,7 +4,7 @@ import SyncStore
 /// The sync half of the demo: two replicas of one user write offline, sync
 /// through the server, meet a conflict that waits for the app, resolve it,
 /// hold a photo on the phone's cellular path until it is on Wi-Fi, and
-/// converge.
+/// converge; then a third replica pulls tasks only.
 enum SyncDemo {
     static func run(server: URL, token: String, directory: String) async throws {
         var options = HTTPTransport.Options()
@@ -74,6 +74,17 @@ enum SyncDemo {
         print(mine == theirs && photos ? "laptop and phone hold the same \(mine.count) tasks and 1 photo" : "NOT CONVERGED")
         print("laptop health: \(try await laptopSync.health())")
         guard mine == theirs, photos, try laptop.conflicts().isEmpty else { throw DemoError("the replicas did not converge") }
+
+        print("\n== A watch pulls tasks only")
+        let watch = try Store(path: directory + "/watch", options: .init(durability: .full))
+        defer { watch.close() }
+        var watchConfiguration = SyncConfiguration()
+        watchConfiguration.pulledTypes = ["task"]
+        let watchSync = try SyncEngine(store: watch, transport: transport, configuration: watchConfiguration)
+        try await report("watch", await watchSync.sync(), watchSync, server: server)
+        let (watchTasks, watchPhotos) = (try watch.count(type: "task"), try watch.count(type: "photo"))
+        print("watch: \(watchTasks) tasks and \(watchPhotos) photos (the photo's 64 KiB never came)")
+        guard watchTasks == mine.count, watchPhotos == 0 else { throw DemoError("the watch pulled other types than tasks") }
     }
 
     /// Prints how a run ended, and ends the demo when it failed or found
