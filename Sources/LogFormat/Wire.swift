@@ -49,6 +49,7 @@ public enum Wire {
 
     /// The `types` value for `types`: sorted, comma-separated.
     public static func pullTypesValue(_ types: Set<String>) -> String { types.sorted().joined(separator: ",") }
+
     /// The longest cursor a server accepts (longer ones are not its own).
     public static let cursorBytesMax = 1024
 

@@ -166,16 +166,22 @@ extension SyncService {
         try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, after + 1)) { key, value in
             guard key.count == 12, key.starts(with: prefix) else { return false }
             let offset = UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
-            let (remote, timestamp, idempotencyKey) = try ChangeRow.decode(value, offset: offset)
-            if let types, !types.contains(remote.entityType) {
-                if !changes.isEmpty { last = (offset, CRC32C.checksum(value)) }
-                return true
+            // With types, the change's own type decides first whether it counts.
+            var decoded: (change: Remote, timestamp: HybridTimestamp, idempotencyKey: String?)?
+            if let types {
+                let row = try ChangeRow.decode(value, offset: offset)
+                guard types.contains(row.change.entityType) else {
+                    if !changes.isEmpty { last = (offset, CRC32C.checksum(value)) }
+                    return true
+                }
+                decoded = row
             }
             guard changes.count < limit, changes.isEmpty || bytes + value.count <= Wire.requestBodyBytesMax else {
                 hasMore = true
                 return false
             }
             bytes += value.count
+            let (remote, timestamp, idempotencyKey) = try decoded ?? ChangeRow.decode(value, offset: offset)
             changes.append(
                 PullChange(
                     entityType: remote.entityType, entityID: remote.entityID,
