@@ -785,11 +785,7 @@ extension EnvironmentTests {
             for n in 0..<200 { try txn.put(first, key: key(n), value: [UInt8](repeating: 7, count: 1_000)) }
             try txn.put(second, key: key(0), value: [2])
         }
-        let file = directory.appending("data.mdb")
-        let whole = try Data(contentsOf: URL(fileURLWithPath: file))
-        let handle = try #require(FileHandle(forUpdatingAtPath: file))
-        defer { try? handle.close() }
-        try handle.truncate(atOffset: UInt64(4 * environment.info().pageSize))
+        let cut = try DataFileCut(directory: directory.path, toBytes: UInt64(4 * environment.info().pageSize))
         #expect(throws: LMDBError.self) { try environment.checkDataFileWhole() }
 
         for attempt in 0..<2 {
@@ -800,8 +796,7 @@ extension EnvironmentTests {
         }
         #expect(environment.reopenCount == 0)
 
-        try handle.seek(toOffset: 0)
-        try handle.write(contentsOf: whole)
+        try cut.mend()
         #expect(try environment.read { txn in try txn.get(second, key: key(0)) } == [2])
         #expect(environment.reopenCount == 1)
         try environment.write { txn in try txn.put(first, key: key(500), value: [5]) }
@@ -821,15 +816,11 @@ extension EnvironmentTests {
             let table = try #require(try environment.openDatabase("t"))
             if reopens { environment.reopensAfterFailure(keeping: ["t": table]) }
             try environment.write { txn in try txn.put(table, key: key(1), value: [1]) }
-            let file = directory.appending("data.mdb")
-            let whole = try Data(contentsOf: URL(fileURLWithPath: file))
-            let handle = try #require(FileHandle(forUpdatingAtPath: file))
-            try handle.truncate(atOffset: 0)
+            let cut = try DataFileCut(directory: directory.path, toBytes: 0)
             #expect(throws: LMDBError.self) { try environment.checkDataFileWhole() }
             let read = #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(table, key: key(1)) } }
             #expect(read?.code == (reopens ? .environmentFailed : .truncated), "\(String(describing: read))")
-            try handle.write(contentsOf: whole)
-            try handle.close()
+            try cut.mend()
             if !reopens {
                 let still = #expect(throws: LMDBError.self) { try environment.read { txn in try txn.get(table, key: key(1)) } }
                 #expect(still?.code == .truncated, "\(String(describing: still))")

@@ -147,11 +147,7 @@ private func yieldUntil(_ yieldsMax: Int = 1_000_000, _ condition: () -> Bool) a
         let store = fixture.store
         for n in 0..<50 { _ = try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))]) }
         let lastBefore = try store.log.lastOffset()
-        let file = fixture.directory.appending("data.mdb")
-        let whole = try Data(contentsOf: URL(fileURLWithPath: file))
-        let handle = try #require(FileHandle(forUpdatingAtPath: file))
-        defer { try? handle.close() }
-        try handle.truncate(atOffset: 4_096 * 3)
+        let cut = try DataFileCut(directory: fixture.directory.path, toBytes: 4_096 * 3)
         #expect(throws: LMDBError.self) { try store.log.checkDataFileWhole() }
 
         // Still cut: each call tries to reopen, and fails naming the cut.
@@ -159,8 +155,7 @@ private func yieldUntil(_ yieldsMax: Int = 1_000_000, _ condition: () -> Bool) a
         #expect(read?.code == .environmentFailed && read?.detail?.contains("data file truncated") == true, "\(String(describing: read))")
         await #expect(throws: LMDBError.self) { try await store.create(type: "te", id: "lost", fields: [:]) }
 
-        try handle.seek(toOffset: 0)
-        try handle.write(contentsOf: whole)
+        try cut.mend()
         #expect(try store.get(type: "te", id: "e49")?.fields == ["n": 49])
         #expect(try store.log.lastOffset() == lastBefore)
         _ = try await store.create(type: "te", id: "after", fields: [:])

@@ -20,11 +20,7 @@ import Testing
         try await a.syncUntilQuiet()
         _ = try await a.store.create(type: "task", id: "t2", fields: ["title": "two"])
 
-        let file = a.directory.appending("data.mdb")
-        let whole = try Data(contentsOf: URL(fileURLWithPath: file))
-        let handle = try #require(FileHandle(forUpdatingAtPath: file))
-        defer { try? handle.close() }
-        try handle.truncate(atOffset: 4_096 * 3)
+        let cut = try DataFileCut(directory: a.directory.path, toBytes: 4_096 * 3)
         #expect(throws: LMDBError.self) { try a.store.log.checkDataFileWhole() }
 
         // The run fails on the store, after the health check: a failed run
@@ -33,8 +29,7 @@ import Testing
         let message: String? = if case .failed(let message) = failed { message } else { nil }
         #expect(message?.hasPrefix("store: ") == true && message?.contains("data file truncated") == true, "\(failed)")
 
-        try handle.seek(toOffset: 0)
-        try handle.write(contentsOf: whole)
+        try cut.mend()
         let health = try await a.engine.health()
         #expect(health.lastError == message && health.breakerOpenUntil == nil && health.pendingCount == 1, "\(health)")
         // "Sync now" keeps no backoff: the same engine, over the same store.
