@@ -34,11 +34,8 @@ enum AppWritesWorkload: StoreWorkload {
             do {
                 try await writer.writeBatch(store, worker)
             } catch {
-                let (id, operations) = writer.lastBatch
-                worker.reporter.send("fail", [id])
-                for difference in before.differences(store, ids: operations.map(\.id)) {
-                    worker.reporter.send("seen", [id, difference])
-                }
+                let id = writer.lastBatch.id
+                before.reportFailure(id, of: writer.lastBatch.operations, store, worker)
                 throw await CommitFailure.after("batch \(id)", failed: error) {
                     writer.forgetLastBatch()
                     try await writer.writeBatch(store, worker)
@@ -64,6 +61,18 @@ struct AppView {
         entities = Dictionary(uniqueKeysWithValues: try StoreCheck.entities(store, type: AppOperation.entityType).map { ($0.id, $0.fields) })
         count = try store.count(type: AppOperation.entityType)
         outboxCount = try store.outboxCount()
+    }
+
+    /// Reports the write `failed` (`fail`), and each thing the reads of
+    /// `store` now show of it (`seen`): what differs from this view for the
+    /// entities of `operations`, and `more` differences the caller found.
+    func reportFailure(
+        _ failed: String, of operations: [AppOperation], more: [String] = [], _ store: Store, _ worker: Worker
+    ) {
+        worker.reporter.send("fail", [failed])
+        for difference in differences(store, ids: operations.map(\.id)) + more {
+            worker.reporter.send("seen", [failed, difference])
+        }
     }
 
     /// What the reads of `store` show now that differs from this view, one

@@ -115,10 +115,9 @@ enum CompactionWorkload: StoreWorkload {
                 }
             } catch {
                 let failed = step.isEmpty ? writer.lastBatch.id : step
-                worker.reporter.send("fail", [failed])
-                var seen = before.differences(store, ids: writer.lastBatch.operations.map(\.id))
-                if let now = try? store.compactedBelow(), now != compactedBefore { seen.append("compactedBelow:\(compactedBefore)->\(now)") }
-                for difference in seen { worker.reporter.send("seen", [failed, difference]) }
+                let now = try? store.compactedBelow()
+                let moved = now.flatMap { $0 != compactedBefore ? ["compactedBelow:\(compactedBefore)->\($0)"] : nil } ?? []
+                before.reportFailure(failed, of: writer.lastBatch.operations, more: moved, store, worker)
                 throw await CommitFailure.after(failed, failed: error) {
                     if step.isEmpty { writer.forgetLastBatch() }
                     try await writer.writeBatch(store, worker)

@@ -60,12 +60,8 @@ struct FullDiskWorkload: StoreWorkload, Workload {
                 try await writer.writeBatch(store, worker)
                 written += 1
             } catch {
-                let (id, operations) = writer.lastBatch
-                worker.reporter.send("fail", [id])
                 // These reads open the environment again, the disk still full.
-                for difference in before.differences(store, ids: operations.map(\.id)) {
-                    worker.reporter.send("seen", [id, difference])
-                }
+                before.reportFailure(writer.lastBatch.id, of: writer.lastBatch.operations, store, worker)
                 writer.forgetLastBatch()
                 failure = error
             }
