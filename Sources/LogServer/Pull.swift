@@ -127,8 +127,7 @@ extension SyncService {
                 throw ServiceError(.cursorInvalid, "the cursor was made for a pull of other types; pull again without one")
             }
             guard let user else {
-                let start = Cursor(serverID: storage.serverID, generation: generation, offset: 0, mark: 0, types: typesMark)
-                return PullResponse(changes: [], cursor: token ?? start.token, hasMore: false)
+                return PullResponse(changes: [], cursor: token ?? startCursor(generation, types: types), hasMore: false)
             }
             return try page(
                 user: user, after: cursor?.offset ?? 0, token: token, limit: limit, types: types, generation: generation, txn)
@@ -147,57 +146,51 @@ extension SyncService {
 
     /// A page after `after`, where the request's cursor `token` (nil: none)
     /// points; an empty page answers with that same token. With `types`,
-    /// changes of other types are skipped: a page that holds a change
-    /// points past those that follow its last one (up to the next change it
-    /// would hold, or the feed's end), so that no pull reads them again.
+    /// only changes of those types, and its cursor points at the last.
     private func page(
         user: UInt32, after: UInt64, token: String?, limit: Int, types: Set<String>?, generation: UInt64,
         _ txn: borrowing Transaction
     ) throws -> PullResponse {
-        let prefix = user.bigEndianBytes
-        var changes: [PullChange] = []
-        var last = (offset: after, mark: UInt32(0))
-        var hasMore = false
-        // Entries' bytes, about what their changes take as JSON: a page of
-        // 1,000 entities near the fields limit would be gigabytes, built in
-        // memory. It stops near `requestBodyBytesMax`, as section 8 allows,
-        // but holds at least one change.
-        var bytes = 0
-        try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, after + 1)) { key, value in
-            guard key.count == 12, key.starts(with: prefix) else { return false }
-            let offset = UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0
-            // With types, the change's own type decides first whether it counts.
-            var decoded: (change: Remote, timestamp: HybridTimestamp, idempotencyKey: String?)?
-            if let types {
-                let row = try ChangeRow.decode(value, offset: offset)
-                guard types.contains(row.change.entityType) else {
-                    if !changes.isEmpty { last = (offset, CRC32C.checksum(value)) }
-                    return true
-                }
-                decoded = row
-            }
-            guard changes.count < limit, changes.isEmpty || bytes + value.count <= Wire.requestBodyBytesMax else {
-                hasMore = true
-                return false
-            }
-            bytes += value.count
-            let (remote, timestamp, idempotencyKey) = try decoded ?? ChangeRow.decode(value, offset: offset)
-            changes.append(
-                PullChange(
-                    entityType: remote.entityType, entityID: remote.entityID,
-                    operation: remote.operation == .delete ? .delete : .upsert,
-                    data: remote.operation == .delete ? nil : remote.fields, serverVersion: remote.serverVersion,
-                    updatedAt: Value.rfc3339(microseconds: Int64(timestamp.milliseconds) * 1000),
-                    idempotencyKey: idempotencyKey))
-            last = (offset, CRC32C.checksum(value))
-            return true
-        }
+        var page = PageBuilder(limit: limit, types: types)
+        // Only damage puts a change at the last offset there is: none follows it.
+        if after < .max { try fill(&page, user: user, after: after, txn) }
         // Section 8: a page without changes keeps the request's cursor.
-        if changes.isEmpty, let token { return PullResponse(changes: [], cursor: token, hasMore: hasMore) }
+        guard let last = page.last else {
+            return PullResponse(changes: [], cursor: token ?? startCursor(generation, types: types), hasMore: page.hasMore)
+        }
         let next = Cursor(
             serverID: storage.serverID, generation: generation, offset: last.offset, mark: last.mark,
             types: types.map(Cursor.typesMark))
-        return PullResponse(changes: changes, cursor: next.token, hasMore: hasMore)
+        return PullResponse(changes: page.changes, cursor: next.token, hasMore: page.hasMore)
+    }
+
+    /// Takes the user's changes after `after` into `page` until it is full
+    /// or they run out. With types, the feed's index by type names the
+    /// changes to read, so that a pull of a rare type does not read every
+    /// other change on its way.
+    private func fill(_ page: inout PageBuilder, user: UInt32, after: UInt64, _ txn: borrowing Transaction) throws {
+        guard let types = page.types else {
+            let prefix = user.bigEndianBytes
+            try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, after + 1)) { key, row in
+                guard key.count == 12, key.starts(with: prefix) else { return false }
+                return try page.take(row, offset: UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0)
+            }
+            return
+        }
+        for offset in try storage.changeOffsets(user: user, types: types, after: after, countMax: page.limit + 1, txn) {
+            let taken = try ServerStorage.changeKey(user, offset).withUnsafeBytes { key in
+                try txn.withValue(storage.changes, key: key) { row in try page.take(row, offset: offset) }
+            }
+            guard let taken else {
+                throw ServiceError(.internalError, "the feed's index by type lists change \(offset), which the feed does not hold")
+            }
+            guard taken else { return }
+        }
+    }
+
+    /// A cursor for the start of the feed, for a pull of `types` (nil: every type).
+    private func startCursor(_ generation: UInt64, types: Set<String>?) -> String {
+        Cursor(serverID: storage.serverID, generation: generation, offset: 0, mark: 0, types: types.map(Cursor.typesMark)).token
     }
 
     /// Forces every client to resync: cursors made before this answer
@@ -208,5 +201,53 @@ extension SyncService {
             try self.storage.setGeneration(generation, txn)
             return generation
         }
+    }
+}
+
+/// The changes of one pulled page, taken from the feed's rows in feed order.
+private struct PageBuilder {
+    let limit: Int
+    let types: Set<String>?
+    private(set) var changes: [PullChange] = []
+    /// The offset and mark (`Cursor.mark`) of the last change taken.
+    private(set) var last: (offset: UInt64, mark: UInt32)?
+    private(set) var hasMore = false
+    /// Entries' bytes, about what their changes take as JSON: a page of
+    /// 1,000 entities near the fields limit would be gigabytes, built in
+    /// memory. It stops near `requestBodyBytesMax`, as section 8 allows,
+    /// but holds at least one change.
+    private var bytes = 0
+
+    init(limit: Int, types: Set<String>?) {
+        self.limit = limit
+        self.types = types
+    }
+
+    /// Takes the change in `row`, at `offset`, unless the page is full.
+    /// - Returns: false, taking nothing, when the page is full: more
+    ///   changes follow it.
+    /// - Throws: `ServiceError.internalError` for a row that does not
+    ///   read back, or whose type the pull did not ask for (the index by
+    ///   type listed it wrongly): damage.
+    mutating func take(_ row: UnsafeRawBufferPointer, offset: UInt64) throws -> Bool {
+        guard changes.count < limit, changes.isEmpty || bytes + row.count <= Wire.requestBodyBytesMax else {
+            hasMore = true
+            return false
+        }
+        let (remote, timestamp, idempotencyKey) = try ChangeRow.decode(row, offset: offset)
+        if let types, !types.contains(remote.entityType) {
+            throw ServiceError(
+                .internalError, "the feed's index by type lists change \(offset) under another type than its own, \(remote.entityType)")
+        }
+        bytes += row.count
+        changes.append(
+            PullChange(
+                entityType: remote.entityType, entityID: remote.entityID,
+                operation: remote.operation == .delete ? .delete : .upsert,
+                data: remote.operation == .delete ? nil : remote.fields, serverVersion: remote.serverVersion,
+                updatedAt: Value.rfc3339(microseconds: Int64(timestamp.milliseconds) * 1000),
+                idempotencyKey: idempotencyKey))
+        last = (offset, CRC32C.checksum(row))
+        return true
     }
 }

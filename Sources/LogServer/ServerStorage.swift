@@ -5,9 +5,9 @@ import Synchronization
 
 /// The reference server's storage: one LMDB environment holding, for every
 /// user, the entities' current state, the change feed (with the idempotency
-/// key of the operation that made each change) and the idempotency keys of
-/// applied operations. Keys start with the user's 4-byte number, so
-/// each user is a key range of its own.
+/// key of the operation that made each change) and its index by type, and
+/// the idempotency keys of applied operations. Keys start with the user's
+/// 4-byte number, so each user is a key range of its own.
 ///
 /// Writes run one at a time on a serial queue of their own, so a durable
 /// commit never blocks Swift's cooperative threads; reads run on the
@@ -20,6 +20,13 @@ final class ServerStorage: Sendable {
     /// Change key (`changeKey`) -> the change as a `remote` log entry, then
     /// the idempotency key of the operation that made it (`ChangeRow`).
     let changes: Database
+    /// The feed by entity type: a row (`typeChangeKey`, with an empty
+    /// value) for each change, so that a pull of some types reads their
+    /// changes alone, not every change in between (section 8, `types`).
+    /// A change whose row does not decode is listed under the empty type,
+    /// which no entity has: every such pull reads it, and names the damage
+    /// as a pull of every type does.
+    let typeChanges: Database
     let idempotency: Database
     /// The server's identity, made with the store; cursors carry it.
     let serverID: UUIDv7
@@ -66,6 +73,7 @@ final class ServerStorage: Sendable {
             users = try ServerStorage.open("users", environment)
             entities = try ServerStorage.open("entities", environment)
             changes = try ServerStorage.open("changes", environment)
+            typeChanges = try ServerStorage.open("type-changes", environment)
             idempotency = try ServerStorage.open("idempotency", environment)
             let meta = self.meta
             serverID = try environment.write { txn in
@@ -74,6 +82,7 @@ final class ServerStorage: Sendable {
                 try txn.put(meta, key: MetaKey.serverID, value: id.bytes)
                 return id
             }
+            try environment.write { txn in try indexFeedByType(txn) }
         } catch {
             environment.close()
             lock.release()
@@ -147,6 +156,25 @@ final class ServerStorage: Sendable {
         let what = meta == nil ? "no meta database" : "a meta database without a server id"
         throw SyncServer.ConfigurationError(
             "dataDirectory \(path) holds an LMDB environment that is not a sync server's store (\(what); a client's sync store?)")
+    }
+
+    /// Lists every change in `type-changes` when it does not: in a store
+    /// made before it, or one a server that did not keep it wrote to
+    /// since. Each change has one row there, so equal counts mean it is
+    /// whole (a key in `changes` of another length than 12, which only
+    /// damage makes, has none, and makes every open index again).
+    private func indexFeedByType(_ txn: borrowing Transaction) throws {
+        guard try txn.count(typeChanges) != txn.count(changes) else { return }
+        try txn.removeAll(typeChanges)
+        // Writes to one database do not move a cursor on another.
+        try txn.forEach(changes) { key, row in
+            guard key.count == 12, let user = UInt32(bigEndianBytes: Array(key[0..<4])),
+                let offset = UInt64(bigEndianBytes: Array(key[4..<12]))
+            else { return true }
+            let type = (try? ChangeRow.decode(row, offset: offset))?.change.entityType ?? ""
+            try txn.put(typeChanges, key: ServerStorage.typeChangeKey(user, type, offset), value: [])
+            return true
+        }
     }
 
     private static func open(_ name: String, _ environment: Environment) throws -> Database {
@@ -252,6 +280,45 @@ final class ServerStorage: Sendable {
     }
 
     static func changeKey(_ user: UInt32, _ offset: UInt64) -> [UInt8] { user.bigEndianBytes + offset.bigEndianBytes }
+
+    /// The user's number, the type's UTF-8 and a zero byte (no type holds
+    /// one), then the change's offset.
+    static func typeChangeKey(_ user: UInt32, _ type: String, _ offset: UInt64) -> [UInt8] {
+        user.bigEndianBytes + Array(type.utf8) + [0] + offset.bigEndianBytes
+    }
+
+    /// Appends the user's change at `offset`, of `entry`, made by the
+    /// operation `idempotencyKey`, to the feed and its index by type.
+    func appendChange(_ entry: Entry, _ change: Remote, idempotencyKey: String, user: UInt32, _ txn: borrowing Transaction) throws {
+        try txn.put(
+            changes, key: ServerStorage.changeKey(user, entry.offset),
+            value: try ChangeRow.encode(entry, idempotencyKey: idempotencyKey))
+        try txn.put(typeChanges, key: ServerStorage.typeChangeKey(user, change.entityType, entry.offset), value: [])
+    }
+
+    /// The offsets of the user's changes of `types` after `after`, in feed
+    /// order, with those the index lists under the empty type (damaged
+    /// rows): at most `countMax` of each type, so the first `countMax` are
+    /// the first in the feed, and fewer than `countMax` are all there are.
+    func changeOffsets(user: UInt32, types: Set<String>, after: UInt64, countMax: Int, _ txn: borrowing Transaction) throws
+        -> [UInt64]
+    {
+        var offsets: [UInt64] = []
+        for type in types.union([""]) {
+            let prefix = ServerStorage.typeChangeKey(user, type, 0).dropLast(8)
+            var found = 0
+            try txn.forEach(typeChanges, from: Array(prefix) + (after + 1).bigEndianBytes) { key, _ in
+                guard key.count == prefix.count + 8, key.starts(with: prefix),
+                    let offset = UInt64(bigEndianBytes: Array(key[prefix.count...]))
+                else { return false }
+                offsets.append(offset)
+                found += 1
+                return found < countMax
+            }
+        }
+        offsets.sort()
+        return offsets
+    }
 
     static func idempotencyKey(_ user: UInt32, _ key: String) -> [UInt8] { user.bigEndianBytes + Array(key.utf8) }
 }

@@ -261,9 +261,7 @@ final class SyncService: Sendable {
         let entry = Entry(
             offset: offset, timestamp: HybridTimestamp(milliseconds: min(milliseconds, (1 << 48) - 1), logical: 0),
             body: .remote(change))
-        try txn.put(
-            storage.changes, key: ServerStorage.changeKey(user, offset),
-            value: try ChangeRow.encode(entry, idempotencyKey: operation.idempotencyKey))
+        try storage.appendChange(entry, change, idempotencyKey: operation.idempotencyKey, user: user, txn)
     }
 
     func loadState(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityState? {

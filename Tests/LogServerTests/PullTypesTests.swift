@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import LogFormat
 @testable import LogServer
 import LogTesting
@@ -24,10 +25,9 @@ import Testing
         return try reply.decode(PullResponse.self)
     }
 
-    /// Only changes of the types named come, in feed order; a page that
-    /// holds one points past the skipped ones after it, so the next pull
-    /// reads from there; has_more says whether a change of those types
-    /// follows.
+    /// Only changes of the types named come, in feed order, each page's
+    /// cursor pointing at its last change; has_more says whether a change
+    /// of those types follows.
     @Test func aPullOfSomeTypesSkipsTheOthers() async throws {
         let server = try await serverWithMixedFeed("pull-types")
         defer { Task { await server.stop() } }
@@ -45,12 +45,9 @@ import Testing
         #expect(photos.changes.map(\.entityID) == ["p0", "p1", "p2"] && photos.hasMore)
         let lastPhoto = try await page(server, cursor: photos.cursor, types: "photo")
         #expect(lastPhoto.changes.map(\.entityID) == ["p3"] && !lastPhoto.hasMore)
-        // A page whose last change is followed by skipped ones points past
-        // them (here past n0, at offset 7, the feed's end), so that no pull
-        // reads them again.
-        #expect(Cursor(token: lastPhoto.cursor)?.offset == 7)
-        // So does one that stops at its limit, up to the change the next holds.
-        #expect(Cursor(token: first.cursor)?.offset == 4 && Cursor(token: photos.cursor)?.offset == 5)
+        // The offsets in the user's feed: t0 1, p0 2, p1 3, p2 4, t1 5, p3 6, n0 7.
+        #expect(Cursor(token: first.cursor)?.offset == 1 && Cursor(token: photos.cursor)?.offset == 4)
+        #expect(Cursor(token: lastPhoto.cursor)?.offset == 6)
         let tail = try await page(server, cursor: lastPhoto.cursor, types: "photo")
         #expect(tail.changes.isEmpty && !tail.hasMore && tail.cursor == lastPhoto.cursor)
         _ = try await server.push([operation(.create, "p4", ["n": 1], type: "photo")])
@@ -98,5 +95,94 @@ import Testing
         #expect(try await server.pull(types: many.dropLast().joined(separator: ",")).status == 200)
         let twice = try await server.send("GET", "/v1/pull?types=task&types=task")
         #expect(twice.status == 400 && twice.error?.error.code == .validationError)
+    }
+
+    /// A pull of some types reads their changes alone, through the feed's
+    /// index by type: a damaged change of another type is not in its way,
+    /// while a pull of the damaged change's type names it.
+    @Test func aPullOfSomeTypesReadsNoChangeOfTheOthers() async throws {
+        let server = try await serverWithMixedFeed("pull-types-index")
+        defer { Task { await server.stop() } }
+        // p1, at offset 3, cut short.
+        try await DamagedServerStorageTests.rewriteRow(of: server, in: "changes", key: changeKey(3)) { Array($0.prefix(12)) }
+        #expect(try await page(server, types: "task,note").changes.map(\.entityID) == ["t0", "t1", "n0"])
+        let first = try await page(server, limit: 1, types: "photo")
+        #expect(first.changes.map(\.entityID) == ["p0"])
+        let damaged = try await server.pull(cursor: first.cursor, types: "photo")
+        #expect(damaged.status == 500 && damaged.error?.error.message.contains("change 3 is damaged") == true)
+        #expect(try await server.pull().status == 500)
+    }
+
+    /// A store whose index by type lacks changes (one made before the
+    /// index, or one a server that did not keep it wrote to since) is
+    /// indexed again as it opens, and pulls of some types give what they
+    /// gave before. A change that does not decode then is listed for every
+    /// such pull, which names it.
+    @Test func aStoreIsIndexedByTypeAsItOpens() async throws {
+        let server = try await serverWithMixedFeed("pull-types-reindex")
+        defer { Task { await server.stop() } }
+        let sets = ["task", "photo", "note,task", "invoice"]
+        func pulls() async throws -> [[String]] {
+            var pulled: [[String]] = []
+            for types in sets {
+                var ids: [String] = []
+                var cursor: String?
+                while true {
+                    let next = try await page(server, cursor: cursor, limit: 2, types: types)
+                    ids += next.changes.map(\.entityID)
+                    cursor = next.cursor
+                    if !next.hasMore { break }
+                }
+                pulled.append(ids)
+            }
+            return pulled
+        }
+        let expected = [["t0", "t1"], ["p0", "p1", "p2", "p3"], ["t0", "t1", "n0"], []]
+        #expect(try await pulls() == expected)
+        // A store from before the index: none at all.
+        try await changeIndex(of: server) { txn, index in try txn.removeAll(index) }
+        #expect(try await pulls() == expected)
+        #expect(try indexCount(server) == 7)
+        // One change written without it.
+        try await changeIndex(of: server) { txn, index in
+            let deleted = try txn.delete(index, key: ServerStorage.typeChangeKey(1, "photo", 4))
+            #expect(deleted)
+        }
+        #expect(try await pulls() == expected)
+        #expect(try indexCount(server) == 7)
+
+        // p1, at offset 3, cut short before the index is made again.
+        try await DamagedServerStorageTests.rewriteRow(of: server, in: "changes", key: changeKey(3)) { Array($0.prefix(12)) }
+        try await changeIndex(of: server) { txn, index in try txn.removeAll(index) }
+        #expect(try indexCount(server) == 7)
+        let one = try await page(server, limit: 1, types: "task")
+        #expect(one.changes.map(\.entityID) == ["t0"] && one.hasMore)
+        for (cursor, types) in [(one.cursor, "task"), (nil, "note")] {
+            let damaged = try await server.pull(cursor: cursor, types: types)
+            #expect(damaged.status == 500 && damaged.error?.error.message.contains("change 3 is damaged") == true, "\(types)")
+        }
+    }
+
+    /// Alice's (user 1) change at `offset`: its key in `changes`.
+    private func changeKey(_ offset: UInt64) -> [UInt8] { ServerStorage.changeKey(1, offset) }
+
+    /// Stops `server`, changes its index by type with `change`, and starts it again.
+    private func changeIndex(
+        of server: TestServer, _ change: (borrowing Transaction, Database) throws -> Void
+    ) async throws {
+        await server.stop()
+        do {
+            let environment = try Environment(path: server.configuration.dataDirectory)
+            defer { environment.close() }
+            let index = try #require(try environment.openDatabase("type-changes", create: false))
+            try environment.write { txn in try change(txn, index) }
+        }
+        try await server.restart()
+    }
+
+    /// The rows of the index by type, as the running server left them.
+    private func indexCount(_ server: TestServer) throws -> Int {
+        let storage = server.server.service.storage
+        return try storage.read { txn in try txn.count(storage.typeChanges) }
     }
 }

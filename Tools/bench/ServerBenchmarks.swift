@@ -45,11 +45,17 @@ enum ServerBenchmark {
         var pulls: [(encoding: String, pulled: Int, time: Duration, wireBytes: Int)] = []
         for encoding in ["identity", "gzip"] {
             progress("server: pull \(counts.pullChanges) changes (Accept-Encoding: \(encoding))")
-            let (pulled, time, wireBytes) = try await client.pullAll(page: counts.pullPage, acceptEncoding: encoding) { _ in }
+            let (pulled, time, wireBytes, _, _) = try await client.pullAll(page: counts.pullPage, acceptEncoding: encoding) { _ in }
             guard pulled == counts.pullChanges else { throw BenchError("pulled \(pulled) changes, expected \(counts.pullChanges)") }
             pulls.append((encoding, pulled, time, wireBytes))
         }
         let (plain, gzip) = (pulls[0], pulls[1])
+        // The rare type's changes alone, as a device that keeps the other
+        // type off pulls them.
+        progress("server: pull the \(rareType) changes alone (types=\(rareType))")
+        let rareCount = (0..<counts.pullChanges).count { entityType($0) == rareType }
+        let rare = try await client.pullAll(page: counts.pullPage, types: rareType, acceptEncoding: "identity") { _ in }
+        guard rare.pulled == rareCount else { throw BenchError("pulled \(rare.pulled) \(rareType) changes, expected \(rareCount)") }
 
         var section = ReportSection("8. Reference server over loopback HTTP (.full durability)")
         section.rows = [
@@ -67,13 +73,27 @@ enum ServerBenchmark {
                     format: "%.2fx the rate as they are; %.0f bytes per change, %.3fx the bytes",
                     (Double(gzip.pulled) / gzip.time.seconds) / (Double(plain.pulled) / plain.time.seconds),
                     Double(gzip.wireBytes) / Double(gzip.pulled), Double(gzip.wireBytes) / Double(plain.wireBytes))),
+            ResultRow(
+                "pull types=\(rareType): its \(rare.pulled) changes (1 in \(rareTypeEvery)) of the \(counts.pullChanges)",
+                rare.time.seconds * 1000, "ms",
+                detail: String(
+                    format: "%.3fx the time of the pull of every change (bodies as they are); requests: %d, the longest %.1f ms",
+                    rare.time.seconds / plain.time.seconds, rare.requests, rare.longest.seconds * 1000)),
         ]
         section.notes = [
             "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides (the server reads pushes and the client reads pull pages with JSONReader); a push commits (with fsync) before it answers.",
-            "each operation creates an entity with four fields (a string, an int, a bool and a timestamp).",
+            "each operation creates an entity with four fields (a string, an int, a bool and a timestamp), of type te, or tn for every \(rareTypeEvery)th.",
         ]
         return section
     }
+
+    /// A type with one change in `rareTypeEvery`, the last of each run
+    /// of them, which a pull of that type alone reads.
+    static let rareType = "tn"
+    static let rareTypeEvery = 100
+
+    /// The type of operation `n`.
+    private static func entityType(_ n: Int) -> String { n % rareTypeEvery == rareTypeEvery - 1 ? rareType : "te" }
 
     private static func operation(_ n: Int) -> PushOperation {
         var data = Fields()
@@ -82,7 +102,7 @@ enum ServerBenchmark {
         data["billable"] = .bool(n % 2 == 0)
         data["started_at"] = .timestamp(1_795_335_611_301_476 + Int64(n))
         return PushOperation(
-            idempotencyKey: "op-\(n)", entityType: "te", entityID: "te-\(n)", intent: .create, data: data,
+            idempotencyKey: "op-\(n)", entityType: entityType(n), entityID: "te-\(n)", intent: .create, data: data,
             clientTimestamp: "2026-11-22T08:00:00.000000Z", baseVersion: 0)
     }
 }
@@ -189,23 +209,30 @@ struct BenchClient: Sendable {
         return elapsed
     }
 
-    /// Pulls the whole feed from its start, `page` changes per request,
-    /// asking for the bodies in `acceptEncoding` (URLSession's own choice
-    /// when nil), handing each page's changes to `visit`.
-    /// - Returns: the changes pulled, the time it took and the bodies'
-    ///   bytes on the wire.
-    func pullAll(page: Int, acceptEncoding: String? = nil, _ visit: ([PullChange]) -> Void) async throws
-        -> (pulled: Int, time: Duration, wireBytes: Int)
+    /// Pulls the whole feed from its start (of `types` only, when given),
+    /// `page` changes per request, asking for the bodies in
+    /// `acceptEncoding` (URLSession's own choice when nil), handing each
+    /// page's changes to `visit`.
+    /// - Returns: the changes pulled, the time it took, the bodies' bytes
+    ///   on the wire, the requests made and the longest of them.
+    func pullAll(page: Int, types: String? = nil, acceptEncoding: String? = nil, _ visit: ([PullChange]) -> Void) async throws
+        -> (pulled: Int, time: Duration, wireBytes: Int, requests: Int, longest: Duration)
     {
         let clock = ContinuousClock()
         let started = clock.now
         var cursor: String?
         var pulled = 0
         var wireBytes = 0
+        var requests = 0
+        var longest = Duration.zero
         for _ in 0..<1_000_000 {
             var path = "/v1/pull?limit=\(page)"
+            if let types { path += "&types=\(types)" }
             if let cursor { path += "&cursor=\(cursor)" }
+            let sent = clock.now
             let answer = try await exchange("GET", path, body: nil, acceptEncoding: acceptEncoding)
+            longest = max(longest, clock.now - sent)
+            requests += 1
             wireBytes += answer.wireBytes
             // As a client reads pages: JSONReader, not JSONDecoder (see WireJSON.swift).
             let response = try PullResponse.decode(json: answer.body)
@@ -214,6 +241,6 @@ struct BenchClient: Sendable {
             cursor = response.cursor
             if !response.hasMore { break }
         }
-        return (pulled, clock.now - started, wireBytes)
+        return (pulled, clock.now - started, wireBytes, requests, longest)
     }
 }
