@@ -60,7 +60,7 @@ let package = Package(
         .executableTarget(
             name: "bench",
             dependencies: [
-                "LogFormat", "LogStore", "LogServer", "LogSync", "LogSyncHTTP", "CLMDB",
+                "LMDB", "LogFormat", "LogStore", "LogServer", "LogSync", "LogSyncHTTP", "CLMDB",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 import LogFormat
 import LogServer
 
@@ -26,9 +27,40 @@ enum ServerBenchmark {
 
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
         let counts = settings.server
-        return try await LoopbackServer.serving(directory: workspace.path("server"), users: [user]) { server in
+        let directory = workspace.path("server")
+        var section = try await LoopbackServer.serving(directory: directory, users: [user]) { server in
             try await run(counts, server)
         }
+        progress("server: open the store without its index by type")
+        section.rows.append(try indexingOpen(directory, changes: counts.pullChanges))
+        return section
+    }
+
+    /// Opens the server's store in `directory` (its feed of `changes`) as
+    /// if made before the feed's index by type, which the open then makes,
+    /// and again with the index whole.
+    private static func indexingOpen(_ directory: String, changes: Int) throws -> ResultRow {
+        do {
+            let environment = try Environment(path: directory)
+            defer { environment.close() }
+            guard let index = try environment.openDatabase("type-changes", create: false) else {
+                throw BenchError("the server's store has no type-changes database")
+            }
+            try environment.write { txn in try txn.removeAll(index) }
+        }
+        var configuration = SyncServer.Configuration(dataDirectory: directory)
+        configuration.logLevel = .critical
+        let clock = ContinuousClock()
+        var times: [Duration] = []
+        for _ in 0..<2 {
+            let started = clock.now
+            let server = try SyncServer(configuration: configuration)
+            times.append(clock.now - started)
+            server.close()
+        }
+        return ResultRow(
+            "open of a store made before the index by type (\(changes) changes)", times[0].seconds * 1000, "ms",
+            detail: String(format: "indexing every change in one commit; the next open, with the index whole, %.1f ms", times[1].seconds * 1000))
     }
 
     private static func run(_ counts: ServerBenchSettings, _ server: LoopbackServer) async throws -> ReportSection {
