@@ -23,6 +23,9 @@ public enum Wire {
     public static let pullPageCountDefault = 100
     /// The most entity types one pull may name (`types`, section 8).
     public static let pullTypesCountMax = 64
+    /// The longest a pull may ask to wait for a change (`wait`, section 8),
+    /// in seconds.
+    public static let pullWaitSecondsMax = 60
 
     /// The entity types a pull's `types` parameter names (`task,note`), or
     /// why it names none the protocol allows (section 8): an empty item, a

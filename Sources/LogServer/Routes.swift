@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import LogFormat
+import ServiceLifecycle
 
 /// The endpoints: authentication, rate limiting, body limits and decoding
 /// around `SyncService`.
@@ -26,6 +27,8 @@ struct Routes: Sendable {
         }
         let pushRequest = try ReceivedPush(body: body)
         let response = try await server.service.push(pushRequest, as: identity)
+        // Committed: the pulls waiting on this user's feed look again.
+        server.feedWaiters.wake(identity.user)
         if server.configuration.faultInjection, server.faults.takeDrop() {
             // Applied and committed; the answer is cut off mid-body.
             return Response(
@@ -41,7 +44,7 @@ struct Routes: Sendable {
     func pull(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let identity = try authenticate(request)
         let query = request.uri.queryParameters
-        for name in ["cursor", "limit", "types"] where query.getAll(name).count > 1 {
+        for name in ["cursor", "limit", "types", "wait"] where query.getAll(name).count > 1 {
             throw ServiceError(.validationError, "\(name) is given more than once")
         }
         let cursor = query["cursor"].map(String.init)
@@ -58,7 +61,29 @@ struct Routes: Sendable {
             case .failure(let problem): throw ServiceError(.validationError, problem.description)
             }
         }
-        return try reply(server.service.pull(cursor: cursor, limit: limit, types: types, as: identity).encodeJSON(), to: request)
+        var wait = 0
+        if let text = query["wait"] {
+            guard Wire.isDigits(text), let seconds = Int(text), seconds <= Wire.pullWaitSecondsMax
+            else { throw ServiceError(.validationError, "wait \"\(text.prefix(40))\" is not 0 to \(Wire.pullWaitSecondsMax) seconds") }
+            wait = seconds
+        }
+        let deadline = ContinuousClock.now + .seconds(wait)
+        let waiters = server.feedWaiters
+        while true {
+            // Read before the page: a push committed after it wakes the wait below.
+            let wakes = waiters.wakes(of: identity.user)
+            let page = try server.service.pull(cursor: cursor, limit: limit, types: types, as: identity)
+            guard page.changes.isEmpty, !page.forceResync, ContinuousClock.now < deadline else {
+                return try reply(page.encodeJSON(), to: request)
+            }
+            // A graceful stop waits for the answers under way: it ends the waits.
+            let woken = await withGracefulShutdownHandler {
+                await waiters.wait(identity.user, after: wakes, until: deadline)
+            } onGracefulShutdown: {
+                waiters.close()
+            }
+            guard woken else { return try reply(page.encodeJSON(), to: request) }
+        }
     }
 
     func resync(_ request: Request, _ context: BasicRequestContext) async throws -> Response {

@@ -120,6 +120,9 @@ public final class SyncServer: Sendable {
     let limiter: RateLimiter?
     let faults = FaultInjector()
     let pushBuffer: PushBuffer
+    /// Pulls waiting for a change (`wait`); they outlive a reopening of
+    /// the store, as the pushes that wake them do.
+    let feedWaiters = FeedWaiters()
 
     /// Opens (or creates) the server's store, and holds its directory's
     /// lock (`server.lock`) until `close()`.

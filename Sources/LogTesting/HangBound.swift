@@ -1,3 +1,5 @@
+import Foundation
+
 /// How long a test waits for what other tasks do before it calls the wait
 /// a hang: a bound that ends a wait that would never end, not a measure of
 /// time. It is long because the whole suite on two cores holds the
@@ -12,4 +14,15 @@ public let hangSeconds: Double = 300
 public struct WaitTimedOut: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
+}
+
+/// Polls a condition (really, briefly): for events that happen on other
+/// tasks (`hangSeconds` bounds the wait).
+/// - Throws: `WaitTimedOut` when the condition is not met within `timeoutSeconds`.
+public func waitUntil(timeoutSeconds: Double = hangSeconds, _ condition: () async throws -> Bool) async throws {
+    let deadline = Date().addingTimeInterval(timeoutSeconds)
+    while try await !condition() {
+        guard Date() < deadline else { throw WaitTimedOut("condition not met within \(timeoutSeconds) s") }
+        try await Task.sleep(for: .milliseconds(5))
+    }
 }

@@ -148,7 +148,7 @@ public final class TestServer: Sendable {
         try await serveAgain()
     }
 
-    public struct Reply {
+    public struct Reply: Sendable {
         public var status: Int
         public var headers: [String: String]
         public var body: Data
@@ -187,13 +187,14 @@ public final class TestServer: Sendable {
         try await send("POST", "/v1/push", token: token, body: try JSONEncoder().encode(PushRequest(operations: operations)))
     }
 
-    public func pull(cursor: String? = nil, limit: Int? = nil, types: String? = nil, token: String = "alice-token") async throws
-        -> Reply
-    {
+    public func pull(
+        cursor: String? = nil, limit: Int? = nil, types: String? = nil, wait: Int? = nil, token: String = "alice-token"
+    ) async throws -> Reply {
         var query: [String: String] = [:]
         if let cursor { query["cursor"] = cursor }
         if let limit { query["limit"] = String(limit) }
         if let types { query["types"] = types }
+        if let wait { query["wait"] = String(wait) }
         return try await send("GET", "/v1/pull", token: token, query: query)
     }
 

@@ -954,12 +954,3 @@ struct FixedConnectivity: ConnectivityMonitor {
     }
 }
 
-/// Polls a condition (really, briefly): for events that happen on other tasks
-/// (`hangSeconds` bounds the wait).
-func waitUntil(timeoutSeconds: Double = hangSeconds, _ condition: () async throws -> Bool) async throws {
-    let deadline = Date().addingTimeInterval(timeoutSeconds)
-    while try await !condition() {
-        guard Date() < deadline else { throw SyncTestError("condition not met within \(timeoutSeconds) s") }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-}
