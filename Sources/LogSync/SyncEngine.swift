@@ -39,12 +39,12 @@ import LogStore
 /// the server answers `duplicate` for those it had applied.
 public actor SyncEngine {
     public let store: Store
-    private let transport: any SyncTransport
+    let transport: any SyncTransport
     /// Every deadline of the engine is on this clock's monotonic reading:
     /// a `SyncScheduler` given no clock of its own keeps its timers on it.
     let clock: any SyncClock
     let configuration: SyncConfiguration
-    private var random: any RandomNumberGenerator & Sendable
+    var random: any RandomNumberGenerator & Sendable
 
     private var breaker: CircuitBreaker
     /// Failed runs since the last completed one, and when the next may

@@ -22,7 +22,7 @@ import Synchronization
 /// transfer keeps a core busy, and the process's later requests wait,
 /// until the server stops. A process that must not depend on its server
 /// for that can give `SyncEngine` a `SyncTransport` of its own.
-public final class HTTPTransport: SyncTransport {
+public final class HTTPTransport: SyncTransport, FeedWaiting {
     public struct Options: Sendable {
         /// Seconds a request may wait for data before it fails as a network
         /// error. Infinite, NaN, or a year or more: a year.
@@ -159,11 +159,31 @@ public final class HTTPTransport: SyncTransport {
         }
     }
 
+    /// Waits up to `seconds` (0 to `Wire.pullWaitSecondsMax`; outside,
+    /// the nearest) for a change after `cursor` with a pull of one change
+    /// that waits (section 8, `wait`). Its request may take that much
+    /// longer than `Options.requestTimeout` and `resourceTimeout` allow.
+    public func waitForChange(after cursor: String?, types: Set<String>?, seconds: Int) async throws(TransportError) -> Bool {
+        let seconds = min(max(seconds, 0), Wire.pullWaitSecondsMax)
+        var query = [URLQueryItem(name: "limit", value: "1")]
+        if let types { query.append(URLQueryItem(name: "types", value: Wire.pullTypesValue(types))) }
+        query.append(URLQueryItem(name: "wait", value: String(seconds)))
+        if let cursor { query.append(URLQueryItem(name: "cursor", value: cursor)) }
+        let (data, _) = try await exchange("GET", "/v1/pull", query: query, waitSeconds: seconds)
+        do {
+            let page = try PullResponse.decode(json: data)
+            return !page.changes.isEmpty || page.forceResync
+        } catch {
+            throw TransportError(.network, "GET /v1/pull: the answer is not a pull page: \(error)")
+        }
+    }
+
     /// Sends one request and returns a 2xx body, or throws the failure
-    /// classified as the protocol's section 10 says.
+    /// classified as the protocol's section 10 says. A request that asks
+    /// the server to wait `waitSeconds` gets that much more time.
     private func exchange(
         _ method: String, _ path: String, query: [URLQueryItem] = [], body: Data? = nil, contentEncoding: String? = nil,
-        authorized: Bool = true
+        authorized: Bool = true, waitSeconds: Int = 0
     ) async throws(TransportError) -> (Data, HTTPURLResponse) {
         // URLSession's "unsupported URL" names neither the URL nor the fix,
         // and the engine counts a health check that fails so as offline.
@@ -186,6 +206,11 @@ public final class HTTPTransport: SyncTransport {
         guard let url = components.url else { throw TransportError(.network, "\(path): bad URL") }
         var request = URLRequest(url: url)
         request.httpMethod = method
+        if waitSeconds > 0 {
+            // As the session's: NaN or too large, a year.
+            let timeout = options.requestTimeout + TimeInterval(waitSeconds)
+            request.timeoutInterval = timeout < ResponseReader.deadlineSecondsMax ? timeout : ResponseReader.deadlineSecondsMax
+        }
         if authorized { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         if let body {
             request.httpBody = body
@@ -195,7 +220,8 @@ public final class HTTPTransport: SyncTransport {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await reader.data(for: request, on: session, deadlineSeconds: options.resourceTimeout)
+            (data, response) = try await reader.data(
+                for: request, on: session, deadlineSeconds: options.resourceTimeout + TimeInterval(waitSeconds))
         } catch let reason as GiveUp {
             switch reason {
             case .tooLarge(let declared):

@@ -4,7 +4,8 @@ import SyncStore
 /// The sync half of the demo: two replicas of one user write offline, sync
 /// through the server, meet a conflict that waits for the app, resolve it,
 /// hold a photo on the phone's cellular path until it is on Wi-Fi, and
-/// converge; then a third replica pulls tasks only.
+/// converge; then a third replica pulls tasks only, and hears of the
+/// next task through the server's long poll.
 enum SyncDemo {
     static func run(server: URL, token: String, directory: String) async throws {
         var options = HTTPTransport.Options()
@@ -85,6 +86,25 @@ enum SyncDemo {
         let (watchTasks, watchPhotos) = (try watch.count(type: "task"), try watch.count(type: "photo"))
         print("watch: \(watchTasks) tasks and \(watchPhotos) photos (the photo's 64 KiB never came)")
         guard watchTasks == mine.count, watchPhotos == 0 else { throw DemoError("the watch pulled other types than tasks") }
+
+        print("\n== The watch hears of the laptop's next task as it reaches the server (a long poll)")
+        let listening = Task { try await watchSync.watchFeed(waitSeconds: 20) }
+        defer { listening.cancel() }
+        try await laptop.create(type: "task", fields: ["title": "Water plants", "done": false])
+        try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
+        let clock = ContinuousClock()
+        let synced = clock.now
+        while try watch.count(type: "task") == watchTasks {
+            guard clock.now - synced < .seconds(10) else { throw DemoError("the watch did not hear of the laptop's task within 10 s") }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        let heard = (clock.now - synced).components
+        print(String(
+            format: "watch: %d tasks, the new one there %.0f ms after the laptop's sync ended, with no sync called on the watch",
+            try watch.count(type: "task"), Double(heard.seconds) * 1000 + Double(heard.attoseconds) / 1e15))
+        // Ended before its store closes.
+        listening.cancel()
+        _ = await listening.result
     }
 
     /// Prints how a run ended, and ends the demo when it failed or found

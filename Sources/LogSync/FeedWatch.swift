@@ -1,0 +1,84 @@
+import LogFormat
+import LogStore
+
+/// A transport that can wait with the server for the feed to change
+/// (`Format/sync-protocol.md` section 8, `wait`): what
+/// `SyncEngine.watchFeed` waits with.
+public protocol FeedWaiting: Sendable {
+    /// Waits up to `seconds` for a change after `cursor` (nil: the feed's
+    /// beginning) in the feed of `types` (nil: every type).
+    /// - Returns: whether a pull from `cursor` has something to apply now
+    ///   (a change, or a forced resync); false when the wait ended without.
+    /// - Throws: `TransportError`, as `SyncTransport.pull` does.
+    func waitForChange(after cursor: String?, types: Set<String>?, seconds: Int) async throws(TransportError) -> Bool
+}
+
+extension SyncEngine {
+    /// Hears of other devices' changes as they are made, until the calling
+    /// task is cancelled: it waits with the server, `waitSeconds` at a time
+    /// (a long poll), for a change past the store's pull cursor, of the
+    /// types the engine pulls, and then syncs (as `sync()` does), and waits
+    /// again from the cursor that run left. On Linux it stands in for a
+    /// server's push notification: a `SyncScheduler` syncs on local writes
+    /// and timers, this on the server's changes; the engine's single flight
+    /// joins their runs.
+    ///
+    /// It keeps to the engine's waits: while a failed run's backoff or the
+    /// open circuit breaker holds runs off, it waits for their end before it
+    /// asks the server again. A wait that fails (offline, the server down)
+    /// is tried again after 1 s, then 2, 4, ... up to 60 s, each with
+    /// jitter (a restarted server is not asked by every client at once);
+    /// the first that succeeds starts over at 1 s. A run that leaves the
+    /// cursor where it was though it completed is followed by a pause of
+    /// 1 s, so that nothing makes it ask in a loop.
+    /// - Parameter waitSeconds: how long one request waits, 1 to
+    ///   `Wire.pullWaitSecondsMax` (outside, the nearest).
+    /// - Throws: `SyncConfigurationError` when the engine's transport
+    ///   cannot wait (it is not `FeedWaiting`).
+    public func watchFeed(waitSeconds: Int = 25) async throws(SyncConfigurationError) {
+        guard let waiting = transport as? any FeedWaiting else {
+            throw SyncConfigurationError("watchFeed needs a transport that can wait for changes (FeedWaiting), such as HTTPTransport")
+        }
+        let seconds = min(max(waitSeconds, 1), Wire.pullWaitSecondsMax)
+        var failures = 0
+        while !Task.isCancelled {
+            if let deadline = nextRunDeadline {
+                guard (try? await clock.sleep(untilMilliseconds: deadline)) != nil else { return }
+                continue
+            }
+            // A damaged cursor is the run's to mend (it resyncs).
+            let cursor = try? store.pullCursor()
+            let changed: Bool
+            do throws(TransportError) {
+                changed = try await waiting.waitForChange(after: cursor, types: configuration.pulledTypes, seconds: seconds)
+                failures = 0
+            } catch {
+                // A refused cursor is the run's to mend too.
+                if case .status(410, _) = error.kind {
+                    changed = true
+                } else {
+                    failures += 1
+                    guard (try? await clock.sleep(milliseconds: watchRetryMilliseconds(afterFailures: failures))) != nil else { return }
+                    continue
+                }
+            }
+            guard changed, !Task.isCancelled else { continue }
+            let report = await sync()
+            if report.outcome == .completed, (try? store.pullCursor()) == cursor {
+                guard (try? await clock.sleep(milliseconds: SyncEngine.watchRetryMillisecondsMin)) != nil else { return }
+            }
+        }
+    }
+
+    /// The wait before asking again after `failures` failed waits in a
+    /// row: 1 s doubled for each after the first, at most 60 s, then
+    /// between half of that and all of it.
+    private func watchRetryMilliseconds(afterFailures failures: Int) -> UInt64 {
+        let doubled = SyncEngine.watchRetryMillisecondsMin << UInt64(min(failures - 1, 16))
+        let bound = min(doubled, SyncEngine.watchRetryMillisecondsMax)
+        return bound / 2 + UInt64.random(in: 0...(bound / 2), using: &random)
+    }
+
+    static let watchRetryMillisecondsMin: UInt64 = 1_000
+    static let watchRetryMillisecondsMax: UInt64 = 60_000
+}

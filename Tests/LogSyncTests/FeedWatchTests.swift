@@ -1,0 +1,126 @@
+import Foundation
+import LogFormat
+import LogStore
+import LogSync
+import LogSyncHTTP
+import LogTesting
+import Synchronization
+import Testing
+
+/// `SyncEngine.watchFeed`: a replica hears of another device's changes
+/// through the server's long poll, against the real server over loopback.
+@Suite struct FeedWatchTests {
+    /// The watching replica syncs on its own when the writer's changes
+    /// reach the server: it never calls `sync()`. Cancelling its task ends
+    /// the watch, the wait in flight too.
+    @Test func aWatchingReplicaHearsAnotherDevicesChanges() async throws {
+        let server = try await TestServer("feed-watch")
+        defer { Task { await server.stop() } }
+        let writer = try Replica("feed-watch-writer", server: server)
+        let watcher = try Replica("feed-watch-watcher", server: server)
+        let engine = watcher.engine
+        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        _ = try await writer.store.create(type: "task", id: "t1", fields: ["n": 1])
+        try await writer.syncUntilQuiet()
+        try await waitUntil { try watcher.entities("task") == ["t1": ["n": 1]] }
+        _ = try await writer.store.update(type: "task", id: "t1", changes: ["n": 2])
+        try await writer.syncUntilQuiet()
+        try await waitUntil { try watcher.entities("task") == ["t1": ["n": 2]] }
+        watch.cancel()
+        try await watch.value
+    }
+
+    /// A failed wait is asked again after 1 s, then 2, then 4 (each with
+    /// jitter down to half); once the server answers, the watch goes on.
+    @Test func aFailedWaitIsAskedAgainAfterAGrowingPause() async throws {
+        let server = try await TestServer("feed-watch-failing")
+        defer { Task { await server.stop() } }
+        let waits = FailingWaits(server)
+        let watcher = try Replica("feed-watch-failing", server: server, transport: waits)
+        let engine = watcher.engine
+        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        for (attempt, bound) in [(1, 1_000), (2, 2_000), (3, 4_000)] as [(Int, UInt64)] {
+            try await watcher.clock.waitForSleepers(1)
+            #expect(waits.count == attempt)
+            let pause = try #require(watcher.clock.sleeperDeadlines.first) - watcher.clock.monotonicMilliseconds
+            #expect((bound / 2...bound).contains(pause), "attempt \(attempt): \(pause) ms")
+            if attempt == 3 { waits.recover() }
+            watcher.clock.advance(by: pause)
+        }
+        try await anotherDeviceWritesATask(to: server, "feed-watch-failing-writer")
+        try await waitUntil { try watcher.entities("task").keys.sorted() == ["t1"] }
+        watch.cancel()
+        try await watch.value
+    }
+
+    /// A change heard while the run that would pull it fails is not asked
+    /// about again until the failed run's backoff ends: the watch sleeps
+    /// until then, and the run after it pulls the change.
+    @Test func aWatchKeepsToAFailedRunsBackoff() async throws {
+        let server = try await TestServer("feed-watch-backoff")
+        defer { Task { await server.stop() } }
+        let pulls = FailingPulls(server, retryAfterSeconds: nil)
+        let waits = FailingWaits(server, pulls: pulls)
+        waits.recover()
+        let watcher = try Replica("feed-watch-backoff", server: server, transport: waits)
+        let engine = watcher.engine
+        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        try await anotherDeviceWritesATask(to: server, "feed-watch-backoff-writer")
+        try await watcher.clock.waitForSleepers(1)
+        let backoff = try #require(await engine.nextRunAt)
+        #expect(watcher.clock.sleeperDeadlines == [backoff - watcher.clock.nowMilliseconds + watcher.clock.monotonicMilliseconds])
+        #expect(waits.count == 1 && pulls.count == 1)
+        pulls.recover()
+        watcher.clock.advance(by: backoff - watcher.clock.nowMilliseconds)
+        try await waitUntil { try watcher.entities("task").keys.sorted() == ["t1"] }
+        watch.cancel()
+        try await watch.value
+    }
+
+    /// Another replica of the same user, `name`, creates task t1 and syncs it to `server`.
+    private func anotherDeviceWritesATask(to server: TestServer, _ name: String) async throws {
+        let writer = try Replica(name, server: server)
+        _ = try await writer.store.create(type: "task", id: "t1", fields: [:])
+        try await writer.syncUntilQuiet()
+    }
+
+    /// An engine whose transport cannot wait says so.
+    @Test func aTransportThatCannotWaitIsAConfigurationError() async throws {
+        let server = try await TestServer("feed-watch-cannot")
+        defer { Task { await server.stop() } }
+        let replica = try Replica("feed-watch-cannot", server: server, transport: FailingPulls(server, retryAfterSeconds: nil))
+        let error = await #expect(throws: SyncConfigurationError.self) { try await replica.engine.watchFeed() }
+        #expect(error?.description.contains("FeedWaiting") == true)
+    }
+}
+
+/// Through the real server (pulls through `pulls` when given); each wait
+/// fails with a network error until `recover()`. Counts the waits.
+final class FailingWaits: SyncTransport, FeedWaiting {
+    private let inner: HTTPTransport
+    private let pulls: (any SyncTransport)?
+    private let state = Mutex((failing: true, count: 0))
+
+    init(_ server: TestServer, pulls: (any SyncTransport)? = nil) {
+        inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
+        self.pulls = pulls
+    }
+
+    var count: Int { state.withLock { $0.count } }
+
+    func recover() { state.withLock { $0.failing = false } }
+
+    func health() async throws(TransportError) -> HealthResponse { try await inner.health() }
+    func push(_ request: PushRequest) async throws(TransportError) -> PushResponse { try await inner.push(request) }
+    func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
+        try await (pulls ?? inner).pull(cursor: cursor, limit: limit, types: types)
+    }
+    func waitForChange(after cursor: String?, types: Set<String>?, seconds: Int) async throws(TransportError) -> Bool {
+        let failing = state.withLock { state in
+            state.count += 1
+            return state.failing
+        }
+        guard !failing else { throw TransportError(.network, "wait: connection refused") }
+        return try await inner.waitForChange(after: cursor, types: types, seconds: seconds)
+    }
+}
