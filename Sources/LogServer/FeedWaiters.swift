@@ -10,26 +10,41 @@ final class FeedWaiters: Sendable {
         /// Pushes that woke each user's feed, by the user's name in UTF-8
         /// (as the store tells users apart).
         var wakes: [[UInt8]: UInt64] = [:]
+        /// Wakes of every feed at once (a forced resync), counted in each.
+        var everyoneWakes: UInt64 = 0
         /// The waiting pulls, by user, each by its number.
         var waiting: [[UInt8]: [UInt64: Waiter]] = [:]
         var nextNumber: UInt64 = 0
         /// Set as the server stops: no pull waits any longer.
         var closed = false
+
+        func wakes(of name: [UInt8]) -> UInt64 { (wakes[name] ?? 0) &+ everyoneWakes }
     }
 
     private let state = Mutex(State())
 
     /// The wakes of `user`'s feed so far: what `wait` compares with.
     func wakes(of user: String) -> UInt64 {
-        state.withLock { $0.wakes[Array(user.utf8)] ?? 0 }
+        state.withLock { $0.wakes(of: Array(user.utf8)) }
     }
 
     /// Wakes the pulls waiting on `user`'s feed: a push committed to it.
     func wake(_ user: String) {
         let woken = state.withLock { state in
             let name = Array(user.utf8)
-            state.wakes[name, default: 0] += 1
+            state.wakes[name, default: 0] &+= 1
             return state.waiting.removeValue(forKey: name).map { Array($0.values) } ?? []
+        }
+        for waiter in woken { waiter.finish() }
+    }
+
+    /// Wakes every waiting pull: every feed changed (a forced resync,
+    /// which the pulls now answer).
+    func wakeEveryone() {
+        let woken = state.withLock { state in
+            state.everyoneWakes &+= 1
+            defer { state.waiting = [:] }
+            return state.waiting.values.flatMap(\.values)
         }
         for waiter in woken { waiter.finish() }
     }
@@ -53,7 +68,7 @@ final class FeedWaiters: Sendable {
         let name = Array(user.utf8)
         let waiter = Waiter()
         let number = state.withLock { state -> UInt64? in
-            guard !state.closed, (state.wakes[name] ?? 0) == wakes else { return nil }
+            guard !state.closed, state.wakes(of: name) == wakes else { return nil }
             state.nextNumber += 1
             state.waiting[name, default: [:]][state.nextNumber] = waiter
             return state.nextNumber

@@ -89,6 +89,8 @@ struct Routes: Sendable {
     func resync(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         try authenticateAdmin(request)
         let generation = try await server.service.forceResync()
+        // The waiting pulls answer force_resync now.
+        server.feedWaiters.wakeEveryone()
         return try Reply.json(["generation": generation])
     }
 

@@ -62,6 +62,19 @@ import Testing
         #expect(try page(try await waiting.value).changes.map(\.entityID) == ["t1"])
     }
 
+    /// A forced resync answers the waiting pulls of every user with
+    /// `force_resync`, as a pull made then would.
+    @Test func aForcedResyncAnswersTheWaitingPulls() async throws {
+        let server = try await TestServer("pull-wait-resync")
+        defer { Task { await server.stop() } }
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        let first = try page(try await server.pull())
+        let waiting = Task { try await server.pull(cursor: first.cursor, wait: 30) }
+        try await untilWaiting(server, 1)
+        try await server.forceResync()
+        #expect(try page(try await waiting.value).forceResync)
+    }
+
     /// A graceful stop ends the waits under way with their empty pages,
     /// rather than waiting for them or cutting their connections.
     @Test func aStoppingServerAnswersItsWaitingPulls() async throws {
