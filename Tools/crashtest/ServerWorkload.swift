@@ -37,8 +37,17 @@ struct ServerWorkload: Workload {
 
     static func operation(key: String) -> PushOperation {
         PushOperation(
-            idempotencyKey: key, entityType: "te", entityID: "te_\(key)", intent: .create, data: Payload.fields(key: key),
-            clientTimestamp: "2026-01-01T00:00:00.000000Z", baseVersion: 0)
+            idempotencyKey: key, entityType: entityType(key: key), entityID: "te_\(key)", intent: .create,
+            data: Payload.fields(key: key), clientTimestamp: "2026-01-01T00:00:00.000000Z", baseVersion: 0)
+    }
+
+    /// The two types the pushes make, so that the pulls of one type, which
+    /// read the feed's index by type, are checked against the feed.
+    static let entityTypes = ["te", "tn"]
+
+    /// The type of the operation `key`: one of `entityTypes`, by its bytes.
+    private static func entityType(key: String) -> String {
+        entityTypes[Int(key.utf8.reduce(0, &+)) % entityTypes.count]
     }
 
     mutating func iterate(_ context: inout IterationContext) async throws {
@@ -167,10 +176,18 @@ extension ServerWorkload {
     }
 
     /// The feed holds one change per acknowledged key, with its data, and
-    /// nothing else.
+    /// nothing else; a pull of one type holds its changes, in the feed's order.
     private func checkFeed(_ client: ServerClient, _ context: inout IterationContext) async throws {
+        let all = try await client.pullAll()
+        for type in Self.entityTypes {
+            let typed = try await client.pullAll(types: [type]).map(\.entityID)
+            let expected = all.filter { $0.entityType == type }.map(\.entityID)
+            if typed != expected {
+                context.violation("the pull of type \(type) has \(typed.count) changes, the feed \(expected.count) of that type, or in another order")
+            }
+        }
         var feed: [String: PullChange] = [:]
-        for change in try await client.pullAll() {
+        for change in all {
             if feed.updateValue(change, forKey: change.entityID) != nil {
                 context.violation("the feed has \(change.entityID) twice")
             }
