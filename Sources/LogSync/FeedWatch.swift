@@ -25,12 +25,14 @@ extension SyncEngine {
     ///
     /// It keeps to the engine's waits: while a failed run's backoff or the
     /// open circuit breaker holds runs off, it waits for their end before it
-    /// asks the server again. A wait that fails (offline, the server down)
-    /// is tried again after 1 s, then 2, 4, ... up to 60 s, each with
-    /// jitter (a restarted server is not asked by every client at once);
-    /// the first that succeeds starts over at 1 s. A run that leaves the
-    /// cursor where it was though it completed is followed by a pause of
-    /// 1 s, so that nothing makes it ask in a loop.
+    /// asks the server again, and while the network path is one the
+    /// `NetworkPolicy` syncs not over (`networkPathChanged`), it asks
+    /// nothing, looking again every 5 s. A wait that fails (offline, the
+    /// server down) is tried again after 1 s, then 2, 4, ... up to 60 s,
+    /// each with jitter (a restarted server is not asked by every client at
+    /// once); the first that succeeds starts over at 1 s. A run that leaves
+    /// the cursor where it was is followed by its backoff, or by a pause of
+    /// 1 s when it set none, so that nothing makes it ask in a loop.
     /// - Parameter waitSeconds: how long one request waits, 1 to
     ///   `Wire.pullWaitSecondsMax` (outside, the nearest).
     /// - Throws: `SyncConfigurationError` when the engine's transport
@@ -44,6 +46,10 @@ extension SyncEngine {
         while !Task.isCancelled {
             if let deadline = nextRunDeadline {
                 guard (try? await clock.sleep(untilMilliseconds: deadline)) != nil else { return }
+                continue
+            }
+            if pathDisallowed {
+                guard (try? await clock.sleep(milliseconds: SyncEngine.watchPathPollMilliseconds)) != nil else { return }
                 continue
             }
             // A damaged cursor is the run's to mend (it resyncs).
@@ -63,8 +69,11 @@ extension SyncEngine {
                 }
             }
             guard changed, !Task.isCancelled else { continue }
-            let report = await sync()
-            if report.outcome == .completed, (try? store.pullCursor()) == cursor {
+            await sync()
+            // The cursor where it was, and no backoff to wait for (the run
+            // was cancelled, or found the path not allowed just now): a
+            // wait from it would find the same change at once.
+            if (try? store.pullCursor()) == cursor, nextRunDeadline == nil {
                 guard (try? await clock.sleep(milliseconds: SyncEngine.watchRetryMillisecondsMin)) != nil else { return }
             }
         }
@@ -79,6 +88,9 @@ extension SyncEngine {
         return bound / 2 + UInt64.random(in: 0...(bound / 2), using: &random)
     }
 
+    /// How often a watch looks again whether the network path is one the
+    /// policy syncs over, while it is not.
+    static let watchPathPollMilliseconds: UInt64 = 5_000
     static let watchRetryMillisecondsMin: UInt64 = 1_000
     static let watchRetryMillisecondsMax: UInt64 = 60_000
 }

@@ -302,7 +302,7 @@ public actor SyncEngine {
     }
 
     /// A path that the configuration syncs not over (one there is).
-    private var pathDisallowed: Bool { networkPath.isSatisfied && !configuration.network.allowsSync(over: networkPath) }
+    var pathDisallowed: Bool { networkPath.isSatisfied && !configuration.network.allowsSync(over: networkPath) }
 
     /// The types whose intents wait for a path that costs nothing.
     private var heldTypes: Set<String> { configuration.network.heldTypes(on: networkPath) }

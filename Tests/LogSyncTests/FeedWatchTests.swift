@@ -77,6 +77,35 @@ import Testing
         try await watch.value
     }
 
+    /// On a path the policy syncs not over (cellular, with sync over it
+    /// off), the watch asks the server nothing, and looks again every 5 s;
+    /// once the path is free, it waits with the server again.
+    @Test func aWatchAsksNothingOverAPathThePolicyRefuses() async throws {
+        let server = try await TestServer("feed-watch-path")
+        defer { Task { await server.stop() } }
+        let waits = FailingWaits(server)
+        waits.recover()
+        var configuration = SyncConfiguration()
+        configuration.network.syncsOnExpensivePaths = false
+        let watcher = try Replica("feed-watch-path", server: server, configuration: configuration, transport: waits)
+        let engine = watcher.engine
+        await engine.networkPathChanged(NetworkPath(isSatisfied: true, isExpensive: true))
+        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        for _ in 0..<3 {
+            try await watcher.clock.waitForSleepers(1)
+            #expect(watcher.clock.sleeperDeadlines == [watcher.clock.monotonicMilliseconds + 5_000] && waits.count == 0)
+            watcher.clock.advance(by: 5_000)
+        }
+        try await watcher.clock.waitForSleepers(1)
+        await engine.networkPathChanged(NetworkPath(isSatisfied: true))
+        watcher.clock.advance(by: 5_000)
+        try await anotherDeviceWritesATask(to: server, "feed-watch-path-writer")
+        try await waitUntil { try watcher.entities("task").keys.sorted() == ["t1"] }
+        #expect(waits.count >= 1)
+        watch.cancel()
+        try await watch.value
+    }
+
     /// Another replica of the same user, `name`, creates task t1 and syncs it to `server`.
     private func anotherDeviceWritesATask(to server: TestServer, _ name: String) async throws {
         let writer = try Replica(name, server: server)
