@@ -113,6 +113,31 @@ import Testing
         try await writer.syncUntilQuiet()
     }
 
+    /// `HTTPTransport.waitForChange` asks for one change, with `wait`, and
+    /// gives its request the wait on top of its timeouts: an answer 3 s
+    /// late, past `requestTimeout` and `resourceTimeout` (1 s), is taken
+    /// within a wait of 8 s, where a pull without one fails at 1 s.
+    @Test func aWaitingRequestHasItsWaitOnTopOfItsTimeouts() async throws {
+        let targets = Mutex<[String]>([])
+        let page = try JSONEncoder().encode(
+            PullResponse(changes: [HostileServerTests.change("t1", version: 1)], cursor: "c1", hasMore: false))
+        let server = try ScriptedServer { request in
+            targets.withLock { $0.append(request.target) }
+            Thread.sleep(forTimeInterval: 3)
+            return .answer(status: 200, headers: HostileServerTests.protocolHeaders, body: page)
+        }
+        defer { server.stop() }
+        var options = loopback
+        options.requestTimeout = 1
+        options.resourceTimeout = 1
+        let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: options)
+        let timedOut = await #expect(throws: TransportError.self) { try await transport.pull(cursor: "c0", limit: 1) }
+        #expect(timedOut?.message.contains("resourceTimeout") == true, "\(String(describing: timedOut))")
+        #expect(try await transport.waitForChange(after: "c0", types: ["task"], seconds: 8))
+        let query = try #require(targets.withLock { $0.last }).split(separator: "?").last.map(String.init) ?? ""
+        #expect(query == "limit=1&types=task&wait=8&cursor=c0", "\(query)")
+    }
+
     /// An engine whose transport cannot wait says so.
     @Test func aTransportThatCannotWaitIsAConfigurationError() async throws {
         let server = try await TestServer("feed-watch-cannot")
