@@ -30,6 +30,41 @@ import Testing
         try await watch.value
     }
 
+    /// Two replicas that both watch, each writing and syncing while the
+    /// other's watch syncs too (the engine's single flight joins runs):
+    /// each ends with every task of both, as the server has them.
+    @Test func twoWatchingReplicasHearEachOther() async throws {
+        let server = try await TestServer("feed-watch-both")
+        defer { Task { await server.stop() } }
+        let replicas = [try Replica("feed-watch-both-a", server: server), try Replica("feed-watch-both-b", server: server)]
+        let watches = replicas.map { replica in
+            let engine = replica.engine
+            return Task { try await engine.watchFeed(waitSeconds: 30) }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, replica) in replicas.enumerated() {
+                group.addTask {
+                    for n in 0..<10 {
+                        _ = try await replica.store.create(type: "task", id: "r\(index)-\(n)", fields: ["n": .int(Int64(n))])
+                        _ = await replica.sync()
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let expected = Dictionary(uniqueKeysWithValues: (0..<2).flatMap { index in
+            (0..<10).map { n in ("r\(index)-\(n)", ["n": Value.int(Int64(n))] as Fields) }
+        })
+        for replica in replicas {
+            try await waitUntil { try replica.entities("task") == expected && replica.store.outboxCount() == 0 }
+            #expect(replica.lostChanges.isEmpty)
+        }
+        for watch in watches {
+            watch.cancel()
+            try await watch.value
+        }
+    }
+
     /// A failed wait is asked again after 1 s, then 2, then 4 (each with
     /// jitter down to half); once the server answers, the watch goes on.
     @Test func aFailedWaitIsAskedAgainAfterAGrowingPause() async throws {
