@@ -114,6 +114,11 @@ extension SyncService {
             if let cursor, cursor.generation > generation || cursor.offset > end {
                 throw ServiceError(.cursorInvalid, "the cursor points past the end of this server's feed; pull again without one")
             }
+            // Below the horizon, compaction dropped changes the cursor's
+            // chain would show (section 8); a pull from the start has none.
+            if let cursor, let user, cursor.offset > 0, cursor.offset < (try storage.horizon(user: user, txn)) {
+                throw ServiceError(.cursorInvalid, "the cursor points below the feed's compaction horizon; pull again without one")
+            }
             // A store that lost changes and grew past the cursor again has
             // another change at its offset: a page after it would skip the
             // changes the store made in their place.

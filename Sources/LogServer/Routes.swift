@@ -94,6 +94,11 @@ struct Routes: Sendable {
         return try Reply.json(["generation": generation])
     }
 
+    func compact(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        try authenticateAdmin(request)
+        return try Reply.json(try await server.service.compactFeeds())
+    }
+
     func setFaults(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         try authenticateAdmin(request)
         try server.faults.set(try FaultSettings(json: try await collect(request)))

@@ -160,7 +160,7 @@ public final class SyncServer: Sendable {
     /// Every path the protocol defines, with the one method it takes.
     static let endpoints = [
         ("/v1/health", "GET"), ("/v1/push", "POST"), ("/v1/pull", "GET"), ("/v1/admin/resync", "POST"),
-        ("/v1/admin/faults", "POST"),
+        ("/v1/admin/compact", "POST"), ("/v1/admin/faults", "POST"),
     ]
     /// The method each path takes.
     static let methods = Dictionary(uniqueKeysWithValues: endpoints)
@@ -288,6 +288,7 @@ public final class SyncServer: Sendable {
         router.post("/v1/push") { request, context in try await routes.push(request, context) }
         router.get("/v1/pull") { request, context in try await routes.pull(request, context) }
         router.post("/v1/admin/resync") { request, context in try await routes.resync(request, context) }
+        router.post("/v1/admin/compact") { request, context in try await routes.compact(request, context) }
         router.post("/v1/admin/faults") { request, context in try await routes.setFaults(request, context) }
         return Application(
             router: router,

@@ -213,6 +213,14 @@ public final class TestServer: Sendable {
         guard reply.status == 200 else { throw CocoaError(.fileWriteUnknown) }
     }
 
+    /// Compacts every user's feed (`POST /v1/admin/compact`) and returns
+    /// the answer's JSON object.
+    public func compact() async throws -> [String: Any] {
+        let reply = try await send("POST", "/v1/admin/compact", token: "admin-token")
+        guard reply.status == 200, let answer = reply.json as? [String: Any] else { throw CocoaError(.fileWriteUnknown) }
+        return answer
+    }
+
     /// Every change in the user's feed, page by page.
     public func pullAll(token: String = "alice-token", limit: Int = 1000) async throws -> [PullChange] {
         var changes: [PullChange] = []

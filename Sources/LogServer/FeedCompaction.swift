@@ -1,0 +1,109 @@
+import LMDB
+import LogFormat
+
+/// What `POST /v1/admin/compact` did (section 12).
+struct FeedCompactionReport: Codable, Equatable, Sendable {
+    /// Changes dropped from the feeds, superseded by later ones.
+    var removed = 0
+    /// Changes kept below the new horizons: each the latest of its entity
+    /// (or one whose row does not read back, which compaction leaves).
+    var kept = 0
+    /// Users whose feed has a change.
+    var users = 0
+}
+
+extension ServerStorage {
+    /// The `meta` key of the user's compaction horizon.
+    static func horizonKey(_ user: UInt32) -> [UInt8] { Array("horizon/".utf8) + user.bigEndianBytes }
+
+    /// The offset in the user's feed of the last change compaction dropped
+    /// (section 8, "Compaction"): a cursor below it would miss it; 0
+    /// before any.
+    func horizon(user: UInt32, _ txn: borrowing Transaction) throws -> UInt64 {
+        try ServerStorage.number(try txn.get(meta, key: ServerStorage.horizonKey(user)), "the compaction horizon of user \(user)") ?? 0
+    }
+}
+
+extension SyncService {
+    /// Compacts every user's feed up to its last change: drops each change
+    /// that a later change of the same entity superseded, and moves the
+    /// user's horizon to the last change it dropped, so that the cursors
+    /// that would miss a dropped change (those pointing below it) are
+    /// answered 410 (section 8), and no other. Every entity's latest change
+    /// stays, deletions included: a pull from the beginning still delivers
+    /// every entity's current state.
+    ///
+    /// It reads each feed from its start (changes an earlier compaction
+    /// kept may have been superseded since) in transactions of up to
+    /// `chunkCountMax` changes, each moving the horizon as it drops, so
+    /// that pushes go on between them and a stop part way leaves every
+    /// cursor at or above the horizon a whole feed after it.
+    func compactFeeds(chunkCountMax: Int = SyncService.compactionChunkCountMax) async throws -> FeedCompactionReport {
+        let users = try storage.read { txn in
+            var numbers: [UInt32] = []
+            try txn.forEach(storage.users) { _, value in
+                if let number = UInt32(bigEndianBytes: value) { numbers.append(number) }
+                return true
+            }
+            return numbers
+        }
+        var report = FeedCompactionReport()
+        for user in users {
+            let target = try storage.read { txn in try storage.lastOffset(user: user, txn) }
+            guard target > 0 else { continue }
+            report.users += 1
+            var position: UInt64 = 0
+            while position < target {
+                let chunk = try await storage.write { [position] txn in
+                    try self.compactChunk(user: user, after: position, through: target, countMax: chunkCountMax, txn)
+                }
+                report.removed += chunk.removed
+                report.kept += chunk.kept
+                position = chunk.last
+            }
+        }
+        return report
+    }
+
+    /// Changes one compaction transaction reads at most.
+    static let compactionChunkCountMax = 10_000
+
+    /// Drops the superseded ones of the user's changes after `position`,
+    /// up to `countMax` of them and none past `target`, and moves the
+    /// horizon past them.
+    /// - Returns: how many it dropped and kept, and the offset it read to
+    ///   (`target` once no change is left before it).
+    private func compactChunk(
+        user: UInt32, after position: UInt64, through target: UInt64, countMax: Int, _ txn: borrowing Transaction
+    ) throws -> (removed: Int, kept: Int, last: UInt64) {
+        var superseded: [(offset: UInt64, type: String)] = []
+        var last = position
+        var read = 0
+        try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, position + 1)) { key, row in
+            guard key.count == 12, key.starts(with: user.bigEndianBytes),
+                let offset = UInt64(bigEndianBytes: Array(key[4..<12])), offset <= target, read < countMax
+            else { return false }
+            read += 1
+            last = offset
+            // A row that does not read back stays: compaction drops only
+            // what it knows a later change replaced.
+            guard let change = try? ChangeRow.decode(row, offset: offset).change else { return true }
+            let state = try loadState(ServerStorage.entityKey(user, change.entityType, change.entityID), txn)
+            if let state, state.version > change.serverVersion { superseded.append((offset, change.entityType)) }
+            return true
+        }
+        // Read to `target` unless the chunk filled first.
+        if read < countMax { last = target }
+        // A cursor below a dropped change would miss it: the horizon moves
+        // past it in the same transaction.
+        if let dropped = superseded.last?.offset, try storage.horizon(user: user, txn) < dropped {
+            try txn.put(storage.meta, key: ServerStorage.horizonKey(user), value: dropped.bigEndianBytes)
+        }
+        // Deleted once the walk is over: a delete would move its cursor.
+        for (offset, type) in superseded {
+            try txn.delete(storage.changes, key: ServerStorage.changeKey(user, offset))
+            try txn.delete(storage.typeChanges, key: ServerStorage.typeChangeKey(user, type, offset))
+        }
+        return (superseded.count, read - superseded.count, last)
+    }
+}
