@@ -85,11 +85,14 @@ extension SyncService {
             else { return false }
             read += 1
             last = offset
-            // A row that does not read back stays: compaction drops only
-            // what it knows a later change replaced.
-            guard let change = try? ChangeRow.decode(row, offset: offset).change else { return true }
-            let state = try loadState(ServerStorage.entityKey(user, change.entityType, change.entityID), txn)
-            if let state, state.version > change.serverVersion { superseded.append((offset, change.entityType)) }
+            // A row that does not read back stays, as does a change whose
+            // entity's state does not: compaction drops only what it knows
+            // a later change replaced.
+            guard let change = try? ChangeRow.decode(row, offset: offset).change,
+                let state = try? loadState(ServerStorage.entityKey(user, change.entityType, change.entityID), txn),
+                state.version > change.serverVersion
+            else { return true }
+            superseded.append((offset, change.entityType))
             return true
         }
         // Read to `target` unless the chunk filled first.

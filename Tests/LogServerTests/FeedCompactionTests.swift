@@ -77,6 +77,22 @@ import Testing
         #expect(try storage.read { txn in try storage.horizon(user: 1, txn) } == 11)
     }
 
+    /// A change whose row does not read back is kept: compaction drops
+    /// only what it knows a later change replaced, and the damage is
+    /// named by the pulls that reach it, as before.
+    @Test func aDamagedChangeIsKept() async throws {
+        let server = try await TestServer("feed-compaction-damage")
+        defer { Task { await server.stop() } }
+        for n in 0..<3 {
+            #expect(try await server.push([operation(n == 0 ? .create : .update, "t1", ["n": .int(Int64(n))], base: UInt64(n))]).status == 200)
+        }
+        // t1 v1, at offset 1, cut short.
+        try await DamagedServerStorageTests.rewriteFirstChange(of: server) { Array($0.prefix(12)) }
+        #expect(counts(try await server.compact()) == [1, 2, 1])
+        let reply = try await server.pull()
+        #expect(reply.status == 500 && reply.error?.error.message.contains("change 1 is damaged") == true)
+    }
+
     /// Only the admin token may compact.
     @Test func compactionTakesTheAdminToken() async throws {
         let server = try await TestServer("feed-compaction-admin")
