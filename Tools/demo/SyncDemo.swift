@@ -1,13 +1,18 @@
 import Foundation
 import SyncStore
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 /// The sync half of the demo: two replicas of one user write offline, sync
 /// through the server, meet a conflict that waits for the app, resolve it,
 /// hold a photo on the phone's cellular path until it is on Wi-Fi, and
 /// converge; then a third replica pulls tasks only, and hears of the
-/// next task through the server's long poll.
+/// next task through the server's long poll; with the admin token, the
+/// server compacts its feed and a fourth replica pulls what is left.
 enum SyncDemo {
-    static func run(server: URL, token: String, directory: String) async throws {
+    static func run(server: URL, token: String, adminToken: String?, directory: String) async throws {
         var options = HTTPTransport.Options()
         options.ignoreProxies = true
         let transport = HTTPTransport(baseURL: server, token: token, options: options)
@@ -105,6 +110,26 @@ enum SyncDemo {
         // Ended before its store closes.
         listening.cancel()
         _ = await listening.result
+
+        guard let adminToken else { return }
+        print("\n== The server compacts its feed: a new replica pulls each entity's latest change alone")
+        var request = URLRequest(url: server.appendingPathComponent("v1/admin/compact"))
+        request.httpMethod = "POST"
+        request.setValue("Bearer \(adminToken)", forHTTPHeaderField: "Authorization")
+        let (answer, response) = try await URLSession(configuration: .ephemeral).data(for: request)
+        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+            throw DemoError("POST /v1/admin/compact: \(String(decoding: answer, as: UTF8.self))")
+        }
+        print("server: \(String(decoding: answer, as: UTF8.self))")
+        let tablet = try Store(path: directory + "/tablet", options: .init(durability: .full))
+        defer { tablet.close() }
+        let tabletSync = try SyncEngine(store: tablet, transport: transport)
+        let pulled = await tabletSync.sync()
+        try await report("tablet", pulled, tabletSync, server: server)
+        let tabletTasks = try tablet.all(type: "task", limit: 100).map { "\($0.fields["title"] ?? .null)" }.sorted()
+        let laptopTasks = try laptop.all(type: "task", limit: 100).map { "\($0.fields["title"] ?? .null)" }.sorted()
+        print("tablet: \(tabletTasks.count) tasks and \(try tablet.count(type: "photo")) photo from \(pulled.changes) changes")
+        guard tabletTasks == laptopTasks else { throw DemoError("the tablet does not hold the laptop's tasks") }
     }
 
     /// Prints how a run ended, and ends the demo when it failed or found
