@@ -30,7 +30,9 @@ extension SyncEngine {
     /// nothing, looking again every 5 s. A wait that fails (offline, the
     /// server down) is tried again after 1 s, then 2, 4, ... up to 60 s,
     /// each with jitter (a restarted server is not asked by every client at
-    /// once); the first that succeeds starts over at 1 s. A run that leaves
+    /// once), or after the server's `Retry-After` when that is longer (up
+    /// to `RetryPolicy.retryAfterMaxMilliseconds`); the first that
+    /// succeeds starts over at 1 s. A run that leaves
     /// the cursor where it was is followed by its backoff, or by a pause of
     /// 1 s when it set none, so that nothing makes it ask in a loop.
     /// - Parameter waitSeconds: how long one request waits, 1 to
@@ -64,7 +66,10 @@ extension SyncEngine {
                     changed = true
                 } else {
                     failures += 1
-                    guard (try? await clock.sleep(milliseconds: watchRetryMilliseconds(afterFailures: failures))) != nil else { return }
+                    let pause = max(
+                        watchRetryMilliseconds(afterFailures: failures),
+                        configuration.retry.retryAfterMilliseconds(error.retryAfterSeconds))
+                    guard (try? await clock.sleep(milliseconds: pause)) != nil else { return }
                     continue
                 }
             }

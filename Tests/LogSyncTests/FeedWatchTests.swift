@@ -88,6 +88,21 @@ import Testing
         try await watch.value
     }
 
+    /// A wait the server refuses with a `Retry-After` longer than the
+    /// backoff is asked again only after it.
+    @Test func aFailedWaitKeepsToTheServersRetryAfter() async throws {
+        let server = try await TestServer("feed-watch-retry-after")
+        defer { Task { await server.stop() } }
+        let waits = FailingWaits(server, failure: TransportError(.status(429, .rateLimited), "wait: HTTP 429", retryAfterSeconds: 30))
+        let watcher = try Replica("feed-watch-retry-after", server: server, transport: waits)
+        let engine = watcher.engine
+        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        try await watcher.clock.waitForSleepers(1)
+        #expect(watcher.clock.sleeperDeadlines == [watcher.clock.monotonicMilliseconds + 30_000] && waits.count == 1)
+        watch.cancel()
+        try await watch.value
+    }
+
     /// A change heard while the run that would pull it fails is not asked
     /// about again until the failed run's backoff ends: the watch sleeps
     /// until then, and the run after it pulls the change.
@@ -184,15 +199,20 @@ import Testing
 }
 
 /// Through the real server (pulls through `pulls` when given); each wait
-/// fails with a network error until `recover()`. Counts the waits.
+/// fails with `failure` (a network error) until `recover()`. Counts the waits.
 final class FailingWaits: SyncTransport, FeedWaiting {
     private let inner: HTTPTransport
     private let pulls: (any SyncTransport)?
+    private let failure: TransportError
     private let state = Mutex((failing: true, count: 0))
 
-    init(_ server: TestServer, pulls: (any SyncTransport)? = nil) {
+    init(
+        _ server: TestServer, pulls: (any SyncTransport)? = nil,
+        failure: TransportError = TransportError(.network, "wait: connection refused")
+    ) {
         inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
         self.pulls = pulls
+        self.failure = failure
     }
 
     var count: Int { state.withLock { $0.count } }
@@ -209,7 +229,7 @@ final class FailingWaits: SyncTransport, FeedWaiting {
             state.count += 1
             return state.failing
         }
-        guard !failing else { throw TransportError(.network, "wait: connection refused") }
+        guard !failing else { throw failure }
         return try await inner.waitForChange(after: cursor, types: types, seconds: seconds)
     }
 }
