@@ -140,6 +140,8 @@ public actor SyncScheduler {
     }
 
     /// A server nudge (a push notification, a websocket message): sync now.
+    /// Without a notification service, `SyncEngine.watchFeed()` hears of
+    /// the server's changes itself, by a long poll.
     /// A push that woke the app in the background syncs with
     /// `runBackground(budgetMilliseconds:)` instead: the run a nudge starts
     /// has no budget.
