@@ -133,8 +133,8 @@ enum ServerBenchmark {
         return section
     }
 
-    /// A type with one change in `rareTypeEvery`, the last of each run
-    /// of them, which a pull of that type alone reads.
+    /// The type of one operation in `rareTypeEvery` (the 100th, the
+    /// 200th, ...), which a pull of that type alone reads.
     static let rareType = "tn"
     static let rareTypeEvery = 100
 
