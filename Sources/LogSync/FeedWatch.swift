@@ -34,7 +34,9 @@ extension SyncEngine {
     /// to `RetryPolicy.retryAfterMaxMilliseconds`); the first that
     /// succeeds starts over at 1 s. A run that leaves
     /// the cursor where it was is followed by its backoff, or by a pause of
-    /// 1 s when it set none, so that nothing makes it ask in a loop.
+    /// 1 s when it set none, and a wait that ends without a change before
+    /// half its time (a server that ignores `wait`) by the rest of its
+    /// time, so that nothing makes it ask in a loop.
     /// - Parameter waitSeconds: how long one request waits, 1 to
     ///   `Wire.pullWaitSecondsMax` (outside, the nearest).
     /// - Throws: `SyncConfigurationError` when the engine's transport
@@ -57,6 +59,7 @@ extension SyncEngine {
             // A damaged cursor is the run's to mend (it resyncs).
             let cursor = try? store.pullCursor()
             let changed: Bool
+            let asked = clock.monotonicMilliseconds
             do throws(TransportError) {
                 changed = try await waiting.waitForChange(after: cursor, types: configuration.pulledTypes, seconds: seconds)
                 failures = 0
@@ -73,7 +76,17 @@ extension SyncEngine {
                     continue
                 }
             }
-            guard changed, !Task.isCancelled else { continue }
+            guard changed else {
+                // A server that ignores `wait` (one that predates it: the
+                // protocol ignores unknown parameters) answers at once: it
+                // is asked once a wait's time, not in a loop.
+                let waitEnd = asked.addingSaturating(UInt64(seconds) * 1_000)
+                if clock.monotonicMilliseconds < waitEnd / 2 + asked / 2 {
+                    guard (try? await clock.sleep(untilMilliseconds: waitEnd)) != nil else { return }
+                }
+                continue
+            }
+            guard !Task.isCancelled else { continue }
             await sync()
             // The cursor where it was, and no backoff to wait for (the run
             // was cancelled, or found the path not allowed just now): a

@@ -103,6 +103,25 @@ import Testing
         try await watch.value
     }
 
+    /// A server that ignores `wait` (the protocol ignores unknown
+    /// parameters) answers at once: the watch asks it once a wait's time,
+    /// not in a loop.
+    @Test func aServerThatDoesNotWaitIsAskedOnceAWaitsTime() async throws {
+        let server = try await TestServer("feed-watch-no-wait")
+        defer { Task { await server.stop() } }
+        let waits = FailingWaits(server, answersAtOnce: true)
+        let watcher = try Replica("feed-watch-no-wait", server: server, transport: waits)
+        let engine = watcher.engine
+        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        for asked in 1...3 {
+            try await watcher.clock.waitForSleepers(1)
+            #expect(watcher.clock.sleeperDeadlines == [watcher.clock.monotonicMilliseconds + 30_000] && waits.count == asked)
+            watcher.clock.advance(by: 30_000)
+        }
+        watch.cancel()
+        try await watch.value
+    }
+
     /// A change heard while the run that would pull it fails is not asked
     /// about again until the failed run's backoff ends: the watch sleeps
     /// until then, and the run after it pulls the change.
@@ -204,15 +223,20 @@ final class FailingWaits: SyncTransport, FeedWaiting {
     private let inner: HTTPTransport
     private let pulls: (any SyncTransport)?
     private let failure: TransportError
+    private let answersAtOnce: Bool
     private let state = Mutex((failing: true, count: 0))
 
+    /// - Parameter answersAtOnce: once recovered, each wait answers "no
+    ///   change" at once, as a server that ignores `wait` would.
     init(
         _ server: TestServer, pulls: (any SyncTransport)? = nil,
-        failure: TransportError = TransportError(.network, "wait: connection refused")
+        failure: TransportError = TransportError(.network, "wait: connection refused"), answersAtOnce: Bool = false
     ) {
         inner = HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback)
         self.pulls = pulls
         self.failure = failure
+        self.answersAtOnce = answersAtOnce
+        if answersAtOnce { recover() }
     }
 
     var count: Int { state.withLock { $0.count } }
@@ -230,6 +254,7 @@ final class FailingWaits: SyncTransport, FeedWaiting {
             return state.failing
         }
         guard !failing else { throw failure }
+        guard !answersAtOnce else { return false }
         return try await inner.waitForChange(after: cursor, types: types, seconds: seconds)
     }
 }
