@@ -44,6 +44,11 @@ public actor SyncScheduler {
     /// when it ends, so a long-lived scheduler holds none of the past ones.
     private var syncs: [UInt64: Task<Void, Never>] = [:]
     private var syncNumber: UInt64 = 0
+    /// The length of each wait of the watch the scheduler keeps
+    /// (`watchFeed(waitSeconds:)`), nil when it keeps none; and the watch
+    /// while it runs.
+    private var watchSeconds: Int?
+    private var watch: Task<Void, Never>?
     /// Why each sync was started, in order, the newest
     /// `triggeredCountMax` of them (for tests and diagnostics).
     public private(set) var triggered: [SchedulerCore.Reason] = []
@@ -122,14 +127,50 @@ public actor SyncScheduler {
         })
     }
 
-    /// Stops listening and cancels the timers; a running sync finishes.
+    /// Stops listening and cancels the timers and the watch; a running
+    /// sync finishes.
     public func stop() {
         // The core forgets the connectivity: a restart's first report starts the rules again.
         handle(.stopped)
         for task in listeners + timers.values.map(\.task) { task.cancel() }
         listeners = []
         timers = [:]
+        updateWatch()
     }
+
+    /// Keeps `SyncEngine.watchFeed(waitSeconds:)` running while the
+    /// scheduler is started and its monitor reports a path the network
+    /// policy syncs over: it syncs as other devices' changes reach the
+    /// server, where the scheduler's own triggers are local writes, the
+    /// network and timers. Offline, or stopped, the watch stops; it starts
+    /// again with the path, so it asks the server at once rather than after
+    /// the pause its failed waits grew to. Call it before or after
+    /// `start()`; a second call changes the length of the waits of the
+    /// next watch it starts.
+    /// - Throws: `SyncConfigurationError` when the engine's transport
+    ///   cannot wait (it is not `FeedWaiting`).
+    public func watchFeed(waitSeconds: Int = 25) throws(SyncConfigurationError) {
+        guard engine.transport is any FeedWaiting else {
+            throw SyncConfigurationError("watchFeed needs a transport that can wait for changes (FeedWaiting), such as HTTPTransport")
+        }
+        watchSeconds = waitSeconds
+        updateWatch()
+    }
+
+    /// Starts or stops the watch as the scheduler's state wants it.
+    private func updateWatch() {
+        let wanted = watchSeconds != nil && !listeners.isEmpty && core.online
+        if wanted, watch == nil, let seconds = watchSeconds {
+            let engine = self.engine
+            watch = Task { try? await engine.watchFeed(waitSeconds: seconds) }
+        } else if !wanted, let running = watch {
+            running.cancel()
+            watch = nil
+        }
+    }
+
+    /// Whether the scheduler's watch runs (tests).
+    var isWatching: Bool { watch != nil }
 
     /// A scheduler released without `stop()` stops listening too: its
     /// listeners and timers would otherwise run on, holding the engine (and
@@ -137,10 +178,11 @@ public actor SyncScheduler {
     /// and the clock last, which is for ever for most.
     deinit {
         for task in listeners + timers.values.map(\.task) { task.cancel() }
+        watch?.cancel()
     }
 
     /// A server nudge (a push notification, a websocket message): sync now.
-    /// Without a notification service, `SyncEngine.watchFeed()` hears of
+    /// Without a notification service, `watchFeed(waitSeconds:)` hears of
     /// the server's changes itself, by a long poll.
     /// A push that woke the app in the background syncs with
     /// `runBackground(budgetMilliseconds:)` instead: the run a nudge starts
@@ -195,6 +237,7 @@ public actor SyncScheduler {
     }
 
     private func handle(_ event: SchedulerCore.Event) {
+        defer { updateWatch() }
         for action in core.handle(event, at: clock.monotonicMilliseconds) {
             switch action {
             case .sync(let reason):

@@ -1,7 +1,7 @@
 import Foundation
 import LogFormat
 import LogStore
-import LogSync
+@testable import LogSync
 import LogSyncHTTP
 import LogTesting
 import Synchronization
@@ -205,6 +205,36 @@ import Testing
         #expect(try await transport.waitForChange(after: "c0", types: ["task"], seconds: 8))
         let query = try #require(targets.withLock { $0.last }).split(separator: "?").last.map(String.init) ?? ""
         #expect(query == "limit=1&types=task&wait=8&cursor=c0", "\(query)")
+    }
+
+    /// A scheduler keeps its watch while started and online: it stops it
+    /// when the path goes, and starts it again with the path, which finds
+    /// at once the change made meanwhile (the scheduler's own network
+    /// timer, on the manual clock, never fires here).
+    @Test func aSchedulerKeepsItsWatchWhileOnline() async throws {
+        let server = try await TestServer("feed-watch-scheduler")
+        defer { Task { await server.stop() } }
+        let waits = FailingWaits(server)
+        waits.recover()
+        let watcher = try Replica("feed-watch-scheduler", server: server, transport: waits)
+        let (monitor, scheduler) = await ScriptedConnectivity.started(watcher)
+        try await scheduler.watchFeed(waitSeconds: 30)
+        try await waitUntil { await scheduler.isWatching && waits.count == 1 }
+        // The start's sync is over: nothing but the watch pulls from here.
+        await scheduler.settle()
+        monitor.continuation.yield(.unsatisfied)
+        try await waitUntil { await !scheduler.isWatching }
+        try await anotherDeviceWritesATask(to: server, "feed-watch-scheduler-writer")
+        #expect(try watcher.entities("task").isEmpty)
+        monitor.continuation.yield(.satisfied)
+        try await waitUntil { try watcher.entities("task").keys.sorted() == ["t1"] }
+        #expect(waits.count >= 2 && watcher.clock.sleeperDeadlines.allSatisfy { $0 > watcher.clock.monotonicMilliseconds })
+        await scheduler.stop()
+        #expect(await !scheduler.isWatching)
+
+        let other = try Replica("feed-watch-scheduler-cannot", server: server, transport: FailingPulls(server, retryAfterSeconds: nil))
+        let cannot = SyncScheduler(engine: other.engine, clock: other.clock, monitor: ScriptedConnectivity())
+        await #expect(throws: SyncConfigurationError.self) { try await cannot.watchFeed() }
     }
 
     /// An engine whose transport cannot wait says so.
