@@ -32,11 +32,12 @@ extension SyncEngine {
     /// each with jitter (a restarted server is not asked by every client at
     /// once), or after the server's `Retry-After` when that is longer (up
     /// to `RetryPolicy.retryAfterMaxMilliseconds`); the first that
-    /// succeeds starts over at 1 s. A run that leaves
-    /// the cursor where it was is followed by its backoff, or by a pause of
-    /// 1 s when it set none, and a wait that ends without a change before
-    /// half its time (a server that ignores `wait`) by the rest of its
-    /// time, so that nothing makes it ask in a loop.
+    /// succeeds starts over at 1 s. A run that leaves the cursor where it
+    /// was is followed by its backoff, or by a pause of 1 s when it set
+    /// none, and a wait that ends without a change before half its time (a
+    /// server that ignores `wait`) by the rest of its time, so that nothing
+    /// makes it ask in a loop. Cancelling the task does not cancel a run
+    /// the watch started: the watch ends once it has.
     /// - Parameter waitSeconds: how long one request waits, 1 to
     ///   `Wire.pullWaitSecondsMax` (outside, the nearest).
     /// - Throws: `SyncConfigurationError` when the engine's transport
@@ -87,7 +88,10 @@ extension SyncEngine {
                 continue
             }
             guard !Task.isCancelled else { continue }
-            await sync()
+            // In a task of its own: a watch that stops does not cancel the
+            // run, which others may have joined (a scheduler's stop lets a
+            // running sync finish too).
+            _ = await Task { await self.sync() }.value
             // The cursor where it was, and no backoff to wait for (the run
             // was cancelled, or found the path not allowed just now): a
             // wait from it would find the same change at once.
