@@ -237,6 +237,28 @@ import Testing
         await #expect(throws: SyncConfigurationError.self) { try await cannot.watchFeed() }
     }
 
+    /// A watch cancelled while its run is under way lets the run finish:
+    /// the run pulls the change it was started for. (Cancelled with the
+    /// watch, it abandoned its pull, and others that joined it got
+    /// `.cancelled`.)
+    @Test func aStoppedWatchLetsItsRunFinish() async throws {
+        let server = try await TestServer("feed-watch-stopped")
+        defer { Task { await server.stop() } }
+        let held = HeldRequests(HTTPTransport(baseURL: server.url, token: "alice-token", options: loopback))
+        let waits = FailingWaits(server, pulls: held)
+        waits.recover()
+        let watcher = try Replica("feed-watch-stopped", server: server, transport: waits)
+        let engine = watcher.engine
+        let gate = held.holdPull()
+        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        try await anotherDeviceWritesATask(to: server, "feed-watch-stopped-writer")
+        try await gate.waitUntilHeld()
+        watch.cancel()
+        gate.release()
+        try await watch.value
+        #expect(try watcher.entities("task").keys.sorted() == ["t1"])
+    }
+
     /// An engine whose transport cannot wait says so.
     @Test func aTransportThatCannotWaitIsAConfigurationError() async throws {
         let server = try await TestServer("feed-watch-cannot")
