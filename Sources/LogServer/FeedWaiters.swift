@@ -60,6 +60,11 @@ final class FeedWaiters: Sendable {
         for waiter in woken { waiter.finish() }
     }
 
+    /// Lets pulls wait again after `close()`: the server serves again.
+    func reopen() {
+        state.withLock { $0.closed = false }
+    }
+
     /// Waits until `user`'s feed is woken after `wakes` (at once when it
     /// was already), `deadline` passes, the server stops, or the task is
     /// cancelled.

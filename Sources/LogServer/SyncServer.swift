@@ -283,6 +283,8 @@ public final class SyncServer: Sendable {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ProtocolMiddleware(server: self))
         let routes = Routes(server: self)
+        // Served again after a stop, which closed them: pulls wait again.
+        feedWaiters.reopen()
         let bodyTimeout = configuration.bodyTimeout.map { TimeAmount($0) }
         router.get("/v1/health") { request, context in try routes.health(request, context) }
         router.post("/v1/push") { request, context in try await routes.push(request, context) }

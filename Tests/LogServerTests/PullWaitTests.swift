@@ -4,6 +4,10 @@ import LogFormat
 import LogTesting
 import Testing
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 /// Section 8, `wait`: a pull with nothing to return waits for a change.
 @Suite struct PullWaitTests {
     private func page(_ reply: TestServer.Reply) throws -> PullResponse {
@@ -85,6 +89,31 @@ import Testing
         await server.stop()
         let answered = try page(try await waiting.value)
         #expect(answered.changes.isEmpty && answered.cursor == start.cursor)
+    }
+
+    /// A server served again after a stop (which answered its waiting
+    /// pulls and let none wait) lets pulls wait again.
+    @Test func aServerServedAgainLetsPullsWaitAgain() async throws {
+        let directory = try TemporaryDirectory("pull-wait-again")
+        var configuration = SyncServer.Configuration(dataDirectory: directory.appending("data"))
+        configuration.port = 0
+        configuration.tokens = ["alice-token": Identity(user: "alice")]
+        configuration.logLevel = .critical
+        let server = try SyncServer(configuration: configuration)
+        defer { server.close() }
+        let session = URLSessionConfiguration.ephemeral
+        session.connectionProxyDictionary = [:]
+        for _ in 0..<2 {
+            let serving = try await server.serve()
+            var request = URLRequest(url: URL(string: "http://127.0.0.1:\(serving.port)/v1/pull?wait=30")!)
+            request.setValue("Bearer alice-token", forHTTPHeaderField: "Authorization")
+            let waiting = Task { [request] in try await URLSession(configuration: session).data(for: request) }
+            try await waitUntil { server.feedWaiters.waitingCount == 1 }
+            await serving.stop()
+            let (body, response) = try await waiting.value
+            #expect((response as? HTTPURLResponse)?.statusCode == 200)
+            #expect(try PullResponse.decode(json: body).changes.isEmpty)
+        }
     }
 
     /// `wait` that is not digits only, or over 60 seconds, or given twice,
