@@ -56,6 +56,21 @@ final class ServerClient: Sendable {
         return try await send(URLRequest(url: components.url!)).decode(PullResponse.self)
     }
 
+    /// What `POST /v1/admin/compact` did (the client's token must be the
+    /// admin token).
+    struct Compaction: Decodable {
+        var removed: Int
+        var kept: Int
+        var users: Int
+    }
+
+    /// Compacts every feed (`POST /v1/admin/compact`).
+    func compact() async throws -> Compaction {
+        var request = URLRequest(url: URL(string: "\(base)/v1/admin/compact")!)
+        request.httpMethod = "POST"
+        return try await send(request).decode(Compaction.self)
+    }
+
     /// The change feed after `cursor` (by default the whole feed), of
     /// `types` only when given.
     func pullAll(after cursor: String? = nil, types: Set<String>? = nil) async throws -> [PullChange] {

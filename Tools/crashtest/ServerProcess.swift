@@ -9,13 +9,17 @@ final class ServerProcess: Sendable {
     static let stopWaitMax = Duration.seconds(60)
     static let token = "crashtest-token"
     static let user = "crashtest"
+    static let adminToken = "crashtest-admin"
 
     let child: ChildProcess
     let client: ServerClient
+    /// The operator's client: `POST /v1/admin/compact`.
+    let admin: ServerClient
 
     private init(child: ChildProcess, port: Int) {
         self.child = child
         client = ServerClient(port: port, token: ServerProcess.token)
+        admin = ServerClient(port: port, token: ServerProcess.adminToken)
     }
 
     /// Starts the server and waits for its banner.
@@ -29,8 +33,8 @@ final class ServerProcess: Sendable {
         let child = try ChildProcess(
             "syncserver", executable: executable,
             arguments: [
-                "--data", data, "--host", "127.0.0.1", "--port", "0", "--token", "\(token):\(user)", "--durability",
-                durability.rawValue, "--stop-at-stdin-end",
+                "--data", data, "--host", "127.0.0.1", "--port", "0", "--token", "\(token):\(user)", "--admin-token",
+                adminToken, "--durability", durability.rawValue, "--stop-at-stdin-end",
             ], holdingStdinOpen: true)
         let banner = await child.waitForLine(timeout: startWaitMax) { SyncServerBanner.port(in: $0) != nil }
         guard let banner, let port = SyncServerBanner.port(in: banner) else {

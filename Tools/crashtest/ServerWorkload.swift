@@ -9,16 +9,17 @@ import LogTesting
     import Darwin
 #endif
 
-/// The reference server killed with SIGKILL while clients push to it: the
-/// parent is the client (over HTTP), `syncserver` the process killed.
-/// After a restart, every push answered `applied` must be in the feed,
-/// intact, once, and pushing it again must answer `duplicate`.
+/// The reference server killed with SIGKILL while clients push to it and
+/// its operator compacts its feed: the parent is the client (over HTTP),
+/// `syncserver` the process killed. After a restart, every push answered
+/// `applied` must be in the feed, intact, once, pushing it again must
+/// answer `duplicate`, and each type's pull must hold that type's changes.
 ///
 /// Every operation creates an entity of its own (`te_KEY`), so the feed
-/// holds exactly one change per key applied.
+/// holds exactly one change per key applied, and compaction drops none.
 struct ServerWorkload: Workload {
     static let name = "server"
-    static let summary = "syncserver killed during concurrent pushes; no applied push lost, none applied twice"
+    static let summary = "syncserver killed during concurrent pushes and compactions; no applied push lost, none applied twice"
 
     /// Concurrent pushing clients.
     static let pusherCount = 4
@@ -109,6 +110,19 @@ struct ServerWorkload: Workload {
                 try? await Task.sleep(for: delay)
                 server.child.kill()
                 return nil
+            }
+            // Compactions meanwhile, so that kills land in them too. Every
+            // change is a create of its own entity: none is superseded, and
+            // one dropped would be a live change lost.
+            group.addTask {
+                var pushes = Pushes()
+                while let compaction = try? await server.admin.compact() {
+                    if compaction.removed != 0 {
+                        pushes.problems.append("a compaction of a feed of creates removed \(compaction.removed) changes")
+                    }
+                    try? await Task.sleep(for: .milliseconds(20))
+                }
+                return pushes
             }
             var all: [Pushes] = []
             for await pushes in group { if let pushes { all.append(pushes) } }
