@@ -16,9 +16,18 @@ extension ServerStorage {
     /// The `meta` key of the user's compaction horizon.
     static func horizonKey(_ user: UInt32) -> [UInt8] { Array("horizon/".utf8) + user.bigEndianBytes }
 
+    /// The `meta` key of the count of the user's compactions.
+    static func compactionsKey(_ user: UInt32) -> [UInt8] { Array("compactions/".utf8) + user.bigEndianBytes }
+
+    /// How many compaction transactions dropped changes of the user's feed
+    /// (each cursor carries the count it was made at); 0 before any.
+    func compactions(user: UInt32, _ txn: borrowing Transaction) throws -> UInt32 {
+        try ServerStorage.number(try txn.get(meta, key: ServerStorage.compactionsKey(user)), "the compaction count of user \(user)") ?? 0
+    }
+
     /// The offset in the user's feed of the last change compaction dropped
-    /// (section 8, "Compaction"): a cursor below it would miss it; 0
-    /// before any.
+    /// (section 8, "Compaction"): a cursor below it, made before that
+    /// compaction, would miss it; 0 before any.
     func horizon(user: UInt32, _ txn: borrowing Transaction) throws -> UInt64 {
         try ServerStorage.number(try txn.get(meta, key: ServerStorage.horizonKey(user)), "the compaction horizon of user \(user)") ?? 0
     }
@@ -97,10 +106,17 @@ extension SyncService {
         }
         // Read to `target` unless the chunk filled first.
         if read < countMax { last = target }
-        // A cursor below a dropped change would miss it: the horizon moves
-        // past it in the same transaction.
-        if let dropped = superseded.last?.offset, try storage.horizon(user: user, txn) < dropped {
-            try txn.put(storage.meta, key: ServerStorage.horizonKey(user), value: dropped.bigEndianBytes)
+        // A cursor made before this transaction, below a change it drops,
+        // would miss it: the horizon moves past it and the count goes up,
+        // in the same transaction. (Cursors made after it, on the feed
+        // without the change, carry the new count.)
+        if let dropped = superseded.last?.offset {
+            if try storage.horizon(user: user, txn) < dropped {
+                try txn.put(storage.meta, key: ServerStorage.horizonKey(user), value: dropped.bigEndianBytes)
+            }
+            let count = try storage.compactions(user: user, txn)
+            guard count < .max else { throw ServiceError(.internalError, "user \(user)'s feed has no compaction count left") }
+            try txn.put(storage.meta, key: ServerStorage.compactionsKey(user), value: (count + 1).bigEndianBytes)
         }
         // Deleted once the walk is over: a delete would move its cursor.
         for (offset, type) in superseded {

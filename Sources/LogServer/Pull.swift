@@ -4,9 +4,10 @@ import LogFormat
 
 /// An opaque pull cursor: the server's ID, the resync generation it was
 /// made in, the offset in the user's own feed it points after, a mark of
-/// the change at that offset, and, for a pull of some types only, a mark of
-/// those types, in base64url. Clients never look inside; the server
-/// refuses one it did not make.
+/// the change at that offset, for a pull of some types only a mark of those
+/// types, and the compactions of the user's feed before it was made, in
+/// base64url. Clients never look inside; the server refuses one it did not
+/// make.
 struct Cursor: Equatable {
     var serverID: UUIDv7
     var generation: UInt64
@@ -21,6 +22,12 @@ struct Cursor: Equatable {
     /// a pull of every type. A cursor goes only with the types it was made
     /// for: the changes of other types before it were skipped.
     var types: UInt32?
+    /// How many compactions of the user's feed had dropped changes when it
+    /// was made (`ServerStorage.compactions`): a compaction since dropped
+    /// changes its chain would show, or not, as the horizon says; one
+    /// before it made the feed it was made on. Nil in a cursor issued
+    /// before it was kept, which is taken as made before any compaction.
+    var compactions: UInt32?
 
     var token: String {
         var bytes = serverID.bytes
@@ -28,50 +35,62 @@ struct Cursor: Equatable {
         bytes += offset.bigEndianBytes
         if let mark { bytes += mark.bigEndianBytes }
         if let types { bytes += types.bigEndianBytes }
+        if let compactions {
+            bytes += compactions.bigEndianBytes
+            bytes.append(types == nil ? Cursor.compactedLayout : Cursor.compactedTypedLayout)
+        }
         return Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }
 
-    init(serverID: UUIDv7, generation: UInt64, offset: UInt64, mark: UInt32?, types: UInt32? = nil) {
+    init(serverID: UUIDv7, generation: UInt64, offset: UInt64, mark: UInt32?, types: UInt32? = nil, compactions: UInt32? = nil) {
         precondition(types == nil || mark != nil, "a cursor with a types mark has a change mark")
+        precondition(compactions == nil || mark != nil, "a cursor with a compaction count has a change mark")
         self.serverID = serverID
         self.generation = generation
         self.offset = offset
         self.mark = mark
         self.types = types
+        self.compactions = compactions
     }
 
-    /// Nil unless `token` is one this encoding produced: 54 characters (40
+    /// Nil unless `token` is one this encoding produced, by its length:
+    /// 60 characters (45 bytes: both marks, the compaction count and the
+    /// layout byte 2), 55 (41 bytes: the change mark, the count and the
+    /// layout byte 1), or one issued before the count was kept: 54 (40
     /// bytes, with both marks), 48 (36 bytes, with a change mark) or 43 (32
     /// bytes, issued before marks).
     init?(token: String) {
-        let count = token.utf8.count
-        guard [Cursor.typedTokenCount, Cursor.tokenCount, Cursor.unmarkedTokenCount].contains(count),
-            token.utf8.allSatisfy({ Cursor.alphabet.contains($0) })
+        guard let byteCount = Cursor.byteCounts[token.utf8.count], token.utf8.allSatisfy({ Cursor.alphabet.contains($0) })
         else { return nil }
-        let byteCount = count == Cursor.typedTokenCount ? 40 : count == Cursor.tokenCount ? 36 : 32
+        let count = token.utf8.count
         let padding = String(repeating: "=", count: (4 - count % 4) % 4)
         let standard = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/") + padding
-        guard let data = Data(base64Encoded: standard), data.count == byteCount, let id = UUIDv7(bytes: data.prefix(16)),
-            let generation = UInt64(bigEndianBytes: Array(data[16..<24])), let offset = UInt64(bigEndianBytes: Array(data[24..<32]))
+        guard let data = Data(base64Encoded: standard).map(Array.init), data.count == byteCount,
+            let id = UUIDv7(bytes: data.prefix(16)), let generation = UInt64(bigEndianBytes: Array(data[16..<24])),
+            let offset = UInt64(bigEndianBytes: Array(data[24..<32]))
         else { return nil }
+        let typed = byteCount == 40 || byteCount == 45
+        let counted = byteCount == 41 || byteCount == 45
+        if counted, data[byteCount - 1] != (typed ? Cursor.compactedTypedLayout : Cursor.compactedLayout) { return nil }
         self.init(
             serverID: id, generation: generation, offset: offset,
             mark: byteCount >= 36 ? UInt32(bigEndianBytes: Array(data[32..<36])) : nil,
-            types: byteCount == 40 ? UInt32(bigEndianBytes: Array(data[36..<40])) : nil)
-        // The decoder ignores the last character's two pad bits: a token
-        // that differs from this one only there was never issued.
+            types: typed ? UInt32(bigEndianBytes: Array(data[36..<40])) : nil,
+            compactions: counted ? UInt32(bigEndianBytes: Array(data[(byteCount - 5)..<(byteCount - 1)])) : nil)
+        // The decoder ignores the last character's pad bits: a token that
+        // differs from this one only there was never issued.
         guard self.token == token else { return nil }
     }
 
-    /// The length of a token with a types mark: 40 bytes in base64url,
-    /// without padding.
-    static let typedTokenCount = 54
-    /// The length of a token: 36 bytes in base64url, without padding.
-    static let tokenCount = 48
-    /// The length of a token issued before marks: 32 bytes.
-    static let unmarkedTokenCount = 43
+    /// The layout byte at the end of a token with a compaction count,
+    /// without a types mark and with one.
+    static let compactedLayout: UInt8 = 1
+    static let compactedTypedLayout: UInt8 = 2
+
+    /// The bytes of a token, by its length (base64url without padding).
+    private static let byteCounts = [43: 32, 48: 36, 54: 40, 55: 41, 60: 45]
 
     /// The mark of a pull's `types`: the CRC32C of the names, sorted, each
     /// followed by a comma (no name holds one).
@@ -114,9 +133,13 @@ extension SyncService {
             if let cursor, cursor.generation > generation || cursor.offset > end {
                 throw ServiceError(.cursorInvalid, "the cursor points past the end of this server's feed; pull again without one")
             }
-            // Below the horizon, compaction dropped changes the cursor's
-            // chain would show (section 8); a pull from the start has none.
-            if let cursor, let user, cursor.offset > 0, cursor.offset < (try storage.horizon(user: user, txn)) {
+            // Below the horizon, a compaction since the cursor was made
+            // dropped changes its chain would show (section 8); a pull from
+            // the start, or a cursor made on the compacted feed, has none.
+            let compactions = try user.map { try storage.compactions(user: $0, txn) } ?? 0
+            if let cursor, let user, cursor.offset > 0, cursor.compactions ?? 0 < compactions,
+                cursor.offset < (try storage.horizon(user: user, txn))
+            {
                 throw ServiceError(.cursorInvalid, "the cursor points below the feed's compaction horizon; pull again without one")
             }
             // A store that lost changes and grew past the cursor again has
@@ -132,10 +155,11 @@ extension SyncService {
                 throw ServiceError(.cursorInvalid, "the cursor was made for a pull of other types; pull again without one")
             }
             guard let user else {
-                return PullResponse(changes: [], cursor: token ?? startCursor(generation, types: types), hasMore: false)
+                return PullResponse(changes: [], cursor: token ?? startCursor(generation, types: types, compactions: 0), hasMore: false)
             }
             return try page(
-                user: user, after: cursor?.offset ?? 0, token: token, limit: limit, types: types, generation: generation, txn)
+                user: user, after: cursor?.offset ?? 0, token: token, limit: limit, types: types, generation: generation,
+                compactions: compactions, txn)
         }
     }
 
@@ -153,7 +177,7 @@ extension SyncService {
     /// points; an empty page answers with that same token. With `types`,
     /// only changes of those types, and its cursor points at the last.
     private func page(
-        user: UInt32, after: UInt64, token: String?, limit: Int, types: Set<String>?, generation: UInt64,
+        user: UInt32, after: UInt64, token: String?, limit: Int, types: Set<String>?, generation: UInt64, compactions: UInt32,
         _ txn: borrowing Transaction
     ) throws -> PullResponse {
         var page = PageBuilder(limit: limit, types: types)
@@ -161,11 +185,12 @@ extension SyncService {
         if after < .max { try fill(&page, user: user, after: after, txn) }
         // Section 8: a page without changes keeps the request's cursor.
         guard let last = page.last else {
-            return PullResponse(changes: [], cursor: token ?? startCursor(generation, types: types), hasMore: page.hasMore)
+            return PullResponse(
+                changes: [], cursor: token ?? startCursor(generation, types: types, compactions: compactions), hasMore: page.hasMore)
         }
         let next = Cursor(
             serverID: storage.serverID, generation: generation, offset: last.offset, mark: last.mark,
-            types: types.map(Cursor.typesMark))
+            types: types.map(Cursor.typesMark), compactions: compactions)
         return PullResponse(changes: page.changes, cursor: next.token, hasMore: page.hasMore)
     }
 
@@ -194,8 +219,11 @@ extension SyncService {
     }
 
     /// A cursor for the start of the feed, for a pull of `types` (nil: every type).
-    private func startCursor(_ generation: UInt64, types: Set<String>?) -> String {
-        Cursor(serverID: storage.serverID, generation: generation, offset: 0, mark: 0, types: types.map(Cursor.typesMark)).token
+    private func startCursor(_ generation: UInt64, types: Set<String>?, compactions: UInt32) -> String {
+        Cursor(
+            serverID: storage.serverID, generation: generation, offset: 0, mark: 0, types: types.map(Cursor.typesMark),
+            compactions: compactions
+        ).token
     }
 
     /// Forces every client to resync: cursors made before this answer

@@ -61,6 +61,47 @@ import Testing
         #expect(try page(try await server.pull(cursor: afterUpdate)).changes.isEmpty)
     }
 
+    /// Cursors made on the compacted feed carry its compaction count: a
+    /// pull from the start, a page at a time, goes through the offsets
+    /// below the horizon; a cursor made before the compaction at the same
+    /// offset is refused. Cursors of the layouts before the count (48 and
+    /// 54 characters) are taken as made before any compaction.
+    @Test func cursorsMadeAfterACompactionGoOnBelowItsHorizon() async throws {
+        let server = try await TestServer("feed-compaction-after")
+        defer { Task { await server.stop() } }
+        for n in 0..<6 {
+            #expect(try await server.push([operation(n == 0 ? .create : .update, "t1", ["n": .int(Int64(n))], base: UInt64(n))]).status == 200)
+            #expect(try await server.push([operation(.create, "u\(n)", ["n": 1])]).status == 200)
+        }
+        // u0 at offset 2: made before the compaction, which drops t1 up to offset 9.
+        let before = try page(try await server.pull(limit: 2)).cursor
+        #expect(counts(try await server.compact()) == [5, 7, 1])
+        #expect(try await server.pull(cursor: before).status == 410)
+        var ids: [String] = []
+        var cursor: String?
+        for _ in 0..<10 {
+            let next = try page(try await server.pull(cursor: cursor, limit: 1))
+            ids += next.changes.map(\.entityID)
+            let made = try #require(Cursor(token: next.cursor))
+            #expect(made.compactions == 1 && next.cursor.utf8.count == 55)
+            cursor = next.cursor
+            if !next.hasMore { break }
+        }
+        #expect(ids == ["u0", "u1", "u2", "u3", "u4", "t1", "u5"])
+        let typed = try page(try await server.pull(limit: 1, types: "te"))
+        #expect(typed.cursor.utf8.count == 60 && Cursor(token: typed.cursor)?.compactions == 1)
+
+        // The layouts before the count, and a layout byte that is not its own.
+        let made = try #require(Cursor(token: before))
+        var old = made
+        old.compactions = nil
+        #expect(old.token.utf8.count == 48 && Cursor(token: old.token) == old)
+        old.types = 7
+        #expect(old.token.utf8.count == 54 && Cursor(token: old.token) == old)
+        let forged = Cursor(token: String(made.token.dropLast(2)) + "Ag")
+        #expect(forged == nil)
+    }
+
     /// In chunks, each its own transaction, compaction drops the same
     /// changes and ends at the same horizon.
     @Test func aCompactionInChunksDropsWhatOneTransactionWould() async throws {

@@ -1716,13 +1716,13 @@ private func cutShort(_ bytes: inout [UInt8], _ random: inout SeededRandom) {
 }
 
 /// The reference server's cursor (`Pull.swift`) without the server ID
-/// its first 16 bytes hold (two servers have two IDs) and the mark of the
-/// change it points after its last 4 bytes hold (the change's checksum,
-/// which covers when it was made): the resync generation and the position
-/// in the user's feed.
+/// its first 16 bytes hold (two servers have two IDs) and what follows the
+/// position (the mark of the change it points after, whose checksum covers
+/// when it was made, and the compaction count): the resync generation and
+/// the position in the user's feed.
 private func afterServerID(_ cursor: String) throws -> [UInt8] {
     let bytes = try cursorBytes(cursor)
-    try #require(bytes.count == 36, "cursor \(cursor) is \(bytes.count) bytes")
+    try #require(bytes.count == 41, "cursor \(cursor) is \(bytes.count) bytes")
     return Array(bytes[16..<32])
 }
 
@@ -1733,11 +1733,11 @@ private func cursorBytes(_ cursor: String) throws -> [UInt8] {
     return Array(try #require(Data(base64Encoded: padded), "cursor \(cursor) is not base64url"))
 }
 
-/// `cursor` as the reference server issued it before marks: its bytes
-/// without the mark, the last 4.
+/// `cursor` as the reference server issued it before marks: its first 32
+/// bytes, without the mark and the compaction count after them.
 private func unmarked(_ cursor: String) throws -> String {
     let bytes = try cursorBytes(cursor)
-    try #require(bytes.count == 36, "cursor \(cursor) is \(bytes.count) bytes")
+    try #require(bytes.count == 41, "cursor \(cursor) is \(bytes.count) bytes")
     return Data(bytes.prefix(32)).base64EncodedString()
         .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
 }

@@ -15,8 +15,11 @@ import LogTesting
 /// `applied` must be in the feed, intact, once, pushing it again must
 /// answer `duplicate`, and each type's pull must hold that type's changes.
 ///
-/// Every operation creates an entity of its own (`te_KEY`), so the feed
-/// holds exactly one change per key applied, and compaction drops none.
+/// Every pushed key creates an entity of its own (`te_KEY`), so the feed
+/// holds exactly one change per key applied. Beside them an updater keeps
+/// changing a few entities of type `tu`, whose superseded changes the
+/// compactions drop: after a last compaction, each is in the feed once, at
+/// a version its pushes made.
 struct ServerWorkload: Workload {
     static let name = "server"
     static let summary = "syncserver killed during concurrent pushes and compactions; no applied push lost, none applied twice"
@@ -72,6 +75,8 @@ struct ServerWorkload: Workload {
         guard let restarted = try await running(&context) else { return }
         do {
             try await check(restarted.client, applied: applied, unknown: pushes.flatMap(\.unknown), &context)
+            let updated = pushes.reduce(into: [String: ClosedRange<UInt64>]()) { $0.merge($1.updated) { $1 } }
+            try await checkCompaction(restarted, updated: updated, &context)
         } catch {
             context.violation("the restarted syncserver failed: \(error)")
         }
@@ -96,8 +101,16 @@ struct ServerWorkload: Workload {
         var applied: [String] = []
         /// Keys of pushes without an answer: they may or may not be applied.
         var unknown: [String] = []
+        /// The updater's entities: for each, the versions its latest change
+        /// may have, from the last acknowledged to the last tried.
+        var updated: [String: ClosedRange<UInt64>] = [:]
         var problems: [String] = []
     }
+
+    /// The type of the entities the updater changes.
+    static let updatedType = "tu"
+    /// Entities the updater of one iteration changes, in turn.
+    static let updatedEntityCount = 3
 
     /// Pushes from `pusherCount` clients until the server, killed after
     /// `delay`, stops answering.
@@ -111,18 +124,13 @@ struct ServerWorkload: Workload {
                 server.child.kill()
                 return nil
             }
-            // Compactions meanwhile, so that kills land in them too. Every
-            // change is a create of its own entity: none is superseded, and
-            // one dropped would be a live change lost.
+            group.addTask { await updateLoop(server.client, tag: tag) }
+            // Compactions meanwhile, so that kills land in them too.
             group.addTask {
-                var pushes = Pushes()
-                while let compaction = try? await server.admin.compact() {
-                    if compaction.removed != 0 {
-                        pushes.problems.append("a compaction of a feed of creates removed \(compaction.removed) changes")
-                    }
+                while (try? await server.admin.compact()) != nil {
                     try? await Task.sleep(for: .milliseconds(20))
                 }
-                return pushes
+                return nil
             }
             var all: [Pushes] = []
             for await pushes in group { if let pushes { all.append(pushes) } }
@@ -149,6 +157,29 @@ struct ServerWorkload: Workload {
                     pushes.problems.append("the first push of \(result.idempotencyKey) answered \(describe(result))")
                 }
             }
+        }
+        return pushes
+    }
+
+    /// Creates `updatedEntityCount` entities and updates them in turn, one
+    /// push each, until the server stops answering.
+    private static func updateLoop(_ client: ServerClient, tag: String) async -> Pushes {
+        var pushes = Pushes()
+        var acked: [String: UInt64] = [:]
+        for round in 0..<Worker.writeCountMax {
+            let id = "tu_\(tag)_\(round % updatedEntityCount)"
+            let version = acked[id] ?? 0
+            let operation = PushOperation(
+                idempotencyKey: "\(tag)-u\(round)", entityType: updatedType, entityID: id, intent: version == 0 ? .create : .update,
+                data: ["round": .int(Int64(round))], clientTimestamp: "2026-01-01T00:00:00.000000Z", baseVersion: version)
+            pushes.updated[id] = version...(version + 1)
+            guard let result = try? await client.push([operation]).first else { return pushes }
+            guard result.status == .applied, result.serverVersion == version + 1 else {
+                pushes.problems.append("the update \(operation.idempotencyKey) of \(id) at version \(version) answered \(describe(result))")
+                return pushes
+            }
+            acked[id] = version + 1
+            pushes.updated[id] = (version + 1)...(version + 1)
         }
         return pushes
     }
@@ -189,11 +220,38 @@ extension ServerWorkload {
         }
     }
 
+    /// After a compaction with nothing beside it, every updated entity is
+    /// in the feed once (earlier iterations' too), and this iteration's at
+    /// a version their pushes made: acknowledged, or tried at the kill (or
+    /// not there at all when only its create was tried).
+    private func checkCompaction(
+        _ server: ServerProcess, updated: [String: ClosedRange<UInt64>], _ context: inout IterationContext
+    ) async throws {
+        _ = try await server.admin.compact()
+        var versions: [String: [UInt64]] = [:]
+        for change in try await server.client.pullAll() where change.entityType == Self.updatedType {
+            versions[change.entityID, default: []].append(change.serverVersion)
+        }
+        for (id, found) in versions.sorted(by: { $0.key < $1.key }) where found.count != 1 {
+            context.violation("after a compaction, the feed has \(id) \(found.count) times (versions \(found))")
+        }
+        for (id, range) in updated.sorted(by: { $0.key < $1.key }) {
+            guard let found = versions[id]?.first else {
+                if range.lowerBound > 0 { context.violation("after a compaction, the feed lacks \(id), acknowledged at version \(range.lowerBound)") }
+                continue
+            }
+            if !range.contains(found) {
+                context.violation("after a compaction, the feed has \(id) at version \(found), where its pushes made \(range)")
+            }
+        }
+    }
+
     /// The feed holds one change per acknowledged key, with its data, and
-    /// nothing else; a pull of one type holds its changes, in the feed's order.
+    /// nothing else but the updated entities' changes; a pull of one type
+    /// holds its changes, in the feed's order.
     private func checkFeed(_ client: ServerClient, _ context: inout IterationContext) async throws {
         let all = try await client.pullAll()
-        for type in Self.entityTypes {
+        for type in Self.entityTypes + [Self.updatedType] {
             let typed = try await client.pullAll(types: [type]).map(\.entityID)
             let expected = all.filter { $0.entityType == type }.map(\.entityID)
             if typed != expected {
@@ -201,7 +259,7 @@ extension ServerWorkload {
             }
         }
         var feed: [String: PullChange] = [:]
-        for change in all {
+        for change in all where change.entityType != Self.updatedType {
             if feed.updateValue(change, forKey: change.entityID) != nil {
                 context.violation("the feed has \(change.entityID) twice")
             }
