@@ -11,6 +11,15 @@ import Testing
         return try reply.decode(PullResponse.self)
     }
 
+    /// Pushes t1 at versions 1 to `count` and, after each, a new entity
+    /// u0, u1, ...: t1 at the odd offsets, the others at the even ones.
+    private func pushTaskVersionsAndOthers(_ count: Int, to server: TestServer) async throws {
+        for n in 0..<count {
+            #expect(try await server.push([operation(n == 0 ? .create : .update, "t1", ["n": .int(Int64(n))], base: UInt64(n))]).status == 200)
+            #expect(try await server.push([operation(.create, "u\(n)", ["n": 1])]).status == 200)
+        }
+    }
+
     private func counts(_ answer: [String: Any]) -> [Int] {
         ["removed", "kept", "users"].map { (answer[$0] as? NSNumber)?.intValue ?? -1 }
     }
@@ -69,10 +78,7 @@ import Testing
     @Test func cursorsMadeAfterACompactionGoOnBelowItsHorizon() async throws {
         let server = try await TestServer("feed-compaction-after")
         defer { Task { await server.stop() } }
-        for n in 0..<6 {
-            #expect(try await server.push([operation(n == 0 ? .create : .update, "t1", ["n": .int(Int64(n))], base: UInt64(n))]).status == 200)
-            #expect(try await server.push([operation(.create, "u\(n)", ["n": 1])]).status == 200)
-        }
+        try await pushTaskVersionsAndOthers(6, to: server)
         // u0 at offset 2: made before the compaction, which drops t1 up to offset 9.
         let before = try page(try await server.pull(limit: 2)).cursor
         #expect(counts(try await server.compact()) == [5, 7, 1])
@@ -107,10 +113,7 @@ import Testing
     @Test func aCompactionInChunksDropsWhatOneTransactionWould() async throws {
         let server = try await TestServer("feed-compaction-chunks")
         defer { Task { await server.stop() } }
-        for n in 0..<7 {
-            #expect(try await server.push([operation(n == 0 ? .create : .update, "t1", ["n": .int(Int64(n))], base: UInt64(n))]).status == 200)
-            #expect(try await server.push([operation(.create, "u\(n)", ["n": 1])]).status == 200)
-        }
+        try await pushTaskVersionsAndOthers(7, to: server)
         let report = try await server.server.service.compactFeeds(chunkCountMax: 3)
         #expect(report == FeedCompactionReport(removed: 6, kept: 8, users: 1))
         #expect(try await server.pullAll().map(\.entityID) == ["u0", "u1", "u2", "u3", "u4", "u5", "t1", "u6"])
