@@ -41,19 +41,20 @@ final class FeedWaiters: Sendable {
     /// Wakes every waiting pull: every feed changed (a forced resync,
     /// which the pulls now answer).
     func wakeEveryone() {
-        let woken = state.withLock { state in
-            state.everyoneWakes &+= 1
-            defer { state.waiting = [:] }
-            return state.waiting.values.flatMap(\.values)
-        }
-        for waiter in woken { waiter.finish() }
+        finishEvery { $0.everyoneWakes &+= 1 }
     }
 
     /// Wakes every waiting pull, and lets none wait from now on: the server
     /// is stopping, and a graceful stop waits for the answers under way.
     func close() {
+        finishEvery { $0.closed = true }
+    }
+
+    /// Makes `change` and ends every wait, in one hold of the lock: a pull
+    /// that registers after it sees the change.
+    private func finishEvery(after change: (inout State) -> Void) {
         let woken = state.withLock { state in
-            state.closed = true
+            change(&state)
             defer { state.waiting = [:] }
             return state.waiting.values.flatMap(\.values)
         }

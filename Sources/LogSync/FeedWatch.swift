@@ -43,9 +43,7 @@ extension SyncEngine {
     /// - Throws: `SyncConfigurationError` when the engine's transport
     ///   cannot wait (it is not `FeedWaiting`).
     public func watchFeed(waitSeconds: Int = 25) async throws(SyncConfigurationError) {
-        guard let waiting = transport as? any FeedWaiting else {
-            throw SyncConfigurationError("watchFeed needs a transport that can wait for changes (FeedWaiting), such as HTTPTransport")
-        }
+        let waiting = try feedWaiting()
         let seconds = min(max(waitSeconds, 1), Wire.pullWaitSecondsMax)
         var failures = 0
         while !Task.isCancelled {
@@ -99,6 +97,15 @@ extension SyncEngine {
                 guard (try? await clock.sleep(milliseconds: SyncEngine.watchRetryMillisecondsMin)) != nil else { return }
             }
         }
+    }
+
+    /// The transport, as one that can wait for changes.
+    /// - Throws: `SyncConfigurationError` when it cannot (a watch needs it).
+    nonisolated func feedWaiting() throws(SyncConfigurationError) -> any FeedWaiting {
+        guard let waiting = transport as? any FeedWaiting else {
+            throw SyncConfigurationError("watchFeed needs a transport that can wait for changes (FeedWaiting), such as HTTPTransport")
+        }
+        return waiting
     }
 
     /// The wait before asking again after `failures` failed waits in a

@@ -150,9 +150,7 @@ public actor SyncScheduler {
     /// - Throws: `SyncConfigurationError` when the engine's transport
     ///   cannot wait (it is not `FeedWaiting`).
     public func watchFeed(waitSeconds: Int = 25) throws(SyncConfigurationError) {
-        guard engine.transport is any FeedWaiting else {
-            throw SyncConfigurationError("watchFeed needs a transport that can wait for changes (FeedWaiting), such as HTTPTransport")
-        }
+        _ = try engine.feedWaiting()
         watchSeconds = waitSeconds
         updateWatch()
     }
