@@ -15,6 +15,16 @@ import Testing
         return try reply.decode(PullResponse.self)
     }
 
+    /// Pushes t1, pulls it, and starts a pull from there that waits 30 s,
+    /// returning once it waits.
+    private func pullWaitingAfterAChange(_ server: TestServer) async throws -> Task<TestServer.Reply, any Error> {
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        let first = try page(try await server.pull())
+        let waiting = Task { try await server.pull(cursor: first.cursor, wait: 30) }
+        try await untilWaiting(server, 1)
+        return waiting
+    }
+
     /// Waits until `count` pulls wait on `server`'s feeds.
     private func untilWaiting(_ server: TestServer, _ count: Int) async throws {
         try await waitUntil { server.server.feedWaiters.waitingCount == count }
@@ -26,10 +36,7 @@ import Testing
     @Test func aWaitingPullIsAnsweredByThePushOfAChange() async throws {
         let server = try await TestServer("pull-wait")
         defer { Task { await server.stop() } }
-        _ = try await server.push([operation(.create, "t1", ["n": 1])])
-        let first = try page(try await server.pull())
-        let waiting = Task { try await server.pull(cursor: first.cursor, wait: 30) }
-        try await untilWaiting(server, 1)
+        let waiting = try await pullWaitingAfterAChange(server)
         #expect(try await server.push([operation(.create, "b1", ["n": 1])], token: "bob-token").status == 200)
         // Bob's push woke no pull of Alice's: hers waits on.
         #expect(server.server.feedWaiters.waitingCount == 1)
@@ -71,10 +78,7 @@ import Testing
     @Test func aForcedResyncAnswersTheWaitingPulls() async throws {
         let server = try await TestServer("pull-wait-resync")
         defer { Task { await server.stop() } }
-        _ = try await server.push([operation(.create, "t1", ["n": 1])])
-        let first = try page(try await server.pull())
-        let waiting = Task { try await server.pull(cursor: first.cursor, wait: 30) }
-        try await untilWaiting(server, 1)
+        let waiting = try await pullWaitingAfterAChange(server)
         try await server.forceResync()
         #expect(try page(try await waiting.value).forceResync)
     }

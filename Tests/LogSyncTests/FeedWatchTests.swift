@@ -18,16 +18,14 @@ import Testing
         defer { Task { await server.stop() } }
         let writer = try Replica("feed-watch-writer", server: server)
         let watcher = try Replica("feed-watch-watcher", server: server)
-        let engine = watcher.engine
-        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        let watch = watcher.watching()
         _ = try await writer.store.create(type: "task", id: "t1", fields: ["n": 1])
         try await writer.syncUntilQuiet()
         try await waitUntil { try watcher.entities("task") == ["t1": ["n": 1]] }
         _ = try await writer.store.update(type: "task", id: "t1", changes: ["n": 2])
         try await writer.syncUntilQuiet()
         try await waitUntil { try watcher.entities("task") == ["t1": ["n": 2]] }
-        watch.cancel()
-        try await watch.value
+        try await watch.end()
     }
 
     /// Two replicas that both watch, each writing and syncing while the
@@ -37,10 +35,7 @@ import Testing
         let server = try await TestServer("feed-watch-both")
         defer { Task { await server.stop() } }
         let replicas = [try Replica("feed-watch-both-a", server: server), try Replica("feed-watch-both-b", server: server)]
-        let watches = replicas.map { replica in
-            let engine = replica.engine
-            return Task { try await engine.watchFeed(waitSeconds: 30) }
-        }
+        let watches = replicas.map { $0.watching() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (index, replica) in replicas.enumerated() {
                 group.addTask {
@@ -59,10 +54,7 @@ import Testing
             try await waitUntil { try replica.entities("task") == expected && replica.store.outboxCount() == 0 }
             #expect(replica.lostChanges.isEmpty)
         }
-        for watch in watches {
-            watch.cancel()
-            try await watch.value
-        }
+        for watch in watches { try await watch.end() }
     }
 
     /// A failed wait is asked again after 1 s, then 2, then 4 (each with
@@ -72,8 +64,7 @@ import Testing
         defer { Task { await server.stop() } }
         let waits = FailingWaits(server)
         let watcher = try Replica("feed-watch-failing", server: server, transport: waits)
-        let engine = watcher.engine
-        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        let watch = watcher.watching()
         for (attempt, bound) in [(1, 1_000), (2, 2_000), (3, 4_000)] as [(Int, UInt64)] {
             try await watcher.clock.waitForSleepers(1)
             #expect(waits.count == attempt)
@@ -84,8 +75,7 @@ import Testing
         }
         try await anotherDeviceWritesATask(to: server, "feed-watch-failing-writer")
         try await waitUntil { try watcher.entities("task").keys.sorted() == ["t1"] }
-        watch.cancel()
-        try await watch.value
+        try await watch.end()
     }
 
     /// A wait the server refuses with a `Retry-After` longer than the
@@ -95,12 +85,10 @@ import Testing
         defer { Task { await server.stop() } }
         let waits = FailingWaits(server, failure: TransportError(.status(429, .rateLimited), "wait: HTTP 429", retryAfterSeconds: 30))
         let watcher = try Replica("feed-watch-retry-after", server: server, transport: waits)
-        let engine = watcher.engine
-        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        let watch = watcher.watching()
         try await watcher.clock.waitForSleepers(1)
         #expect(watcher.clock.sleeperDeadlines == [watcher.clock.monotonicMilliseconds + 30_000] && waits.count == 1)
-        watch.cancel()
-        try await watch.value
+        try await watch.end()
     }
 
     /// A server that ignores `wait` (the protocol ignores unknown
@@ -111,15 +99,13 @@ import Testing
         defer { Task { await server.stop() } }
         let waits = FailingWaits(server, answersAtOnce: true)
         let watcher = try Replica("feed-watch-no-wait", server: server, transport: waits)
-        let engine = watcher.engine
-        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        let watch = watcher.watching()
         for asked in 1...3 {
             try await watcher.clock.waitForSleepers(1)
             #expect(watcher.clock.sleeperDeadlines == [watcher.clock.monotonicMilliseconds + 30_000] && waits.count == asked)
             watcher.clock.advance(by: 30_000)
         }
-        watch.cancel()
-        try await watch.value
+        try await watch.end()
     }
 
     /// A change heard while the run that would pull it fails is not asked
@@ -132,18 +118,16 @@ import Testing
         let waits = FailingWaits(server, pulls: pulls)
         waits.recover()
         let watcher = try Replica("feed-watch-backoff", server: server, transport: waits)
-        let engine = watcher.engine
-        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        let watch = watcher.watching()
         try await anotherDeviceWritesATask(to: server, "feed-watch-backoff-writer")
         try await watcher.clock.waitForSleepers(1)
-        let backoff = try #require(await engine.nextRunAt)
+        let backoff = try #require(await watcher.engine.nextRunAt)
         #expect(watcher.clock.sleeperDeadlines == [backoff - watcher.clock.nowMilliseconds + watcher.clock.monotonicMilliseconds])
         #expect(waits.count == 1 && pulls.count == 1)
         pulls.recover()
         watcher.clock.advance(by: backoff - watcher.clock.nowMilliseconds)
         try await waitUntil { try watcher.entities("task").keys.sorted() == ["t1"] }
-        watch.cancel()
-        try await watch.value
+        try await watch.end()
     }
 
     /// On a path the policy syncs not over (cellular, with sync over it
@@ -157,22 +141,20 @@ import Testing
         var configuration = SyncConfiguration()
         configuration.network.syncsOnExpensivePaths = false
         let watcher = try Replica("feed-watch-path", server: server, configuration: configuration, transport: waits)
-        let engine = watcher.engine
-        await engine.networkPathChanged(NetworkPath(isSatisfied: true, isExpensive: true))
-        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        await watcher.engine.networkPathChanged(NetworkPath(isSatisfied: true, isExpensive: true))
+        let watch = watcher.watching()
         for _ in 0..<3 {
             try await watcher.clock.waitForSleepers(1)
             #expect(watcher.clock.sleeperDeadlines == [watcher.clock.monotonicMilliseconds + 5_000] && waits.count == 0)
             watcher.clock.advance(by: 5_000)
         }
         try await watcher.clock.waitForSleepers(1)
-        await engine.networkPathChanged(NetworkPath(isSatisfied: true))
+        await watcher.engine.networkPathChanged(NetworkPath(isSatisfied: true))
         watcher.clock.advance(by: 5_000)
         try await anotherDeviceWritesATask(to: server, "feed-watch-path-writer")
         try await waitUntil { try watcher.entities("task").keys.sorted() == ["t1"] }
         #expect(waits.count >= 1)
-        watch.cancel()
-        try await watch.value
+        try await watch.end()
     }
 
     /// Another replica of the same user, `name`, creates task t1 and syncs it to `server`.
@@ -248,9 +230,8 @@ import Testing
         let waits = FailingWaits(server, pulls: held)
         waits.recover()
         let watcher = try Replica("feed-watch-stopped", server: server, transport: waits)
-        let engine = watcher.engine
         let gate = held.holdPull()
-        let watch = Task { try await engine.watchFeed(waitSeconds: 30) }
+        let watch = watcher.watching()
         try await anotherDeviceWritesATask(to: server, "feed-watch-stopped-writer")
         try await gate.waitUntilHeld()
         watch.cancel()

@@ -50,6 +50,13 @@ final class Replica: @unchecked Sendable {
         engine = try SyncEngine(store: store, transport: self.transport, clock: clock, configuration: configuration)
     }
 
+    /// Its engine's watch (`SyncEngine.watchFeed`, waits of 30 s) in a
+    /// task of its own; `end()` it.
+    func watching() -> Task<Void, any Error> {
+        let engine = self.engine
+        return Task { try await engine.watchFeed(waitSeconds: 30) }
+    }
+
     @discardableResult
     func sync() async -> SyncReport {
         let report = await engine.sync()
@@ -102,4 +109,12 @@ final class Replica: @unchecked Sendable {
 struct SyncTestError: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
+}
+
+extension Task where Success == Void, Failure == any Error {
+    /// Cancels the task and waits for its end (a watch's: `Replica.watching()`).
+    func end() async throws {
+        cancel()
+        try await value
+    }
 }
