@@ -31,27 +31,63 @@ public enum Wire {
     /// why it names none the protocol allows (section 8): an empty item, a
     /// name the rules refuse, more than `pullTypesCountMax`.
     public static func pullTypes(_ text: Substring) -> Result<Set<String>, PullTypesProblem> {
-        let items = text.split(separator: ",", omittingEmptySubsequences: false)
-        var types = Set<String>()
-        for item in items {
-            if let problem = NameRules.entityTypeProblem(String(item)) {
-                return .failure(PullTypesProblem(description: "types: \(problem)"))
-            }
-            types.insert(String(item))
-        }
-        guard types.count <= pullTypesCountMax else {
-            return .failure(PullTypesProblem(description: "types names \(types.count) entity types; at most \(pullTypesCountMax)"))
-        }
-        return .success(types)
+        pullList(text, "types", "entity types", countMax: pullTypesCountMax, NameRules.entityTypeProblem)
     }
 
-    /// Why a pull's `types` is refused.
+    /// The scopes a pull's `scopes` parameter names (`p-1,p-2`), or why it
+    /// names none the protocol allows (section 8): an empty item, a value
+    /// `scopeProblem` refuses, more than `pullScopesCountMax`.
+    public static func pullScopes(_ text: Substring) -> Result<Set<String>, PullTypesProblem> {
+        pullList(text, "scopes", "scopes", countMax: pullScopesCountMax, scopeProblem)
+    }
+
+    private static func pullList(
+        _ text: Substring, _ parameter: String, _ what: String, countMax: Int, _ problem: (String) -> String?
+    ) -> Result<Set<String>, PullTypesProblem> {
+        var items = Set<String>()
+        for item in text.split(separator: ",", omittingEmptySubsequences: false) {
+            if let problem = problem(String(item)) { return .failure(PullTypesProblem(description: "\(parameter): \(problem)")) }
+            items.insert(String(item))
+        }
+        guard items.count <= countMax else {
+            return .failure(PullTypesProblem(description: "\(parameter) names \(items.count) \(what); at most \(countMax)"))
+        }
+        return .success(items)
+    }
+
+    /// Why a pull's `types` or `scopes` is refused.
     public struct PullTypesProblem: Error, Equatable, CustomStringConvertible {
         public let description: String
     }
 
-    /// The `types` value for `types`: sorted, comma-separated.
+    /// The `types` value for `types` (and the `scopes` value for scopes):
+    /// sorted, comma-separated.
     public static func pullTypesValue(_ types: Set<String>) -> String { types.sorted().joined(separator: ",") }
+
+    /// The most scopes one pull may name (`scopes`, section 8).
+    public static let pullScopesCountMax = 64
+    /// The longest scope, in bytes.
+    public static let scopeBytesMax = 128
+
+    /// Why `scope` cannot be one (section 7, "Scopes"), or nil: a scope is
+    /// 1 to `scopeBytesMax` of the characters a URL carries as they are
+    /// (A-Z a-z 0-9 - . _ ~), so a pull names it in `scopes` unescaped,
+    /// and no comma can split it.
+    public static func scopeProblem(_ scope: String) -> String? {
+        let allowed = { (byte: UInt8) -> Bool in
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                UInt8(ascii: "~"):
+                true
+            default: false
+            }
+        }
+        guard (1...scopeBytesMax).contains(scope.utf8.count), scope.utf8.allSatisfy(allowed) else {
+            return "scope \"\(scope.prefix(80))\": use 1 to \(scopeBytesMax) of A-Z a-z 0-9 - . _ ~"
+        }
+        return nil
+    }
 
     /// The longest cursor a server accepts (longer ones are not its own).
     public static let cursorBytesMax = 1024

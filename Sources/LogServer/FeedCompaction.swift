@@ -85,7 +85,7 @@ extension SyncService {
     private func compactChunk(
         user: UInt32, after position: UInt64, through target: UInt64, countMax: Int, _ txn: borrowing Transaction
     ) throws -> (removed: Int, kept: Int, last: UInt64) {
-        var superseded: [(offset: UInt64, type: String)] = []
+        var superseded: [(offset: UInt64, type: String, scope: String)] = []
         var last = position
         var read = 0
         try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, position + 1)) { key, row in
@@ -101,7 +101,7 @@ extension SyncService {
                 let state = try? loadState(ServerStorage.entityKey(user, change.entityType, change.entityID), txn),
                 state.version > change.serverVersion
             else { return true }
-            superseded.append((offset, change.entityType))
+            superseded.append((offset, change.entityType, storage.scopeIndexed(change.fields)))
             return true
         }
         // Read to `target` unless the chunk filled first.
@@ -119,9 +119,12 @@ extension SyncService {
             try txn.put(storage.meta, key: ServerStorage.compactionsKey(user), value: (count + 1).bigEndianBytes)
         }
         // Deleted once the walk is over: a delete would move its cursor.
-        for (offset, type) in superseded {
+        for (offset, type, scope) in superseded {
             try txn.delete(storage.changes, key: ServerStorage.changeKey(user, offset))
-            try txn.delete(storage.typeChanges, key: ServerStorage.typeChangeKey(user, type, offset))
+            try txn.delete(storage.typeChanges, key: ServerStorage.indexKey(user, type, offset))
+            if storage.scopeField != nil {
+                try txn.delete(storage.scopeChanges, key: ServerStorage.indexKey(user, scope, offset))
+            }
         }
         return (superseded.count, read - superseded.count, last)
     }

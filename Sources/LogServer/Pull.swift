@@ -4,8 +4,8 @@ import LogFormat
 
 /// An opaque pull cursor: the server's ID, the resync generation it was
 /// made in, the offset in the user's own feed it points after, a mark of
-/// the change at that offset, for a pull of some types only a mark of those
-/// types, and the compactions of the user's feed before it was made, in
+/// the change at that offset, for a pull of some types or scopes only a
+/// mark of those, and the compactions of the user's feed before it was made, in
 /// base64url. Clients never look inside; the server refuses one it did not
 /// make.
 struct Cursor: Equatable {
@@ -18,10 +18,11 @@ struct Cursor: Equatable {
     /// change there is another one. Nil in a cursor issued before marks,
     /// which is taken unchecked.
     var mark: UInt32?
-    /// `Cursor.typesMark` of the types the pull that made it named; nil for
-    /// a pull of every type. A cursor goes only with the types it was made
-    /// for: the changes of other types before it were skipped.
-    var types: UInt32?
+    /// `Cursor.filterMark` of the types and scopes the pull that made it
+    /// named; nil for a pull of every change. A cursor goes only with the
+    /// filter it was made for: the changes of other types or scopes before
+    /// it were skipped.
+    var filter: UInt32?
     /// How many compactions of the user's feed had dropped changes when it
     /// was made (`ServerStorage.compactions`): a compaction since dropped
     /// changes its chain would show, or not, as the horizon says; one
@@ -34,24 +35,24 @@ struct Cursor: Equatable {
         bytes += generation.bigEndianBytes
         bytes += offset.bigEndianBytes
         if let mark { bytes += mark.bigEndianBytes }
-        if let types { bytes += types.bigEndianBytes }
+        if let filter { bytes += filter.bigEndianBytes }
         if let compactions {
             bytes += compactions.bigEndianBytes
-            bytes.append(types == nil ? Cursor.compactedLayout : Cursor.compactedTypedLayout)
+            bytes.append(filter == nil ? Cursor.compactedLayout : Cursor.compactedTypedLayout)
         }
         return Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }
 
-    init(serverID: UUIDv7, generation: UInt64, offset: UInt64, mark: UInt32?, types: UInt32? = nil, compactions: UInt32? = nil) {
-        precondition(types == nil || mark != nil, "a cursor with a types mark has a change mark")
+    init(serverID: UUIDv7, generation: UInt64, offset: UInt64, mark: UInt32?, filter: UInt32? = nil, compactions: UInt32? = nil) {
+        precondition(filter == nil || mark != nil, "a cursor with a filter mark has a change mark")
         precondition(compactions == nil || mark != nil, "a cursor with a compaction count has a change mark")
         self.serverID = serverID
         self.generation = generation
         self.offset = offset
         self.mark = mark
-        self.types = types
+        self.filter = filter
         self.compactions = compactions
     }
 
@@ -77,7 +78,7 @@ struct Cursor: Equatable {
         self.init(
             serverID: id, generation: generation, offset: offset,
             mark: byteCount >= 36 ? UInt32(bigEndianBytes: Array(data[32..<36])) : nil,
-            types: typed ? UInt32(bigEndianBytes: Array(data[36..<40])) : nil,
+            filter: typed ? UInt32(bigEndianBytes: Array(data[36..<40])) : nil,
             compactions: counted ? UInt32(bigEndianBytes: Array(data[(byteCount - 5)..<(byteCount - 1)])) : nil)
         // The decoder ignores the last character's pad bits: a token that
         // differs from this one only there was never issued.
@@ -85,17 +86,22 @@ struct Cursor: Equatable {
     }
 
     /// The layout byte at the end of a token with a compaction count,
-    /// without a types mark and with one.
+    /// without a filter mark and with one.
     static let compactedLayout: UInt8 = 1
     static let compactedTypedLayout: UInt8 = 2
 
     /// The bytes of a token, by its length (base64url without padding).
     private static let byteCounts = [43: 32, 48: 36, 54: 40, 55: 41, 60: 45]
 
-    /// The mark of a pull's `types`: the CRC32C of the names, sorted, each
-    /// followed by a comma (no name holds one).
-    static func typesMark(_ types: Set<String>) -> UInt32 {
-        CRC32C.checksum(Array(types.sorted().map { $0 + "," }.joined().utf8))
+    /// The mark of a pull's `types` and `scopes`, nil when it names
+    /// neither. Of `types` alone: the CRC32C of the names, sorted, each
+    /// followed by a comma (no name holds one). With `scopes`: the CRC32C
+    /// of "scopes:", the scopes so listed, "types:", and the types so
+    /// listed, or "*" for every type.
+    static func filterMark(types: Set<String>?, scopes: Set<String>?) -> UInt32? {
+        func listed(_ names: Set<String>) -> String { names.sorted().map { $0 + "," }.joined() }
+        guard let scopes else { return types.map { CRC32C.checksum(Array(listed($0).utf8)) } }
+        return CRC32C.checksum(Array(("scopes:" + listed(scopes) + "types:" + (types.map(listed) ?? "*")).utf8))
     }
 
     private static let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
@@ -104,14 +110,19 @@ struct Cursor: Equatable {
 extension SyncService {
     /// A page of the caller's change feed after `cursor` (nil: from the
     /// start), at most `limit` changes, in feed order; with `types`, only
-    /// changes of those types (section 8).
+    /// changes of those types, and with `scopes`, only changes of entities
+    /// in those scopes or in none (section 8).
     /// - Throws: `ServiceError` `.cursorInvalid` for a cursor this server did
-    ///   not make, or made for other types; `.validationError` for a limit
-    ///   outside 1...1000.
-    func pull(cursor token: String?, limit: Int, types: Set<String>? = nil, as identity: Identity) throws -> PullResponse {
+    ///   not make, or made for other types or scopes; `.validationError` for
+    ///   a limit outside 1...1000, or scopes on a server without a scope field.
+    func pull(
+        cursor token: String?, limit: Int, types: Set<String>? = nil, scopes: Set<String>? = nil, as identity: Identity
+    ) throws -> PullResponse {
         guard (1...Wire.pullPageCountMax).contains(limit) else {
             throw ServiceError(.validationError, "limit must be 1 to \(Wire.pullPageCountMax), not \(limit)")
         }
+        guard scopes == nil || storage.scopeField != nil else { throw ServiceError.noScopeField }
+        let filter = Cursor.filterMark(types: types, scopes: scopes)
         let cursor = try token.map { token -> Cursor in
             guard let cursor = Cursor(token: token), cursor.serverID == storage.serverID else {
                 throw ServiceError(.cursorInvalid, "the cursor was not made by this server; pull again without one")
@@ -148,17 +159,18 @@ extension SyncService {
             if let cursor, let mark = cursor.mark, try self.mark(user: user, offset: cursor.offset, txn) != mark {
                 throw ServiceError(.cursorInvalid, "the cursor names a change this server's feed does not hold; pull again without one")
             }
-            // The changes of other types before the cursor were skipped: it
-            // cannot serve a pull of types it was not made for.
-            let typesMark = types.map(Cursor.typesMark)
-            if let cursor, cursor.types != typesMark {
-                throw ServiceError(.cursorInvalid, "the cursor was made for a pull of other types; pull again without one")
+            // The changes of other types or scopes before the cursor were
+            // skipped: it cannot serve a pull it was not made for.
+            if let cursor, cursor.filter != filter {
+                throw ServiceError(
+                    .cursorInvalid, "the cursor was made for a pull of other types or scopes; pull again without one")
             }
             guard let user else {
-                return PullResponse(changes: [], cursor: token ?? startCursor(generation, types: types, compactions: 0), hasMore: false)
+                return PullResponse(changes: [], cursor: token ?? startCursor(generation, filter: filter, compactions: 0), hasMore: false)
             }
-            return try page(
-                user: user, after: cursor?.offset ?? 0, token: token, limit: limit, types: types, generation: generation,
+            var page = PageBuilder(limit: limit, types: types, scopes: scopes.map { ($0, storage.scopeField) })
+            return try self.page(
+                &page, user: user, after: cursor?.offset ?? 0, token: token, filter: filter, generation: generation,
                 compactions: compactions, txn)
         }
     }
@@ -173,57 +185,77 @@ extension SyncService {
         }
     }
 
-    /// A page after `after`, where the request's cursor `token` (nil: none)
-    /// points; an empty page answers with that same token. With `types`,
-    /// only changes of those types, and its cursor points at the last.
+    /// Fills `page` after `after`, where the request's cursor `token` (nil:
+    /// none) points; an empty page answers with that same token. With a
+    /// filter (`Cursor.filterMark`), its cursor points at its last change.
     private func page(
-        user: UInt32, after: UInt64, token: String?, limit: Int, types: Set<String>?, generation: UInt64, compactions: UInt32,
-        _ txn: borrowing Transaction
+        _ page: inout PageBuilder, user: UInt32, after: UInt64, token: String?, filter: UInt32?, generation: UInt64,
+        compactions: UInt32, _ txn: borrowing Transaction
     ) throws -> PullResponse {
-        var page = PageBuilder(limit: limit, types: types)
         // Only damage puts a change at the last offset there is: none follows it.
         if after < .max { try fill(&page, user: user, after: after, txn) }
         // Section 8: a page without changes keeps the request's cursor.
         guard let last = page.last else {
             return PullResponse(
-                changes: [], cursor: token ?? startCursor(generation, types: types, compactions: compactions), hasMore: page.hasMore)
+                changes: [], cursor: token ?? startCursor(generation, filter: filter, compactions: compactions), hasMore: page.hasMore)
         }
         let next = Cursor(
-            serverID: storage.serverID, generation: generation, offset: last.offset, mark: last.mark,
-            types: types.map(Cursor.typesMark), compactions: compactions)
+            serverID: storage.serverID, generation: generation, offset: last.offset, mark: last.mark, filter: filter,
+            compactions: compactions)
         return PullResponse(changes: page.changes, cursor: next.token, hasMore: page.hasMore)
     }
 
     /// Takes the user's changes after `after` into `page` until it is full
-    /// or they run out. With types, the feed's index by type names the
-    /// changes to read, so that a pull of a rare type does not read every
-    /// other change on its way.
+    /// or they run out. With scopes or types, an index of the feed names
+    /// the changes to read, so that a pull of a rare type, or of one
+    /// project among many, does not read every other change on its way: by
+    /// scope when the pull names scopes (and then it reads the scopes'
+    /// changes of other types too, and skips them), by type otherwise.
     private func fill(_ page: inout PageBuilder, user: UInt32, after: UInt64, _ txn: borrowing Transaction) throws {
-        guard let types = page.types else {
-            let prefix = user.bigEndianBytes
-            try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, after + 1)) { key, row in
-                guard key.count == 12, key.starts(with: prefix) else { return false }
-                return try page.take(row, offset: UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0)
-            }
-            return
+        if let scopes = page.scopes {
+            return try fill(&page, from: storage.scopeChanges, "scope", names: scopes.names, user: user, after: after, txn)
         }
-        for offset in try storage.changeOffsets(user: user, types: types, after: after, countMax: page.limit + 1, txn) {
-            let taken = try ServerStorage.changeKey(user, offset).withUnsafeBytes { key in
-                try txn.withValue(storage.changes, key: key) { row in try page.take(row, offset: offset) }
-            }
-            guard let taken else {
-                throw ServiceError(.internalError, "the feed's index by type lists change \(offset), which the feed does not hold")
-            }
-            guard taken else { return }
+        if let types = page.types {
+            return try fill(&page, from: storage.typeChanges, "type", names: types, user: user, after: after, txn)
+        }
+        let prefix = user.bigEndianBytes
+        try txn.forEach(storage.changes, from: ServerStorage.changeKey(user, after + 1)) { key, row in
+            guard key.count == 12, key.starts(with: prefix) else { return false }
+            return try page.take(row, offset: UInt64(bigEndianBytes: Array(key[4..<12])) ?? 0)
         }
     }
 
-    /// A cursor for the start of the feed, for a pull of `types` (nil: every type).
-    private func startCursor(_ generation: UInt64, types: Set<String>?, compactions: UInt32) -> String {
-        Cursor(
-            serverID: storage.serverID, generation: generation, offset: 0, mark: 0, types: types.map(Cursor.typesMark),
-            compactions: compactions
-        ).token
+    /// Takes the changes `index` lists under `names` (and the empty name)
+    /// into `page`, a round of the first `limit + 1` offsets at a time: a
+    /// page that skips changes may need more than one.
+    private func fill(
+        _ page: inout PageBuilder, from index: Database, _ what: String, names: Set<String>, user: UInt32, after: UInt64,
+        _ txn: borrowing Transaction
+    ) throws {
+        let countMax = page.limit + 1
+        var after = after
+        while true {
+            let offsets = try storage.changeOffsets(in: index, user: user, names: names, after: after, countMax: countMax, txn)
+            // Past the first `countMax`, a name's offsets may have been cut short.
+            for offset in offsets.prefix(countMax) {
+                let taken = try ServerStorage.changeKey(user, offset).withUnsafeBytes { key in
+                    try txn.withValue(storage.changes, key: key) { row in try page.take(row, offset: offset) }
+                }
+                guard let taken else {
+                    throw ServiceError(.internalError, "the feed's index by \(what) lists change \(offset), which the feed does not hold")
+                }
+                guard taken else { return }
+            }
+            // Fewer than `countMax` are all there are.
+            guard offsets.count >= countMax else { return }
+            after = offsets[countMax - 1]
+        }
+    }
+
+    /// A cursor for the start of the feed, for a pull with `filter`
+    /// (`Cursor.filterMark`; nil: every change).
+    private func startCursor(_ generation: UInt64, filter: UInt32?, compactions: UInt32) -> String {
+        Cursor(serverID: storage.serverID, generation: generation, offset: 0, mark: 0, filter: filter, compactions: compactions).token
     }
 
     /// Forces every client to resync: cursors made before this answer
@@ -241,6 +273,8 @@ extension SyncService {
 private struct PageBuilder {
     let limit: Int
     let types: Set<String>?
+    /// The scopes a pull named, and the server's scope field.
+    let scopes: (names: Set<String>, field: String?)?
     private(set) var changes: [PullChange] = []
     /// The offset and mark (`Cursor.mark`) of the last change taken.
     private(set) var last: (offset: UInt64, mark: UInt32)?
@@ -251,26 +285,43 @@ private struct PageBuilder {
     /// but holds at least one change.
     private var bytes = 0
 
-    init(limit: Int, types: Set<String>?) {
+    init(limit: Int, types: Set<String>?, scopes: (names: Set<String>, field: String?)?) {
         self.limit = limit
         self.types = types
+        self.scopes = scopes
     }
 
-    /// Takes the change in `row`, at `offset`, unless the page is full.
+    /// Takes the change in `row`, at `offset`, unless the page is full or
+    /// the change is of a type the pull of scopes did not ask for.
     /// - Returns: false, taking nothing, when the page is full: more
     ///   changes follow it.
     /// - Throws: `ServiceError.internalError` for a row that does not
-    ///   read back, or whose type the pull did not ask for (the index by
-    ///   type listed it wrongly): damage.
+    ///   read back, or whose type or scope the pull did not ask for while
+    ///   an index listed it for them: damage.
     mutating func take(_ row: UnsafeRawBufferPointer, offset: UInt64) throws -> Bool {
-        guard changes.count < limit, changes.isEmpty || bytes + row.count <= Wire.requestBodyBytesMax else {
+        let full = changes.count >= limit || (!changes.isEmpty && bytes + row.count > Wire.requestBodyBytesMax)
+        // A pull of scopes and types skips changes; only one it would take
+        // shows that more follow.
+        let skips = scopes != nil && types != nil
+        if full, !skips {
             hasMore = true
             return false
         }
         let (remote, timestamp, idempotencyKey) = try ChangeRow.decode(row, offset: offset)
+        if let scopes {
+            let scope = ServerStorage.scopeIndexed(remote.fields, field: scopes.field)
+            guard scope.isEmpty || scopes.names.contains(scope) else {
+                throw ServiceError(.internalError, "the feed's index by scope lists change \(offset) under another scope than its own, \(scope)")
+            }
+        }
         if let types, !types.contains(remote.entityType) {
+            if skips { return true }
             throw ServiceError(
                 .internalError, "the feed's index by type lists change \(offset) under another type than its own, \(remote.entityType)")
+        }
+        if full {
+            hasMore = true
+            return false
         }
         bytes += row.count
         changes.append(

@@ -44,7 +44,7 @@ struct Routes: Sendable {
     func pull(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let identity = try authenticate(request)
         let query = request.uri.queryParameters
-        for name in ["cursor", "limit", "types", "wait"] where query.getAll(name).count > 1 {
+        for name in ["cursor", "limit", "types", "scopes", "wait"] where query.getAll(name).count > 1 {
             throw ServiceError(.validationError, "\(name) is given more than once")
         }
         let cursor = query["cursor"].map(String.init)
@@ -61,6 +61,13 @@ struct Routes: Sendable {
             case .failure(let problem): throw ServiceError(.validationError, problem.description)
             }
         }
+        let scopes = try query["scopes"].map { text in
+            switch Wire.pullScopes(text) {
+            case .success(let scopes): return scopes
+            case .failure(let problem): throw ServiceError(.validationError, problem.description)
+            }
+        }
+        if scopes != nil, server.configuration.scopeField == nil { throw ServiceError.noScopeField }
         var wait = 0
         if let text = query["wait"] {
             guard Wire.isDigits(text), let seconds = Int(text), seconds <= Wire.pullWaitSecondsMax
@@ -72,7 +79,7 @@ struct Routes: Sendable {
         while true {
             // Read before the page: a push committed after it wakes the wait below.
             let wakes = waiters.wakes(of: identity.user)
-            let page = try server.service.pull(cursor: cursor, limit: limit, types: types, as: identity)
+            let page = try server.service.pull(cursor: cursor, limit: limit, types: types, scopes: scopes, as: identity)
             guard page.changes.isEmpty, !page.forceResync, ContinuousClock.now < deadline else {
                 return try reply(page.encodeJSON(), to: request)
             }

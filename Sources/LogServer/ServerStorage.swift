@@ -27,7 +27,16 @@ final class ServerStorage: Sendable {
     /// which no entity has: every such pull reads it, and names the damage
     /// as a pull of every type does.
     let typeChanges: Database
+    /// The feed by scope, when the server has a scope field (section 7,
+    /// "Scopes"): a row (`indexKey`, with an empty value) for each change,
+    /// under its entity's scope, or the empty name for an entity without
+    /// one (and a change whose row does not decode), which every pull of
+    /// scopes reads. Empty when the server has none.
+    let scopeChanges: Database
     let idempotency: Database
+    /// The field whose string value is an entity's scope (nil: entities
+    /// have none, and pulls name no scopes).
+    let scopeField: String?
     /// The server's identity, made with the store; cursors carry it.
     let serverID: UUIDv7
     /// Held from open to close: one server per data directory.
@@ -38,6 +47,8 @@ final class ServerStorage: Sendable {
         static let serverID = Array("server-id".utf8)
         static let generation = Array("generation".utf8)
         static let nextUser = Array("next-user".utf8)
+        /// The scope field `scope-changes` was made for.
+        static let scopeField = Array("scope-field".utf8)
     }
 
     /// Opens the store at `path`, creating it in a missing or empty
@@ -46,7 +57,8 @@ final class ServerStorage: Sendable {
     ///   no store, holds an LMDB environment that is not a server's store, or
     ///   another process serves it, or, with `checkPages`, a page of its
     ///   `data.mdb` is damaged; `LMDBError` when the directory cannot be used.
-    init(path: String, durability: Environment.Durability, checkPages: Bool = false) throws {
+    init(path: String, durability: Environment.Durability, checkPages: Bool = false, scopeField: String? = nil) throws {
+        self.scopeField = scopeField
         try ServerStorage.checkHoldsNoOtherFiles(path)
         var options = Environment.Options()
         options.durability = durability
@@ -74,6 +86,7 @@ final class ServerStorage: Sendable {
             entities = try ServerStorage.open("entities", environment)
             changes = try ServerStorage.open("changes", environment)
             typeChanges = try ServerStorage.open("type-changes", environment)
+            scopeChanges = try ServerStorage.open("scope-changes", environment)
             idempotency = try ServerStorage.open("idempotency", environment)
             let meta = self.meta
             serverID = try environment.write { txn in
@@ -82,7 +95,10 @@ final class ServerStorage: Sendable {
                 try txn.put(meta, key: MetaKey.serverID, value: id.bytes)
                 return id
             }
-            try environment.write { txn in try indexFeedByType(txn) }
+            try environment.write { txn in
+                try indexFeedByType(txn)
+                try indexFeedByScope(txn)
+            }
         } catch {
             environment.close()
             lock.release()
@@ -172,10 +188,56 @@ final class ServerStorage: Sendable {
                 let offset = UInt64(bigEndianBytes: Array(key[4..<12]))
             else { return true }
             let type = (try? ChangeRow.decode(row, offset: offset))?.change.entityType ?? ""
-            try txn.put(typeChanges, key: ServerStorage.typeChangeKey(user, type, offset), value: [])
+            try txn.put(typeChanges, key: ServerStorage.indexKey(user, type, offset), value: [])
             return true
         }
     }
+
+    /// Lists every change in `scope-changes` under its scope when it was
+    /// made for another scope field, or does not hold one row per change
+    /// (as `indexFeedByType`); empties it when the server has no scope
+    /// field, so that one given later indexes the feed afresh.
+    private func indexFeedByScope(_ txn: borrowing Transaction) throws {
+        let stored = try txn.get(meta, key: MetaKey.scopeField)
+        guard let scopeField else {
+            // Only what there is: an open that changes nothing commits nothing.
+            if try txn.count(scopeChanges) > 0 { try txn.removeAll(scopeChanges) }
+            if stored != nil { try txn.delete(meta, key: MetaKey.scopeField) }
+            return
+        }
+        guard try stored != Array(scopeField.utf8) || txn.count(scopeChanges) != txn.count(changes) else { return }
+        try txn.removeAll(scopeChanges)
+        try txn.put(meta, key: MetaKey.scopeField, value: Array(scopeField.utf8))
+        try txn.forEach(changes) { key, row in
+            guard key.count == 12, let user = UInt32(bigEndianBytes: Array(key[0..<4])),
+                let offset = UInt64(bigEndianBytes: Array(key[4..<12]))
+            else { return true }
+            let scope = (try? ChangeRow.decode(row, offset: offset)).map { scopeIndexed($0.change.fields) } ?? ""
+            try txn.put(scopeChanges, key: ServerStorage.indexKey(user, scope, offset), value: [])
+            return true
+        }
+    }
+
+    // MARK: Scopes
+
+    /// The scope a value of the scope field gives: "" for none (absent or
+    /// null), nil for a value that is no scope (not a string, or a string
+    /// `Wire.scopeProblem` refuses).
+    static func scope(_ value: Value?) -> String? {
+        switch value {
+        case nil, .null?: ""
+        case .string(let scope)? where Wire.scopeProblem(scope) == nil: scope
+        default: nil
+        }
+    }
+
+    /// The scope under which `scope-changes` lists a change, or an entity
+    /// state, with `fields`: the scope field's, or "" for none, and for a
+    /// value that is no scope, which only an entity stored before the
+    /// server had this scope field holds: every pull of scopes reads it.
+    func scopeIndexed(_ fields: Fields) -> String { ServerStorage.scopeIndexed(fields, field: scopeField) }
+
+    static func scopeIndexed(_ fields: Fields, field: String?) -> String { field.flatMap { scope(fields[$0]) } ?? "" }
 
     private static func open(_ name: String, _ environment: Environment) throws -> Database {
         guard let database = try environment.openDatabase(name, create: true) else {
@@ -281,33 +343,42 @@ final class ServerStorage: Sendable {
 
     static func changeKey(_ user: UInt32, _ offset: UInt64) -> [UInt8] { user.bigEndianBytes + offset.bigEndianBytes }
 
-    /// The user's number, the type's UTF-8 and a zero byte (no type holds
-    /// one), then the change's offset.
-    static func typeChangeKey(_ user: UInt32, _ type: String, _ offset: UInt64) -> [UInt8] {
-        user.bigEndianBytes + Array(type.utf8) + [0] + offset.bigEndianBytes
+    /// A key of `type-changes` or `scope-changes`: the user's number, the
+    /// type's or scope's UTF-8 and a zero byte (neither holds one), then
+    /// the change's offset.
+    static func indexKey(_ user: UInt32, _ name: String, _ offset: UInt64) -> [UInt8] {
+        user.bigEndianBytes + Array(name.utf8) + [0] + offset.bigEndianBytes
     }
 
     /// Appends the user's change at `offset`, of `entry`, made by the
-    /// operation `idempotencyKey`, to the feed and its index by type.
-    func appendChange(_ entry: Entry, _ change: Remote, idempotencyKey: String, user: UInt32, _ txn: borrowing Transaction) throws {
+    /// operation `idempotencyKey`, to the feed and its indexes: by type,
+    /// and with a scope field, by `scope`.
+    func appendChange(
+        _ entry: Entry, _ change: Remote, scope: String, idempotencyKey: String, user: UInt32, _ txn: borrowing Transaction
+    ) throws {
         try txn.put(
             changes, key: ServerStorage.changeKey(user, entry.offset),
             value: try ChangeRow.encode(entry, idempotencyKey: idempotencyKey))
-        try txn.put(typeChanges, key: ServerStorage.typeChangeKey(user, change.entityType, entry.offset), value: [])
+        try txn.put(typeChanges, key: ServerStorage.indexKey(user, change.entityType, entry.offset), value: [])
+        if scopeField != nil {
+            try txn.put(scopeChanges, key: ServerStorage.indexKey(user, scope, entry.offset), value: [])
+        }
     }
 
-    /// The offsets of the user's changes of `types` after `after`, in feed
-    /// order, with those the index lists under the empty type (damaged
-    /// rows): at most `countMax` of each type, so the first `countMax` are
-    /// the first in the feed, and fewer than `countMax` are all there are.
-    func changeOffsets(user: UInt32, types: Set<String>, after: UInt64, countMax: Int, _ txn: borrowing Transaction) throws
-        -> [UInt64]
-    {
+    /// The offsets of the user's changes that `index` (`type-changes` or
+    /// `scope-changes`) lists under `names` after `after`, in feed order,
+    /// with those it lists under the empty name (damaged rows, and in
+    /// `scope-changes` changes without a scope): at most `countMax` of
+    /// each name, so the first `countMax` are the first in the feed, and
+    /// fewer than `countMax` are all there are.
+    func changeOffsets(
+        in index: Database, user: UInt32, names: Set<String>, after: UInt64, countMax: Int, _ txn: borrowing Transaction
+    ) throws -> [UInt64] {
         var offsets: [UInt64] = []
-        for type in types.union([""]) {
-            let prefix = ServerStorage.typeChangeKey(user, type, 0).dropLast(8)
+        for name in names.union([""]) {
+            let prefix = ServerStorage.indexKey(user, name, 0).dropLast(8)
             var found = 0
-            try txn.forEach(typeChanges, from: Array(prefix) + (after + 1).bigEndianBytes) { key, _ in
+            try txn.forEach(index, from: Array(prefix) + (after + 1).bigEndianBytes) { key, _ in
                 guard key.count == prefix.count + 8, key.starts(with: prefix),
                     let offset = UInt64(bigEndianBytes: Array(key[prefix.count...]))
                 else { return false }

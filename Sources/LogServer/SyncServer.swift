@@ -81,6 +81,14 @@ public final class SyncServer: Sendable {
         /// less (bench section 8). Push bodies in gzip are taken whatever
         /// the level.
         public var gzipLevel = 1
+        /// The entity field whose string value is an entity's scope (a
+        /// project, a team), fixed for its life, so that a client may pull
+        /// the changes of some scopes only (`Format/sync-protocol.md`,
+        /// section 7, "Scopes", and section 8, `scopes`); nil: entities have
+        /// none, and a pull that names scopes is refused. The server keeps
+        /// an index of the feed by scope, made afresh at start when the
+        /// field is another than the one it was made for.
+        public var scopeField: String?
 
         /// - Throws: `ConfigurationError` for the first setting out of range.
         func check() throws(ConfigurationError) {
@@ -101,6 +109,9 @@ public final class SyncServer: Sendable {
             }
             guard BodyCompression.levels.contains(gzipLevel) else {
                 throw ConfigurationError("gzipLevel must be \(BodyCompression.levels), not \(gzipLevel)")
+            }
+            if let scopeField, let problem = NameRules.fieldsProblem([scopeField: .null]) {
+                throw ConfigurationError("scopeField: \(problem)")
             }
         }
 
@@ -135,7 +146,8 @@ public final class SyncServer: Sendable {
         try configuration.check()
         self.configuration = configuration
         let storage = try ServerStorage(
-            path: configuration.dataDirectory, durability: configuration.durability, checkPages: configuration.checkPagesAtStart)
+            path: configuration.dataDirectory, durability: configuration.durability, checkPages: configuration.checkPagesAtStart,
+            scopeField: configuration.scopeField)
         serving = Mutex(Served(service: SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }))
         limiter = configuration.rateLimit.map { RateLimiter(rate: $0.rate, burst: $0.burst) }
         pushBuffer = PushBuffer(bytesMax: configuration.pushBufferBytesMax)
@@ -230,7 +242,7 @@ public final class SyncServer: Sendable {
                 do {
                     let storage = try ServerStorage(
                         path: configuration.dataDirectory, durability: configuration.durability,
-                        checkPages: configuration.checkPagesAtStart)
+                        checkPages: configuration.checkPagesAtStart, scopeField: configuration.scopeField)
                     logger.notice("reopened the store at \(configuration.dataDirectory)")
                     continuation.resume(returning: (SyncService(storage: storage, clock: failed.clock), false))
                 } catch let error as ConfigurationError {

@@ -40,6 +40,10 @@ public struct ServiceError: Error, Equatable, CustomStringConvertible {
     /// The store is closed, or failed after an unsuccessful commit, and
     /// serves nothing until the server reopens it or is restarted
     /// (section 5: 503, with `Retry-After`, in seconds).
+    /// A pull that names scopes, on a server without a scope field.
+    static let noScopeField = ServiceError(
+        .validationError, "this server has no scope field (section 7, \"Scopes\"); pull without scopes")
+
     static func storageUnavailable(_ problem: LMDBError, retryAfter: Int = 30) -> ServiceError {
         ServiceError(.serviceUnavailable, "the server's storage is unavailable (\(problem)); try again later", retryAfter: retryAfter)
     }
@@ -181,8 +185,12 @@ final class SyncService: Sendable {
             guard after.fields.encodedSize <= Wire.entityFieldsBytesMax else {
                 return .rejected(key, .validationError, "the fields of \(operation.entityID) would be over \(Wire.entityFieldsBytesMax) bytes")
             }
+            if let problem = scopeProblem(operation, before: before, after: after) {
+                return .rejected(key, .validationError, problem)
+            }
             try txn.put(storage.entities, key: entityKey, value: after.encoded())
-            try appendChange(operation, after, user: user, txn)
+            // A deletion is listed under the scope of the life it ends.
+            try appendChange(operation, after, scope: storage.scopeIndexed(after.deleted ? before.fields : after.fields), user: user, txn)
             try txn.put(storage.idempotency, key: idempotencyKey, value: after.version.bigEndianBytes)
             return .applied(key, version: after.version)
         }
@@ -252,16 +260,46 @@ final class SyncService: Sendable {
         return .success(after)
     }
 
-    private func appendChange(_ operation: PushOperation, _ state: EntityState, user: UInt32, _ txn: borrowing Transaction) throws {
+    /// Why the server's scope field (section 7, "Scopes") refuses the
+    /// entity state `after`, or nil: a value it gives that is no scope, or
+    /// a scope other than the one the entity has had since it was created
+    /// (an entity's scope is fixed for its life: a client pulling only the
+    /// old one would never hear that it left).
+    private func scopeProblem(_ operation: PushOperation, before: EntityState, after: EntityState) -> String? {
+        guard let field = storage.scopeField, !after.deleted else { return nil }
+        let value = after.fields[field]
+        // Unchanged, it is taken as it is: a value stored before the server
+        // had this scope field is no scope, and lists its entity in every one.
+        guard !before.exists || value != before.fields[field] else { return nil }
+        let name = "\(operation.entityType)/\(operation.entityID)"
+        guard let scope = ServerStorage.scope(value) else {
+            guard case .string(let text)? = value else {
+                return "\(name): \(field) is the server's scope field; it holds a string or null, not \(value.map { "\($0)" } ?? "")"
+            }
+            return "\(name): \(field) is the server's scope field: \(Wire.scopeProblem(text) ?? "")"
+        }
+        let fixed = storage.scopeIndexed(before.fields)
+        guard before.exists, scope != fixed else { return nil }
+        return "\(name): \(field) is the server's scope field, fixed for an entity's life: it is "
+            + (fixed.isEmpty ? "unset" : "\"\(fixed)\"") + "; delete the entity and create it again to move it"
+    }
+
+    private func appendChange(
+        _ operation: PushOperation, _ state: EntityState, scope: String, user: UInt32, _ txn: borrowing Transaction
+    ) throws {
         let offset = try storage.nextOffset(user: user, txn)
+        // A deletion's row keeps the scope it ends, so that compaction and
+        // indexing find it from the row alone; a pull shows no data for it.
+        var fields = state.fields
+        if state.deleted, let field = storage.scopeField, !scope.isEmpty { fields = [field: .string(scope)] }
         let change = Remote(
             cursor: "", state.deleted ? .delete : .upsert, entityType: operation.entityType, entityID: operation.entityID,
-            serverVersion: state.version, fields: state.fields)
+            serverVersion: state.version, fields: fields)
         let milliseconds = UInt64(max(0, state.updatedAt / 1000))
         let entry = Entry(
             offset: offset, timestamp: HybridTimestamp(milliseconds: min(milliseconds, (1 << 48) - 1), logical: 0),
             body: .remote(change))
-        try storage.appendChange(entry, change, idempotencyKey: operation.idempotencyKey, user: user, txn)
+        try storage.appendChange(entry, change, scope: scope, idempotencyKey: operation.idempotencyKey, user: user, txn)
     }
 
     func loadState(_ key: [UInt8], _ txn: borrowing Transaction) throws -> EntityState? {

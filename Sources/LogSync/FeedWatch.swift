@@ -6,11 +6,13 @@ import LogStore
 /// `SyncEngine.watchFeed` waits with.
 public protocol FeedWaiting: Sendable {
     /// Waits up to `seconds` for a change after `cursor` (nil: the feed's
-    /// beginning) in the feed of `types` (nil: every type).
+    /// beginning) in the feed of `types` (nil: every type) and `scopes`
+    /// (nil: every scope).
     /// - Returns: whether a pull from `cursor` has something to apply now
     ///   (a change, or a forced resync); false when the wait ended without.
     /// - Throws: `TransportError`, as `SyncTransport.pull` does.
-    func waitForChange(after cursor: String?, types: Set<String>?, seconds: Int) async throws(TransportError) -> Bool
+    func waitForChange(after cursor: String?, types: Set<String>?, scopes: Set<String>?, seconds: Int) async throws(TransportError)
+        -> Bool
 }
 
 extension SyncEngine {
@@ -60,7 +62,8 @@ extension SyncEngine {
             let changed: Bool
             let asked = clock.monotonicMilliseconds
             do throws(TransportError) {
-                changed = try await waiting.waitForChange(after: cursor, types: configuration.pulledTypes, seconds: seconds)
+                changed = try await waiting.waitForChange(
+                    after: cursor, types: configuration.pulledTypes, scopes: configuration.pulledScopes?.scopes, seconds: seconds)
                 failures = 0
             } catch {
                 // A refused cursor is the run's to mend too.

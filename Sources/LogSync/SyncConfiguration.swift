@@ -29,6 +29,15 @@ public struct SyncConfiguration: Sendable {
     /// the confirmed state of every type is forgotten, pending intents
     /// stay, and the new set comes from the start of the feed.
     public var pulledTypes: Set<String>?
+    /// The scopes to pull (`Format/sync-protocol.md` section 7, "Scopes",
+    /// and section 8, `scopes`), with a server whose scope field gives
+    /// each entity a scope (a project, a team): only the changes of
+    /// entities in these scopes come, and of those in none; nil pulls
+    /// every scope. As with `pulledTypes`, intents of any scope are still
+    /// pushed, and a store that pulled another set does a full resync at
+    /// its next pull, which forgets the confirmed state of the scopes left
+    /// out. The transport must be `ScopedPulling` (as `HTTPTransport` is).
+    public var pulledScopes: PulledScopes?
 
     public init() {}
 
@@ -58,6 +67,43 @@ public struct SyncConfiguration: Sendable {
                 if let problem = NameRules.entityTypeProblem(type) { throw SyncConfigurationError("pulledTypes: \(problem)") }
             }
         }
+        if let pulledScopes {
+            if let problem = NameRules.fieldsProblem([pulledScopes.field: .null]) {
+                throw SyncConfigurationError("pulledScopes.field: \(problem)")
+            }
+            let scopes = pulledScopes.scopes
+            guard (1...Wire.pullScopesCountMax).contains(scopes.count) else {
+                throw SyncConfigurationError(
+                    "pulledScopes names \(scopes.count) scopes; 1 to \(Wire.pullScopesCountMax), or nil for every scope")
+            }
+            for scope in scopes.sorted() {
+                if let problem = Wire.scopeProblem(scope) { throw SyncConfigurationError("pulledScopes: \(problem)") }
+            }
+        }
+    }
+}
+
+/// The scopes an engine pulls (`SyncConfiguration.pulledScopes`).
+public struct PulledScopes: Sendable, Equatable {
+    /// The server's scope field (`syncserver --scope-field`): the engine
+    /// reads an entity's scope from it, to know which of its pushed
+    /// changes the feed it pulls will show.
+    public var field: String
+    /// 1 to `Wire.pullScopesCountMax` scopes, each as `Wire.scopeProblem`
+    /// allows.
+    public var scopes: Set<String>
+
+    public init(field: String, scopes: Set<String>) {
+        self.field = field
+        self.scopes = scopes
+    }
+
+    /// Whether the feed of these scopes shows changes of an entity whose
+    /// fields are `fields`: one in these scopes, or in none, as the server
+    /// takes a value that is no scope.
+    func contain(_ fields: Fields) -> Bool {
+        guard case .string(let scope)? = fields[field], Wire.scopeProblem(scope) == nil else { return true }
+        return scopes.contains(scope)
     }
 }
 

@@ -81,6 +81,9 @@ public actor SyncEngine {
         configuration: SyncConfiguration = .init(), random: any RandomNumberGenerator & Sendable = SystemRandomNumberGenerator()
     ) throws(SyncConfigurationError) {
         try configuration.validate()
+        if configuration.pulledScopes != nil, !(transport is any ScopedPulling) {
+            throw SyncConfigurationError("pulledScopes needs a transport that can pull by scope (ScopedPulling), such as HTTPTransport")
+        }
         self.store = store
         self.transport = transport
         self.clock = clock
@@ -695,7 +698,11 @@ public actor SyncEngine {
             }
             let page: PullResponse
             do throws(TransportError) {
-                page = try await transport.pull(cursor: sent, limit: limit, types: configuration.pulledTypes)
+                if let scopes = configuration.pulledScopes?.scopes, let scoped = transport as? any ScopedPulling {
+                    page = try await scoped.pull(cursor: sent, limit: limit, types: configuration.pulledTypes, scopes: scopes)
+                } else {
+                    page = try await transport.pull(cursor: sent, limit: limit, types: configuration.pulledTypes)
+                }
             } catch {
                 if abandoned(error) { return .cancelled }
                 if error.kind == .responseTooLarge, limit > 1 {
@@ -764,13 +771,30 @@ public actor SyncEngine {
     }
 
     /// The changes the server acknowledged that its feed has not shown, of
-    /// the types this engine pulls: the feed leaves out the others, so one
-    /// of theirs never shows and is no loss; it is awaited no longer.
+    /// the types and scopes this engine pulls: the feed leaves out the
+    /// others, so one of theirs never shows and is no loss; it is awaited
+    /// no longer.
     private func changesNotInFeed(through offset: UInt64) async throws -> [AwaitedChange] {
         let awaited = try store.acknowledgedChangesNotInFeed(through: offset)
-        guard let pulled = configuration.pulledTypes else { return awaited }
-        try await store.forgetAcknowledgedChanges(awaited.filter { !pulled.contains($0.entityType) })
-        return awaited.filter { pulled.contains($0.entityType) }
+        guard configuration.pulledTypes != nil || configuration.pulledScopes != nil else { return awaited }
+        var shown: [AwaitedChange] = []
+        var left: [AwaitedChange] = []
+        for change in awaited {
+            if try feedShows(change) { shown.append(change) } else { left.append(change) }
+        }
+        if !left.isEmpty { try await store.forgetAcknowledgedChanges(left) }
+        return shown
+    }
+
+    /// Whether the feed this engine pulls shows the entity of `change`: of
+    /// a type it pulls and, with `pulledScopes`, one the store holds in
+    /// those scopes or in none. A deleted entity's scope is not known
+    /// here: its deletion is not awaited.
+    private func feedShows(_ change: AwaitedChange) throws -> Bool {
+        if let types = configuration.pulledTypes, !types.contains(change.entityType) { return false }
+        guard let scopes = configuration.pulledScopes else { return true }
+        guard let entity = try store.get(type: change.entityType, id: change.entityID) else { return false }
+        return scopes.contain(entity.fields)
     }
 
     /// Where a run's pull is in the feed, across the resyncs it makes.

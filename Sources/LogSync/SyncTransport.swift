@@ -30,6 +30,16 @@ public protocol SyncTransport: Sendable {
     func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse
 }
 
+/// A transport that can pull the changes of some scopes only
+/// (`Format/sync-protocol.md` section 8, `scopes`): what an engine whose
+/// configuration names `pulledScopes` pulls with.
+public protocol ScopedPulling: Sendable {
+    /// `GET /v1/pull` from `cursor`, of the entity types `types` only (nil:
+    /// every type), and of the entities in `scopes` or in none.
+    /// - Throws: `TransportError`, as `SyncTransport.pull` does.
+    func pull(cursor: String?, limit: Int, types: Set<String>?, scopes: Set<String>) async throws(TransportError) -> PullResponse
+}
+
 extension SyncTransport {
     /// `GET /v1/pull` of every type.
     public func pull(cursor: String?, limit: Int) async throws(TransportError) -> PullResponse {

@@ -22,7 +22,7 @@ import Synchronization
 /// transfer keeps a core busy, and the process's later requests wait,
 /// until the server stops. A process that must not depend on its server
 /// for that can give `SyncEngine` a `SyncTransport` of its own.
-public final class HTTPTransport: SyncTransport, FeedWaiting {
+public final class HTTPTransport: SyncTransport, FeedWaiting, ScopedPulling {
     public struct Options: Sendable {
         /// Seconds a request may wait for data before it fails as a network
         /// error. Infinite, NaN, or a year or more: a year.
@@ -150,8 +150,20 @@ public final class HTTPTransport: SyncTransport, FeedWaiting {
     }
 
     public func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
+        try await pull(cursor: cursor, limit: limit, types: types, scopes: nil)
+    }
+
+    public func pull(cursor: String?, limit: Int, types: Set<String>?, scopes: Set<String>) async throws(TransportError)
+        -> PullResponse
+    {
+        try await pull(cursor: cursor, limit: limit, types: types, scopes: .some(scopes))
+    }
+
+    private func pull(cursor: String?, limit: Int, types: Set<String>?, scopes: Set<String>?) async throws(TransportError)
+        -> PullResponse
+    {
         var query = [URLQueryItem(name: "limit", value: String(limit))]
-        if let types { query.append(URLQueryItem(name: "types", value: Wire.pullTypesValue(types))) }
+        query += HTTPTransport.filterItems(types: types, scopes: scopes)
         if let cursor { query.append(URLQueryItem(name: "cursor", value: cursor)) }
         let (data, _) = try await exchange("GET", "/v1/pull", query: query)
         do { return try PullResponse.decode(json: data) } catch {
@@ -163,10 +175,12 @@ public final class HTTPTransport: SyncTransport, FeedWaiting {
     /// the nearest) for a change after `cursor` with a pull of one change
     /// that waits (section 8, `wait`). Its request may take that much
     /// longer than `Options.requestTimeout` and `resourceTimeout` allow.
-    public func waitForChange(after cursor: String?, types: Set<String>?, seconds: Int) async throws(TransportError) -> Bool {
+    public func waitForChange(after cursor: String?, types: Set<String>?, scopes: Set<String>?, seconds: Int)
+        async throws(TransportError) -> Bool
+    {
         let seconds = min(max(seconds, 0), Wire.pullWaitSecondsMax)
         var query = [URLQueryItem(name: "limit", value: "1")]
-        if let types { query.append(URLQueryItem(name: "types", value: Wire.pullTypesValue(types))) }
+        query += HTTPTransport.filterItems(types: types, scopes: scopes)
         query.append(URLQueryItem(name: "wait", value: String(seconds)))
         if let cursor { query.append(URLQueryItem(name: "cursor", value: cursor)) }
         let (data, _) = try await exchange("GET", "/v1/pull", query: query, waitSeconds: seconds)
@@ -176,6 +190,14 @@ public final class HTTPTransport: SyncTransport, FeedWaiting {
         } catch {
             throw TransportError(.network, "GET /v1/pull: the answer is not a pull page: \(error)")
         }
+    }
+
+    /// The `types` and `scopes` of a pull (nil: none).
+    private static func filterItems(types: Set<String>?, scopes: Set<String>?) -> [URLQueryItem] {
+        var items: [URLQueryItem] = []
+        if let types { items.append(URLQueryItem(name: "types", value: Wire.pullTypesValue(types))) }
+        if let scopes { items.append(URLQueryItem(name: "scopes", value: Wire.pullTypesValue(scopes))) }
+        return items
     }
 
     /// Sends one request and returns a 2xx body, or throws the failure

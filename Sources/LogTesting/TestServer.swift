@@ -52,10 +52,12 @@ public final class TestServer: Sendable {
     /// The port it listens on.
     public var port: Int { state.withLock { $0.port } }
 
-    /// - Parameter dataDirectory: serve this store instead of a new one.
+    /// - Parameters:
+    ///   - dataDirectory: serve this store instead of a new one.
+    ///   - scopeField: the server's scope field (`Configuration.scopeField`).
     public init(
         _ name: String, rateLimit: (Double, Int)? = nil, faultInjection: Bool = true, durability: LMDBDurability = .process,
-        dataDirectory: String? = nil
+        dataDirectory: String? = nil, scopeField: String? = nil
     ) async throws {
         directory = try TemporaryDirectory("server-\(name)")
         var configuration = SyncServer.Configuration(dataDirectory: dataDirectory ?? directory.appending("data"))
@@ -65,6 +67,7 @@ public final class TestServer: Sendable {
         configuration.rateLimit = rateLimit
         configuration.faultInjection = faultInjection
         configuration.durability = durability
+        configuration.scopeField = scopeField
         // Stopping a test server cancels its connections, which Hummingbird
         // logs as errors; they are expected here.
         configuration.logLevel = .critical
@@ -188,12 +191,14 @@ public final class TestServer: Sendable {
     }
 
     public func pull(
-        cursor: String? = nil, limit: Int? = nil, types: String? = nil, wait: Int? = nil, token: String = "alice-token"
+        cursor: String? = nil, limit: Int? = nil, types: String? = nil, scopes: String? = nil, wait: Int? = nil,
+        token: String = "alice-token"
     ) async throws -> Reply {
         var query: [String: String] = [:]
         if let cursor { query["cursor"] = cursor }
         if let limit { query["limit"] = String(limit) }
         if let types { query["types"] = types }
+        if let scopes { query["scopes"] = scopes }
         if let wait { query["wait"] = String(wait) }
         return try await send("GET", "/v1/pull", token: token, query: query)
     }

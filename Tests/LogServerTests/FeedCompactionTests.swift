@@ -102,7 +102,7 @@ import Testing
         var old = made
         old.compactions = nil
         #expect(old.token.utf8.count == 48 && Cursor(token: old.token) == old)
-        old.types = 7
+        old.filter = 7
         #expect(old.token.utf8.count == 54 && Cursor(token: old.token) == old)
         let forged = Cursor(token: String(made.token.dropLast(2)) + "Ag")
         #expect(forged == nil)

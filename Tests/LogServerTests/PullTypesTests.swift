@@ -145,7 +145,7 @@ import Testing
         #expect(try indexCount(server) == 7)
         // One change written without it.
         try await changeIndex(of: server) { txn, index in
-            let deleted = try txn.delete(index, key: ServerStorage.typeChangeKey(1, "photo", 4))
+            let deleted = try txn.delete(index, key: ServerStorage.indexKey(1, "photo", 4))
             #expect(deleted)
         }
         #expect(try await pulls() == expected)

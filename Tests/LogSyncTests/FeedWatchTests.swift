@@ -184,7 +184,7 @@ import Testing
         let transport = HTTPTransport(baseURL: server.url, token: "alice-token", options: options)
         let timedOut = await #expect(throws: TransportError.self) { try await transport.pull(cursor: "c0", limit: 1) }
         #expect(timedOut?.message.contains("resourceTimeout") == true, "\(String(describing: timedOut))")
-        #expect(try await transport.waitForChange(after: "c0", types: ["task"], seconds: 8))
+        #expect(try await transport.waitForChange(after: "c0", types: ["task"], scopes: nil, seconds: 8))
         let query = try #require(targets.withLock { $0.last }).split(separator: "?").last.map(String.init) ?? ""
         #expect(query == "limit=1&types=task&wait=8&cursor=c0", "\(query)")
     }
@@ -281,13 +281,13 @@ final class FailingWaits: SyncTransport, FeedWaiting {
     func pull(cursor: String?, limit: Int, types: Set<String>?) async throws(TransportError) -> PullResponse {
         try await (pulls ?? inner).pull(cursor: cursor, limit: limit, types: types)
     }
-    func waitForChange(after cursor: String?, types: Set<String>?, seconds: Int) async throws(TransportError) -> Bool {
+    func waitForChange(after cursor: String?, types: Set<String>?, scopes: Set<String>?, seconds: Int) async throws(TransportError) -> Bool {
         let failing = state.withLock { state in
             state.count += 1
             return state.failing
         }
         guard !failing else { throw failure }
         guard !answersAtOnce else { return false }
-        return try await inner.waitForChange(after: cursor, types: types, seconds: seconds)
+        return try await inner.waitForChange(after: cursor, types: types, scopes: scopes, seconds: seconds)
     }
 }

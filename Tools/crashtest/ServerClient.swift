@@ -48,10 +48,13 @@ final class ServerClient: Sendable {
 
     /// One page of the change feed after `cursor` (nil: from the start),
     /// of `types` only when given.
-    func pull(after cursor: String?, limit: Int = Wire.pullPageCountMax, types: Set<String>? = nil) async throws -> PullResponse {
+    func pull(
+        after cursor: String?, limit: Int = Wire.pullPageCountMax, types: Set<String>? = nil, scopes: Set<String>? = nil
+    ) async throws -> PullResponse {
         var components = URLComponents(string: "\(base)/v1/pull")!
         components.queryItems = [URLQueryItem(name: "limit", value: String(limit))]
             + (types.map { [URLQueryItem(name: "types", value: Wire.pullTypesValue($0))] } ?? [])
+            + (scopes.map { [URLQueryItem(name: "scopes", value: Wire.pullTypesValue($0))] } ?? [])
             + (cursor.map { [URLQueryItem(name: "cursor", value: $0)] } ?? [])
         return try await send(URLRequest(url: components.url!)).decode(PullResponse.self)
     }
@@ -73,11 +76,11 @@ final class ServerClient: Sendable {
 
     /// The change feed after `cursor` (by default the whole feed), of
     /// `types` only when given.
-    func pullAll(after cursor: String? = nil, types: Set<String>? = nil) async throws -> [PullChange] {
+    func pullAll(after cursor: String? = nil, types: Set<String>? = nil, scopes: Set<String>? = nil) async throws -> [PullChange] {
         var changes: [PullChange] = []
         var cursor = cursor
         for _ in 0..<ServerClient.pagesPerPullMax {
-            let page = try await pull(after: cursor, types: types)
+            let page = try await pull(after: cursor, types: types, scopes: scopes)
             changes += page.changes
             cursor = page.cursor
             if !page.hasMore { return changes }

@@ -10,6 +10,10 @@ final class ServerProcess: Sendable {
     static let token = "crashtest-token"
     static let user = "crashtest"
     static let adminToken = "crashtest-admin"
+    /// The server's scope field (`--scope-field`): the server workload's
+    /// entities have a scope there, so that its pulls of some scopes are
+    /// checked.
+    static let scopeField = "project"
 
     let child: ChildProcess
     let client: ServerClient
@@ -34,7 +38,7 @@ final class ServerProcess: Sendable {
             "syncserver", executable: executable,
             arguments: [
                 "--data", data, "--host", "127.0.0.1", "--port", "0", "--token", "\(token):\(user)", "--admin-token",
-                adminToken, "--durability", durability.rawValue, "--stop-at-stdin-end",
+                adminToken, "--durability", durability.rawValue, "--scope-field", scopeField, "--stop-at-stdin-end",
             ], holdingStdinOpen: true)
         let banner = await child.waitForLine(timeout: startWaitMax) { SyncServerBanner.port(in: $0) != nil }
         guard let banner, let port = SyncServerBanner.port(in: banner) else {

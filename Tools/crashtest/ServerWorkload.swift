@@ -13,7 +13,8 @@ import LogTesting
 /// its operator compacts its feed: the parent is the client (over HTTP),
 /// `syncserver` the process killed. After a restart, every push answered
 /// `applied` must be in the feed, intact, once, pushing it again must
-/// answer `duplicate`, and each type's pull must hold that type's changes.
+/// answer `duplicate`, and each type's pull must hold that type's changes,
+/// and each scope's pull that scope's and those of entities in none.
 ///
 /// Every pushed key creates an entity of its own (`te_KEY`), so the feed
 /// holds exactly one change per key applied. Beside them an updater keeps
@@ -42,7 +43,26 @@ struct ServerWorkload: Workload {
     static func operation(key: String) -> PushOperation {
         PushOperation(
             idempotencyKey: key, entityType: entityType(key: key), entityID: "te_\(key)", intent: .create,
-            data: Payload.fields(key: key), clientTimestamp: "2026-01-01T00:00:00.000000Z", baseVersion: 0)
+            data: data(key: key), clientTimestamp: "2026-01-01T00:00:00.000000Z", baseVersion: 0)
+    }
+
+    /// The fields the operation `key` creates: its payload, and for two
+    /// keys in three a scope (`scopes`) in the server's scope field.
+    static func data(key: String) -> Fields {
+        var fields = Payload.fields(key: key)
+        if let scope = scope(key: key) { fields[ServerProcess.scopeField] = .string(scope) }
+        return fields
+    }
+
+    /// The scopes the pushes put entities in, so that the pulls of one
+    /// scope, which read the feed's index by scope, are checked against
+    /// the feed.
+    static let scopes = ["pa", "pb"]
+
+    /// The scope of the operation `key`: one of `scopes`, or none.
+    private static func scope(key: String) -> String? {
+        let pick = Int(Payload.fnv1a(key) % UInt64(scopes.count + 1))
+        return pick < scopes.count ? scopes[pick] : nil
     }
 
     /// The two types the pushes make, so that the pulls of one type, which
@@ -248,14 +268,32 @@ extension ServerWorkload {
 
     /// The feed holds one change per acknowledged key, with its data, and
     /// nothing else but the updated entities' changes; a pull of one type
-    /// holds its changes, in the feed's order.
+    /// holds its changes, a pull of one scope those of its entities and of
+    /// entities in none (the updated ones), and a pull of both what both
+    /// allow, in the feed's order.
     private func checkFeed(_ client: ServerClient, _ context: inout IterationContext) async throws {
         let all = try await client.pullAll()
+        func inScope(_ change: PullChange, _ scope: String) -> Bool {
+            guard case .string(let its)? = change.data?[ServerProcess.scopeField] else { return true }
+            return its == scope
+        }
         for type in Self.entityTypes + [Self.updatedType] {
             let typed = try await client.pullAll(types: [type]).map(\.entityID)
             let expected = all.filter { $0.entityType == type }.map(\.entityID)
             if typed != expected {
                 context.violation("the pull of type \(type) has \(typed.count) changes, the feed \(expected.count) of that type, or in another order")
+            }
+        }
+        for scope in Self.scopes {
+            let scoped = try await client.pullAll(scopes: [scope]).map(\.entityID)
+            let expected = all.filter { inScope($0, scope) }.map(\.entityID)
+            if scoped != expected {
+                context.violation("the pull of scope \(scope) has \(scoped.count) changes, the feed \(expected.count) of that scope or none, or in another order")
+            }
+            let type = Self.entityTypes[0]
+            let both = try await client.pullAll(types: [type], scopes: [scope]).map(\.entityID)
+            if both != all.filter({ $0.entityType == type && inScope($0, scope) }).map(\.entityID) {
+                context.violation("the pull of type \(type) in scope \(scope) has \(both.count) changes, not the feed's of both, in order")
             }
         }
         var feed: [String: PullChange] = [:]
@@ -269,7 +307,7 @@ extension ServerWorkload {
                 context.violation("the acknowledged push of \(key) is not in the server's feed")
                 continue
             }
-            if change.operation != .upsert || change.data != Payload.fields(key: key) || change.serverVersion != 1 {
+            if change.operation != .upsert || change.data != Self.data(key: key) || change.serverVersion != 1 {
                 context.violation("the feed's change for \(key) is not what was pushed (version \(change.serverVersion))")
             }
         }

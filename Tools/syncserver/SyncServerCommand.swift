@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Hummingbird
+import LogFormat
 import LogServer
 import Synchronization
 import ToolSupport
@@ -95,6 +96,13 @@ struct SyncServerCommand: AsyncParsableCommand {
     var gzipLevel = 1
 
     @Option(
+        help: ArgumentHelp(
+            "The entity field whose string value is an entity's scope (a project, a team), fixed for its life: clients may "
+                + "then pull some scopes only (GET /v1/pull?scopes=...). None: entities have no scope.",
+            valueName: "field"))
+    var scopeField: String?
+
+    @Option(
         parsing: .unconditional,
         help: """
             MiB of push bodies held at once, being received or waiting for the store's one writer; a push that would go \
@@ -161,6 +169,9 @@ struct SyncServerCommand: AsyncParsableCommand {
         }
         if faultInjection, adminToken == nil { throw ValidationError("--fault-injection needs --admin-token") }
         if let adminToken { try checkToken(adminToken, "--admin-token") }
+        if let scopeField, let problem = NameRules.fieldsProblem([scopeField: .null]) {
+            throw ValidationError("--scope-field: \(problem)")
+        }
     }
 
     func run() async throws {
@@ -178,6 +189,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.checkPagesAtStart = checkPages
         configuration.pushBufferBytesMax = pushBufferMib << 20
         configuration.gzipLevel = gzipLevel
+        configuration.scopeField = scopeField
         let before = DataDirectoryBefore(data)
         try before.checkParentExists()
         MapFault.watch(storeAt: data)
