@@ -30,7 +30,7 @@ import Testing
     @Test func everyExchangeGetsTheResponseTheScriptExpects() async throws {
         let exchanges = try ProtocolExchange.load(from: Self.url)
         #expect(!exchanges.isEmpty)
-        let server = try await TestServer("protocol-vectors")
+        let server = try await TestServer("protocol-vectors", scopeField: "project")
         defer { Task { await server.stop() } }
         var cursors: [String: String] = [:]
         for (index, exchange) in exchanges.enumerated() {

@@ -28,9 +28,22 @@ enum ServerBenchmark {
     static func run(_ settings: Settings, _ workspace: Workspace) async throws -> ReportSection {
         let counts = settings.server
         let directory = workspace.path("server")
-        var section = try await LoopbackServer.serving(directory: directory, users: [user]) { server in
+        // The same pushes as the timed ones, first to a server without a
+        // scope field: what keeping the feed's index by scope (and checking
+        // scopes) costs a push.
+        progress("server: push \(counts.pushOperations) operations to a server without a scope field")
+        let unscoped = try await LoopbackServer.serving(directory: workspace.path("server-unscoped"), users: [user]) { server in
+            try await BenchClient(port: server.port, token: user).pushCreates(0..<counts.pushOperations, batch: counts.pushBatch, operation)
+        }
+        var section = try await LoopbackServer.serving(directory: directory, users: [user], scopeField: scopeField) { server in
             try await run(counts, server)
         }
+        let rate = Double(counts.pushOperations) / unscoped.seconds
+        section.rows.insert(
+            ResultRow(
+                "   the same pushes, to a server without a scope field", rate, "ops/s",
+                detail: String(format: "the scope field's index and checks: the push above is %.2fx this", section.rows[0].value / rate)),
+            at: 1)
         progress("server: open the store without its index by type")
         section.rows.append(try indexingOpen(directory, changes: counts.pullChanges))
         return section
@@ -50,6 +63,7 @@ enum ServerBenchmark {
         }
         var configuration = SyncServer.Configuration(dataDirectory: directory)
         configuration.logLevel = .critical
+        configuration.scopeField = scopeField
         let clock = ContinuousClock()
         var times: [Duration] = []
         for _ in 0..<2 {
@@ -88,6 +102,12 @@ enum ServerBenchmark {
         let rareCount = (0..<counts.pullChanges).count { entityType($0) == rareType }
         let rare = try await client.pullAll(page: counts.pullPage, types: rareType, acceptEncoding: "identity") { _ in }
         guard rare.pulled == rareCount else { throw BenchError("pulled \(rare.pulled) \(rareType) changes, expected \(rareCount)") }
+        // One project's changes alone, as a device that syncs that project pulls them.
+        let project = scope(rareScope)
+        progress("server: pull the changes of one project alone (scopes=\(project))")
+        let projectCount = (0..<counts.pullChanges).count { scope($0) == project }
+        let scoped = try await client.pullAll(page: counts.pullPage, scopes: project, acceptEncoding: "identity") { _ in }
+        guard scoped.pulled == projectCount else { throw BenchError("pulled \(scoped.pulled) changes of \(project), expected \(projectCount)") }
         progress("server: compact the feed (POST /v1/admin/compact)")
         let admin = BenchClient(port: server.port, token: LoopbackServer.adminToken)
         let compactionStart = ContinuousClock.now
@@ -125,10 +145,16 @@ enum ServerBenchmark {
                 detail: String(
                     format: "%.3fx the time of the pull of every change (bodies as they are); requests: %d, the longest %.1f ms",
                     rare.time.seconds / plain.time.seconds, rare.requests, rare.longest.seconds * 1000)),
+            ResultRow(
+                "pull scopes=\(project): its \(scoped.pulled) changes (1 in \(scopeCount)) of the \(counts.pullChanges)",
+                scoped.time.seconds * 1000, "ms",
+                detail: String(
+                    format: "%.3fx the time of the pull of every change (bodies as they are); requests: %d, the longest %.1f ms",
+                    scoped.time.seconds / plain.time.seconds, scoped.requests, scoped.longest.seconds * 1000)),
         ]
         section.notes = [
             "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides (the server reads pushes and the client reads pull pages with JSONReader); a push commits (with fsync) before it answers.",
-            "each operation creates an entity with four fields (a string, an int, a bool and a timestamp), of type te, or tn for every \(rareTypeEvery)th.",
+            "each operation creates an entity with five fields (a string, an int, a bool, a timestamp, and its project in the server's scope field, \(scopeField), one of \(scopeCount) in turn), of type te, or tn for every \(rareTypeEvery)th.",
         ]
         return section
     }
@@ -137,6 +163,16 @@ enum ServerBenchmark {
     /// 200th, ...), which a pull of that type alone reads.
     static let rareType = "tn"
     static let rareTypeEvery = 100
+
+    /// The server's scope field, and how many projects the operations
+    /// put their entities in, in turn: the pull of one (`rareScope`'s)
+    /// reads its changes alone.
+    static let scopeField = "project"
+    static let scopeCount = 100
+    static let rareScope = 7
+
+    /// The project of operation `n`.
+    private static func scope(_ n: Int) -> String { "p\(n % scopeCount)" }
 
     /// The type of operation `n`.
     private static func entityType(_ n: Int) -> String { n % rareTypeEvery == rareTypeEvery - 1 ? rareType : "te" }
@@ -147,6 +183,7 @@ enum ServerBenchmark {
         data["minutes"] = .int(Int64(n % 480))
         data["billable"] = .bool(n % 2 == 0)
         data["started_at"] = .timestamp(1_795_335_611_301_476 + Int64(n))
+        data[scopeField] = .string(scope(n))
         return PushOperation(
             idempotencyKey: "op-\(n)", entityType: entityType(n), entityID: "te-\(n)", intent: .create, data: data,
             clientTimestamp: "2026-11-22T08:00:00.000000Z", baseVersion: 0)
@@ -164,9 +201,10 @@ struct LoopbackServer {
     /// store, whether `body` throws or not.
     static func serving<T>(
         directory: String, users: [String], gzipLevel: Int = SyncServer.Configuration(dataDirectory: "").gzipLevel,
-        _ body: (LoopbackServer) async throws -> T
+        scopeField: String? = nil, _ body: (LoopbackServer) async throws -> T
     ) async throws -> T {
         var configuration = SyncServer.Configuration(dataDirectory: directory)
+        configuration.scopeField = scopeField
         configuration.port = 0
         configuration.gzipLevel = gzipLevel
         configuration.tokens = Dictionary(uniqueKeysWithValues: users.map { ($0, Identity(user: $0)) })
@@ -259,13 +297,15 @@ struct BenchClient: Sendable {
         return elapsed
     }
 
-    /// Pulls the whole feed from its start (of `types` only, when given),
+    /// Pulls the whole feed from its start (of `types` and `scopes` only, when given),
     /// `page` changes per request, asking for the bodies in
     /// `acceptEncoding` (URLSession's own choice when nil), handing each
     /// page's changes to `visit`.
     /// - Returns: the changes pulled, the time it took, the bodies' bytes
     ///   on the wire, the requests made and the longest of them.
-    func pullAll(page: Int, types: String? = nil, acceptEncoding: String? = nil, _ visit: ([PullChange]) -> Void) async throws
+    func pullAll(
+        page: Int, types: String? = nil, scopes: String? = nil, acceptEncoding: String? = nil, _ visit: ([PullChange]) -> Void
+    ) async throws
         -> (pulled: Int, time: Duration, wireBytes: Int, requests: Int, longest: Duration)
     {
         let clock = ContinuousClock()
@@ -278,6 +318,7 @@ struct BenchClient: Sendable {
         for _ in 0..<1_000_000 {
             var path = "/v1/pull?limit=\(page)"
             if let types { path += "&types=\(types)" }
+            if let scopes { path += "&scopes=\(scopes)" }
             if let cursor { path += "&cursor=\(cursor)" }
             let sent = clock.now
             let answer = try await exchange("GET", path, body: nil, acceptEncoding: acceptEncoding)
