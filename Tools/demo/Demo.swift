@@ -34,6 +34,9 @@ struct Demo: AsyncParsableCommand {
     @Option(help: "The server's --admin-token: the sync demo then also compacts the server's feed.")
     var adminToken: String?
 
+    @Option(help: "The server's --scope-field: the sync demo then also has a phone that pulls one project's tasks alone.")
+    var scopeField: String?
+
     func validate() throws {
         // An unset variable (`--path "$DIR"`) failed as "mkdir (): No such file or directory".
         if path?.isEmpty == true { throw ValidationError("--path must name a directory") }
@@ -48,7 +51,8 @@ struct Demo: AsyncParsableCommand {
         defer { if path == nil { try? FileManager.default.removeItem(atPath: directory) } }
         if let server {
             guard let url = URL(string: server) else { throw ValidationError("--server \(server) is not a URL") }
-            return try await SyncDemo.run(server: url, token: token, adminToken: adminToken, directory: directory)
+            return try await SyncDemo.run(
+                server: url, token: token, adminToken: adminToken, scopeField: scopeField, directory: directory)
         }
         print("Store: \(directory) (durability \(durability))")
 

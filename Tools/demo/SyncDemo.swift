@@ -9,10 +9,12 @@ import SyncStore
 /// through the server, meet a conflict that waits for the app, resolve it,
 /// hold a photo on the phone's cellular path until it is on Wi-Fi, and
 /// converge; then a third replica pulls tasks only, and hears of the
-/// next task through the server's long poll; with the admin token, the
-/// server compacts its feed and a fourth replica pulls what is left.
+/// next task through the server's long poll; with the server's scope
+/// field, a work phone pulls one project's tasks alone; with the admin
+/// token, the server compacts its feed and a last replica pulls what is
+/// left.
 enum SyncDemo {
-    static func run(server: URL, token: String, adminToken: String?, directory: String) async throws {
+    static func run(server: URL, token: String, adminToken: String?, scopeField: String?, directory: String) async throws {
         var options = HTTPTransport.Options()
         options.ignoreProxies = true
         let transport = HTTPTransport(baseURL: server, token: token, options: options)
@@ -111,6 +113,10 @@ enum SyncDemo {
         listening.cancel()
         _ = await listening.result
 
+        if let scopeField {
+            try await projects(laptop, laptopSync, transport: transport, scopeField: scopeField, server: server, directory: directory)
+        }
+
         guard let adminToken else { return }
         print("\n== The server compacts its feed: a new replica pulls each entity's latest change alone")
         var request = URLRequest(url: server.appendingPathComponent("v1/admin/compact"))
@@ -132,6 +138,39 @@ enum SyncDemo {
         let laptopTasks = try laptop.all(type: "task", limit: 100).map { "\($0.fields["title"] ?? .null)" }.sorted()
         print("tablet: \(tabletTasks.count) tasks and \(try tablet.count(type: "photo")) photo from \(pulled.changes) changes")
         guard tabletTasks == laptopTasks else { throw DemoError("the tablet does not hold the laptop's tasks") }
+    }
+
+    /// The laptop adds a task to project work and one to project home; a
+    /// work phone that pulls project work alone gets the tasks in no
+    /// project and the work one, and the server refuses its move of that
+    /// task to home (an entity's project is fixed for its life).
+    private static func projects(
+        _ laptop: Store, _ laptopSync: SyncEngine, transport: HTTPTransport, scopeField: String, server: URL, directory: String
+    ) async throws {
+        print("\n== A work phone pulls the tasks of project work only")
+        let inNone = try laptop.count(type: "task")
+        try await laptop.create(type: "task", fields: ["title": "Send the report", "done": false, scopeField: "work"])
+        try await laptop.create(type: "task", fields: ["title": "Paint the fence", "done": false, scopeField: "home"])
+        try await report("laptop", await laptopSync.sync(), laptopSync, server: server)
+        let phone = try Store(path: directory + "/work-phone", options: .init(durability: .full))
+        defer { phone.close() }
+        var configuration = SyncConfiguration()
+        configuration.pulledScopes = PulledScopes(field: scopeField, scopes: ["work"])
+        let phoneSync = try SyncEngine(store: phone, transport: transport, configuration: configuration)
+        try await report("work phone", await phoneSync.sync(), phoneSync, server: server)
+        let tasks = try phone.all(type: "task", limit: 100)
+        let work = tasks.filter { $0.fields[scopeField] == "work" }
+        print("work phone: \(tasks.count) tasks: the \(inNone) in no project and \(work.count) of work, none of home")
+        guard tasks.count == inNone + 1, let report = work.first, work.count == 1 else {
+            throw DemoError("the work phone holds other tasks than those of work and of no project")
+        }
+        print("work phone: moves \(report.fields["title"] ?? .null) to project home")
+        try await phone.update(type: "task", id: report.id, changes: [scopeField: "home"])
+        let moved = await phoneSync.sync()
+        try await Self.report("work phone", moved, phoneSync, server: server)
+        let after = try phone.get(type: "task", id: report.id)?.fields[scopeField]
+        print("work phone: the server rejected the move (\(moved.rejected) rejected); the task is in project \(after ?? .null) again")
+        guard moved.rejected == 1, after == "work" else { throw DemoError("the server did not refuse the move to another project") }
     }
 
     /// Prints how a run ended, and ends the demo when it failed or found
