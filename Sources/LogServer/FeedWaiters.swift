@@ -4,7 +4,8 @@ import Synchronization
 /// user's feed grows. Each user's feed counts the pushes that woke it: a
 /// pull reads the count before it reads its page, and waits only while
 /// the count is unchanged, so a push that commits between the page's read
-/// and the wait is not missed.
+/// and the wait is not missed. A user has at most `perUserMax` pulls
+/// waiting; the next answers at once.
 final class FeedWaiters: Sendable {
     private struct State {
         /// Pushes that woke each user's feed, by the user's name in UTF-8
@@ -22,6 +23,16 @@ final class FeedWaiters: Sendable {
     }
 
     private let state = Mutex(State())
+    /// The most pulls of one user that wait at once: each holds a
+    /// connection and a task, and a client that starts more (many
+    /// devices, or a loop) gets its pages at once, as a server that
+    /// ignores `wait` answers.
+    let perUserMax: Int
+
+    init(perUserMax: Int) {
+        precondition(perUserMax >= 0, "a negative count of waiting pulls")
+        self.perUserMax = perUserMax
+    }
 
     /// The wakes of `user`'s feed so far: what `wait` compares with.
     func wakes(of user: String) -> UInt64 {
@@ -67,14 +78,14 @@ final class FeedWaiters: Sendable {
     }
 
     /// Waits until `user`'s feed is woken after `wakes` (at once when it
-    /// was already), `deadline` passes, the server stops, or the task is
-    /// cancelled.
+    /// was already, or `perUserMax` pulls of the user wait already),
+    /// `deadline` passes, the server stops, or the task is cancelled.
     /// - Returns: whether the feed was woken: a pull now may find a change.
     func wait(_ user: String, after wakes: UInt64, until deadline: ContinuousClock.Instant) async -> Bool {
         let name = Array(user.utf8)
         let waiter = Waiter()
         let number = state.withLock { state -> UInt64? in
-            guard !state.closed, state.wakes(of: name) == wakes else { return nil }
+            guard !state.closed, state.wakes(of: name) == wakes, state.waiting[name]?.count ?? 0 < perUserMax else { return nil }
             state.nextNumber += 1
             state.waiting[name, default: [:]][state.nextNumber] = waiter
             return state.nextNumber

@@ -89,6 +89,13 @@ public final class SyncServer: Sendable {
         /// an index of the feed by scope, made afresh at start when the
         /// field is another than the one it was made for.
         public var scopeField: String?
+        /// The most pulls of one user that wait for a change at once
+        /// (`wait`, section 8): each holds a connection and a task until a
+        /// push or its deadline. A user's pull past it answers at once with
+        /// its page, as the protocol allows; the Swift client then asks
+        /// again when its wait would have ended. 0 makes every pull answer
+        /// at once. Not negative.
+        public var waitingPullsPerUserMax = 16
 
         /// - Throws: `ConfigurationError` for the first setting out of range.
         func check() throws(ConfigurationError) {
@@ -109,6 +116,9 @@ public final class SyncServer: Sendable {
             }
             guard BodyCompression.levels.contains(gzipLevel) else {
                 throw ConfigurationError("gzipLevel must be \(BodyCompression.levels), not \(gzipLevel)")
+            }
+            guard waitingPullsPerUserMax >= 0 else {
+                throw ConfigurationError("waitingPullsPerUserMax must not be negative, not \(waitingPullsPerUserMax)")
             }
             if let scopeField, let problem = NameRules.fieldsProblem([scopeField: .null]) {
                 throw ConfigurationError("scopeField: \(problem)")
@@ -133,7 +143,7 @@ public final class SyncServer: Sendable {
     let pushBuffer: PushBuffer
     /// Pulls waiting for a change (`wait`); they outlive a reopening of
     /// the store, as the pushes that wake them do.
-    let feedWaiters = FeedWaiters()
+    let feedWaiters: FeedWaiters
 
     /// Opens (or creates) the server's store, and holds its directory's
     /// lock (`server.lock`) until `close()`.
@@ -151,6 +161,7 @@ public final class SyncServer: Sendable {
         serving = Mutex(Served(service: SyncService(storage: storage) { Int64(Date().timeIntervalSince1970 * 1_000_000) }))
         limiter = configuration.rateLimit.map { RateLimiter(rate: $0.rate, burst: $0.burst) }
         pushBuffer = PushBuffer(bytesMax: configuration.pushBufferBytesMax)
+        feedWaiters = FeedWaiters(perUserMax: configuration.waitingPullsPerUserMax)
     }
 
     public var serverID: String { service.serverID }

@@ -2,6 +2,7 @@ import Foundation
 import LogFormat
 @testable import LogServer
 import LogTesting
+import Synchronization
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -118,6 +119,41 @@ import Testing
             #expect((response as? HTTPURLResponse)?.statusCode == 200)
             #expect(try PullResponse.decode(json: body).changes.isEmpty)
         }
+    }
+
+    /// A user has at most `waitingPullsPerUserMax` pulls waiting: the
+    /// next answers at once with its empty page, while another user's
+    /// pull still waits, and a push answers the ones that wait.
+    @Test func aUsersPullsPastTheMostThatWaitAnswerAtOnce() async throws {
+        let server = try await TestServer("pull-wait-most")
+        defer { Task { await server.stop() } }
+        server.configuration.waitingPullsPerUserMax = 2
+        try await server.restart()
+        _ = try await server.push([operation(.create, "t1", ["n": 1])])
+        let cursor = try page(try await server.pull()).cursor
+        let waiting = (0..<2).map { _ in Task { try await server.pull(cursor: cursor, wait: 30) } }
+        try await untilWaiting(server, 2)
+        let answered = Mutex(false)
+        let third = Task {
+            defer { answered.withLock { $0 = true } }
+            return try await server.pull(cursor: cursor, wait: 30)
+        }
+        // Answered, or (wrongly) waiting beside the other two.
+        try await waitUntil { answered.withLock { $0 } || server.server.feedWaiters.waitingCount > 2 }
+        let early = try page(try await third.value)
+        #expect(early.changes.isEmpty && early.cursor == cursor)
+        #expect(server.server.feedWaiters.waitingCount == 2)
+        let bob = Task { try await server.pull(wait: 30, token: "bob-token") }
+        try await untilWaiting(server, 3)
+        _ = try await server.push([operation(.create, "t2", ["n": 2])])
+        for pull in waiting { #expect(try page(try await pull.value).changes.map(\.entityID) == ["t2"]) }
+        _ = try await server.push([operation(.create, "b1", ["n": 1])], token: "bob-token")
+        #expect(try page(try await bob.value).changes.map(\.entityID) == ["b1"])
+
+        var configuration = server.configuration
+        configuration.waitingPullsPerUserMax = -1
+        let error = #expect(throws: SyncServer.ConfigurationError.self) { try SyncServer(configuration: configuration) }
+        #expect(error?.description.contains("waitingPullsPerUserMax must not be negative") == true)
     }
 
     /// `wait` that is not digits only, or over 60 seconds, or given twice,

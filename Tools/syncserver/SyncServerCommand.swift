@@ -111,6 +111,14 @@ struct SyncServerCommand: AsyncParsableCommand {
             """)
     var pushBufferMib = 64
 
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "Pulls of one user that wait for a change at once (GET /v1/pull?wait=N); the user's next answers at once. "
+                + "0: none waits.",
+            valueName: "count"))
+    var waitingPullsPerUser = 16
+
     @Flag(help: "Stop (as on SIGTERM) when stdin reaches its end: a parent process that holds a pipe to it takes the server with it when it ends, even by SIGKILL.")
     var stopAtStdinEnd = false
 
@@ -164,6 +172,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         guard (0...86_400).contains(reopenAfter) else { throw ValidationError("--reopen-after must be 0...86400 seconds") }
         guard (0...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 0...9") }
         guard (1...1_048_576).contains(pushBufferMib) else { throw ValidationError("--push-buffer-mib must be 1...1048576") }
+        guard (0...1_000_000).contains(waitingPullsPerUser) else { throw ValidationError("--waiting-pulls-per-user must be 0...1000000") }
         guard ["full", "metaAsync", "process"].contains(durability) else {
             throw ValidationError("--durability must be full, metaAsync or process")
         }
@@ -188,6 +197,7 @@ struct SyncServerCommand: AsyncParsableCommand {
         configuration.durability = .init(rawValue: durability) ?? .full
         configuration.checkPagesAtStart = checkPages
         configuration.pushBufferBytesMax = pushBufferMib << 20
+        configuration.waitingPullsPerUserMax = waitingPullsPerUser
         configuration.gzipLevel = gzipLevel
         configuration.scopeField = scopeField
         let before = DataDirectoryBefore(data)
