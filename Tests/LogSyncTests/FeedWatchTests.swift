@@ -28,6 +28,30 @@ import Testing
         try await watch.end()
     }
 
+    /// A replica that pulls one scope waits with the server in that
+    /// scope's feed (its cursor goes with that feed alone): a change of
+    /// another scope does not end the server's wait, and the scope's next
+    /// change comes with no sync called.
+    @Test func aWatchWaitsInTheScopesItPulls() async throws {
+        let server = try await TestServer("feed-watch-scopes", scopeField: "project")
+        defer { Task { await server.stop() } }
+        let writer = try Replica("feed-watch-scopes-writer", server: server)
+        var configuration = SyncConfiguration()
+        configuration.pulledScopes = PulledScopes(field: "project", scopes: ["p1"])
+        let watcher = try Replica("feed-watch-scopes-watcher", server: server, configuration: configuration)
+        _ = try await writer.store.create(type: "task", id: "a", fields: ["project": "p1"])
+        try await writer.syncUntilQuiet()
+        try await watcher.syncUntilQuiet()
+        let watch = watcher.watching()
+        _ = try await writer.store.create(type: "task", id: "b", fields: ["project": "p2"])
+        try await writer.syncUntilQuiet()
+        _ = try await writer.store.create(type: "task", id: "c", fields: ["project": "p1"])
+        try await writer.syncUntilQuiet()
+        try await waitUntil { try watcher.entities("task").keys.sorted() == ["a", "c"] }
+        #expect(try watcher.entries(.resync).isEmpty)
+        try await watch.end()
+    }
+
     /// Two replicas that both watch, each writing and syncing while the
     /// other's watch syncs too (the engine's single flight joins runs):
     /// each ends with every task of both, as the server has them.
