@@ -37,13 +37,13 @@ public struct ServiceError: Error, Equatable, CustomStringConvertible {
 
     public var description: String { "\(code): \(message)" }
 
-    /// The store is closed, or failed after an unsuccessful commit, and
-    /// serves nothing until the server reopens it or is restarted
-    /// (section 5: 503, with `Retry-After`, in seconds).
     /// A pull that names scopes, on a server without a scope field.
     static let noScopeField = ServiceError(
         .validationError, "this server has no scope field (section 7, \"Scopes\"); pull without scopes")
 
+    /// The store is closed, or failed after an unsuccessful commit, and
+    /// serves nothing until the server reopens it or is restarted
+    /// (section 5: 503, with `Retry-After`, in seconds).
     static func storageUnavailable(_ problem: LMDBError, retryAfter: Int = 30) -> ServiceError {
         ServiceError(.serviceUnavailable, "the server's storage is unavailable (\(problem)); try again later", retryAfter: retryAfter)
     }
