@@ -39,16 +39,22 @@ extension Store {
     /// idempotency keys of removed intents go with them. A rebuild under way
     /// starts over from the first entry.
     ///
-    /// It is one write transaction. Planning holds a few words for each
-    /// entry below the watermark and each entity it names, not the entries:
-    /// a new snapshot's fields are read back from the log as it is written.
-    /// LMDB keeps the pages the transaction changes in memory until it
-    /// commits (up to a limit of its own, past which it writes some early):
-    /// compacting a long log for the first time changes most of its pages.
-    /// That compaction can go in steps of rising watermarks instead, each a
-    /// transaction with fewer pages: the snapshots of earlier steps that
-    /// still hold stay, so the log ends as small, for more time in all
-    /// (each step reads the log below its watermark again).
+    /// Planning holds a few words for each entry below the watermark and
+    /// each entity it names, not the entries: a new snapshot's fields are
+    /// read back from the log as it is written. LMDB keeps the pages a
+    /// transaction changes in memory until it commits (up to a limit of its
+    /// own, past which it writes some early), and compacting a long log for
+    /// the first time changes most of its pages. So a compaction whose plan
+    /// removes or writes more than `compactionStepChangesMax` entries, below
+    /// a watermark more than `compactionStepOffsetsMin` offsets past the
+    /// first, goes in up to four steps of rising watermarks instead, each a
+    /// transaction that is a whole compaction below its own watermark (the
+    /// last one below `watermark`): fewer pages wait in memory at once, and
+    /// writes go on between the steps. The snapshots of earlier steps that
+    /// still hold stay, so the log ends as small; each step plans again,
+    /// from the first entry. A failure, a close or a cancelled task between
+    /// two steps leaves the steps before done: the log compacted below a
+    /// lower watermark, which replays to the same tables as any compaction.
     ///
     /// The LMDB file does not shrink: freed pages are reused by later writes
     /// (`Environment.copy(to:compact:)` writes a smaller copy).
@@ -58,24 +64,108 @@ extension Store {
     ///     never handed out twice.
     ///   - dryRun: report what would happen and change nothing. A store
     ///     opened read-only plans in a read transaction (another process
-    ///     may have the store open for writing).
+    ///     may have the store open for writing). A dry run plans in one
+    ///     step: a compaction that goes in steps may end with other counts
+    ///     (its report gives them).
     /// - Throws: `LogStoreError.invalidArgument` for a watermark past the
     ///   end; `.projectionsStale`, in a dry run on a read-only store, for
     ///   entries appended to the log without the store since its tables
-    ///   were last written (a compaction projects them first).
+    ///   were last written (a compaction projects them first);
+    ///   `CancellationError` when the task is cancelled between two steps.
     public func compact(below watermark: UInt64, dryRun: Bool = false) async throws -> CompactionReport {
+        try await compact(
+            below: watermark, dryRun: dryRun, stepOffsetsMin: Store.compactionStepOffsetsMin,
+            stepChangesMax: Store.compactionStepChangesMax)
+    }
+
+    /// `compact(below:dryRun:)` with other bounds than
+    /// `compactionStepOffsetsMin` and `compactionStepChangesMax`.
+    package func compact(
+        below watermark: UInt64, dryRun: Bool, stepOffsetsMin: UInt64, stepChangesMax: Int
+    ) async throws -> CompactionReport {
         if dryRun, log.isReadOnly { return try planReadOnly(below: watermark) }
-        return try await log.perform { txn, context in
+        // Most compactions change a little of the log: planned, they are
+        // carried out in the same transaction.
+        let whole = try await compactStep(
+            below: watermark, of: watermark, dryRun: dryRun, changesMax: watermark > stepOffsetsMin ? stepChangesMax : .max)
+        if dryRun || whole.carriedOut { return whole.plan }
+        return try await compact(below: watermark, stepOffsets: watermark / 4)
+    }
+
+    /// A compaction below a watermark up to this far past the first offset
+    /// is one transaction (`compact(below:)`), whatever it changes.
+    public static let compactionStepOffsetsMin: UInt64 = 250_000
+    /// The most entries a compaction in one transaction removes or writes
+    /// (`compact(below:)`): one whose plan changes more goes in steps.
+    public static let compactionStepChangesMax = 250_000
+
+    /// `compact(below:)` in steps of `stepOffsets` offsets: each step
+    /// compacts below a watermark that many offsets above the last step's
+    /// (the first, above the first offset), the last below `watermark`.
+    package func compact(below watermark: UInt64, stepOffsets: UInt64) async throws -> CompactionReport {
+        precondition(stepOffsets > 0, "a compaction step spans at least one offset")
+        let steps = Array(stride(from: 1 + stepOffsets, to: watermark, by: Int(clamping: stepOffsets))) + [watermark]
+        guard steps.count > 1 else { return try await compactStep(below: watermark, of: watermark, dryRun: false).plan }
+        var report = CompactionReport(watermark: watermark, dryRun: false)
+        // The offsets of the snapshots the steps wrote, as they stand.
+        var written: Set<UInt64> = []
+        for (index, step) in steps.enumerated() {
+            if index > 0 { try Task.checkCancellation() }
+            let outcome = try await compactStep(below: step, of: watermark, dryRun: false, countingBefore: index == 0)
+            if let before = outcome.before { report.entriesBefore = before }
+            written.subtract(outcome.removed)
+            written.formUnion(outcome.placed)
+            // Entries below the watermark now: those kept, and the snapshots written.
+            if let after = outcome.after {
+                report.snapshotsWritten = written.count
+                report.entriesKept = after - written.count
+                report.entriesRemoved = report.entriesBefore - report.entriesKept
+            }
+        }
+        return report
+    }
+
+    /// One compaction transaction, below `step`, of a compaction below
+    /// `watermark` (which must be in the log): its plan's report, whether
+    /// it was carried out (not in a dry run, nor when the plan removes or
+    /// writes more than `changesMax` entries), the offsets it removed
+    /// (those its snapshots took included) and those of its new snapshots;
+    /// with `countingBefore`, the entries below `watermark` first, and in
+    /// the last step (`step == watermark`), after.
+    private func compactStep(
+        below step: UInt64, of watermark: UInt64, dryRun: Bool, countingBefore: Bool = false, changesMax: Int = .max
+    ) async throws -> (plan: CompactionReport, carriedOut: Bool, before: Int?, removed: [UInt64], placed: [UInt64], after: Int?) {
+        try await log.perform { txn, context in
             // Entries appended to the log directly are projected first, as
             // before any store write: the plan reads the conflicts table,
             // and an entry folded away before it was projected would leave
             // rows (an outbox row, a conflict) naming entries that are gone.
             try self.catchUp(through: context.position.lastOffset, txn, &context.effects)
             try self.checkCompactionWatermark(watermark, last: context.position.lastOffset)
-            let plan = try self.planCompaction(below: watermark, txn)
-            if !dryRun { try self.carryOut(plan, txn) }
-            return plan.report(dryRun: dryRun)
+            let before = countingBefore ? try self.entryCount(below: watermark, txn) : nil
+            let plan = try self.planCompaction(below: step, txn)
+            let report = plan.report(dryRun: dryRun)
+            guard !dryRun, report.entriesRemoved + report.snapshotsWritten <= changesMax else {
+                return (report, false, nil, [], [], nil)
+            }
+            try self.carryOut(plan, txn)
+            let removed = plan.sketches.indices.filter { !plan.keep[$0] }.map { plan.sketches[$0].offset }
+            let placed = plan.snapshots.map { plan.sketches[$0.slot].offset }
+            let after = step == watermark ? try self.entryCount(below: watermark, txn) : nil
+            return (report, true, before, removed, placed, after)
         }
+    }
+
+    /// The entries in the log below `watermark`, by their keys alone.
+    private func entryCount(below watermark: UInt64, _ txn: borrowing Transaction) throws -> Int {
+        var count = 0
+        let end = OffsetKey.encode(watermark)
+        try txn.forEach(log.logDatabase) { key, _ in
+            guard key.lexicographicallyPrecedes(end) else { return false }
+            count += 1
+            return true
+        }
+        return count
     }
 
     /// A dry run on a read-only store: the plan from one snapshot, whose

@@ -24,6 +24,58 @@ import Testing
         return fixture
     }
 
+    /// A compaction whose plan changes more entries than a transaction
+    /// should hold goes in steps of rising watermarks, each a commit: the
+    /// tables stay, the log ends as one transaction leaves it, the report
+    /// counts what the steps did together, and compacting again finds
+    /// nothing to do. One under the bounds is one commit.
+    @Test func aLargeCompactionGoesInSteps() async throws {
+        var stores: [Store] = []
+        var reports: [CompactionReport] = []
+        var logs: [[Entry]] = []
+        for stepped in [false, true] {
+            let fixture = try StoreFixture("compact-steps-\(stepped)")
+            let store = fixture.store
+            stores.append(store)
+            // 60 entities: each created, updated twice, and all of it
+            // acknowledged; then pulled changes to every other one.
+            for n in 0..<60 {
+                try await store.create(type: "te", id: "e\(n)", fields: ["n": .int(Int64(n))])
+                try await store.update(type: "te", id: "e\(n)", changes: ["m": 1])
+                try await store.update(type: "te", id: "e\(n)", changes: ["m": 2])
+            }
+            try await store.record(try store.outbox(limit: 1_000).enumerated().map { index, item in
+                (item.offset, .acknowledged(.applied, serverVersion: UInt64(index % 3 + 1)))
+            })
+            try await store.applyPulledPage(
+                (0..<30).map { PulledChange(.upsert, entityType: "te", entityID: "e\($0 * 2)", serverVersion: 9, fields: ["n": 9]) },
+                cursor: "c1")
+            try await store.update(type: "te", id: "e1", changes: ["pending": true])
+            let tables = try store.derivedTables()
+            let last = try store.log.lastOffset()
+            let commits = store.log.environment.info().lastTransactionID
+            let report = try await store.compact(
+                below: last, dryRun: false, stepOffsetsMin: stepped ? 10 : .max, stepChangesMax: stepped ? 20 : .max)
+            let made = store.log.environment.info().lastTransactionID - commits
+            // Stepped: the transaction that planned it whole, then four steps.
+            #expect(stepped ? made == 5 : made == 1, "stepped \(stepped): \(made) commits")
+            // All but the idempotency rows of the intents removed.
+            let after = try store.derivedTables()
+            #expect(
+                after.entities == tables.entities && after.counts == tables.counts && after.outboxKeys == tables.outboxKeys
+                    && after.cursor == tables.cursor && after.conflicts == tables.conflicts)
+            #expect(try await store.projectionProblems().isEmpty)
+            let again = try await store.compact(below: last, dryRun: false, stepOffsetsMin: 10, stepChangesMax: 20)
+            #expect(again.entriesRemoved == 0 && again.snapshotsWritten == 0, "\(again)")
+            reports.append(report)
+            logs.append(try scanAll(store.log))
+        }
+        defer { for store in stores { store.close() } }
+        #expect(reports[0].entriesRemoved > 200 && reports[0].snapshotsWritten == 60, "\(reports[0])")
+        #expect(reports[1] == reports[0])
+        #expect(logs[1].map(\.offset) == logs[0].map(\.offset))
+    }
+
     @Test func compactionFoldsHistoryAndKeepsTheTables() async throws {
         var fixture = try await storeWithHistory("compact-history")
         let store = fixture.store

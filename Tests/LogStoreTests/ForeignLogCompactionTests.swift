@@ -11,7 +11,8 @@ import Testing
 /// Whatever the log, compaction changes no table (but for the idempotency
 /// rows of removed intents), changes nothing at or above its watermark, and
 /// a replay of the compacted log gives the same tables; compacting again
-/// at the same watermark changes nothing at all.
+/// at the same watermark changes nothing at all. The same holds of a
+/// compaction in steps of rising watermarks.
 @Suite struct ForeignLogCompactionTests {
     static let sequenceCount = 400
     static let entities = [("te", "a"), ("te", "b"), ("te", "c"), ("prj", "p")]
@@ -88,11 +89,19 @@ import Testing
                 _ = try await append(Self.body(&random, narrow: narrow, last: try store.log.lastOffset(), intents: intents, keys: &keys))
             }
             try await store.record([])
-            let label = "\(label) round \(round)"
+            var label = "\(label) round \(round)"
             let watermark = UInt64(random.int(1...Int(try store.log.lastOffset())))
             let before = try store.derivedTables()
             let entriesBefore = try scanAll(store.log)
-            let report = try await store.compact(below: watermark)
+            // Every other compaction goes in steps of 1 to 8 offsets, each a
+            // compaction below its own watermark (`compact(below:)` steps
+            // a long log's).
+            let steps: UInt64? = round.isMultiple(of: 2) ? nil : UInt64(random.int(1...8))
+            let report =
+                if let steps { try await store.compact(below: watermark, stepOffsets: steps) } else {
+                    try await store.compact(below: watermark)
+                }
+            if let steps { label += " (in steps of \(steps))" }
             let after = try store.derivedTables()
             #expect(
                 after.entities == before.entities && after.counts == before.counts && after.outboxKeys == before.outboxKeys
@@ -103,6 +112,8 @@ import Testing
                 entriesAfter.filter { $0.offset >= watermark } == entriesBefore.filter { $0.offset >= watermark },
                 "\(label): compaction below \(watermark) changed entries above it")
             #expect(entriesAfter.count == entriesBefore.count - report.entriesRemoved + report.snapshotsWritten, "\(label)")
+            let written = entriesAfter.filter { $0.kind == .snapshot && $0.offset < watermark && !entriesBefore.contains($0) }
+            #expect(report.snapshotsWritten == written.count, "\(label): \(report), \(written.count) snapshots new")
             snapshotsKept += entriesAfter.filter { entry in
                 entry.kind == .snapshot && entry.offset < watermark && entriesBefore.contains(entry)
             }.count

@@ -696,11 +696,15 @@ enum ReplayBenchmark {
                     "entries/s",
                     detail: String(
                         format: "%.2f s, %.1fx the scan of the log: %@ entries removed, %@ snapshots written, %@ "
-                            + "kept (pending intents and the answers their base needs); one transaction, so every "
-                            + "page it changes waits in memory for the commit: peak RssAnon +%.0f MB",
+                            + "kept (pending intents and the answers their base needs); %@, and every page a "
+                            + "transaction changes waits in memory for its commit: peak RssAnon +%.0f MB",
                         compaction.first.seconds, compaction.first.seconds / full.scanTime.seconds,
                         Report.grouped(first.entriesRemoved), Report.grouped(first.snapshotsWritten),
                         Report.grouped(first.entriesKept),
+                        first.watermark > Store.compactionStepOffsetsMin
+                            && first.entriesRemoved + first.snapshotsWritten > Store.compactionStepChangesMax
+                            ? "planned whole, then, changing more than \(Report.grouped(Store.compactionStepChangesMax)) "
+                                + "entries, done in four steps (each planned again)" : "one transaction",
                         compaction.memory.map { mb($0.peakRssAnonKB - $0.startRssAnonKB) } ?? .nan)),
                 ResultRow(
                     "   then compact again at the same watermark", compaction.again.seconds * 1e3, "ms",

@@ -11,7 +11,8 @@ import LogTesting
 ///
 /// Reports: those of `AppWriter` (creates only), `settled OFFSET ID` for
 /// each intent recorded as applied, and `try compact:N WATERMARK` before
-/// a compaction, `compacted WATERMARK` after it returned. With `--count`
+/// a compaction (followed by its steps' length in offsets, for one in
+/// steps), `compacted WATERMARK` after it returned. With `--count`
 /// (a fault run), also `try settle:N` before a settle, and for each
 /// settle and compaction `ack STEP` after it returned or `fail STEP` when
 /// it threw, as `AppWriter` reports its batches. N is the worker's tag and
@@ -27,6 +28,8 @@ enum CompactionWorkload: StoreWorkload {
     /// The same in a fault run, whose log is short: most of its
     /// compactions remove entries.
     static let faultRunWatermarkLagMax: UInt64 = 4
+    /// The longest step of a compaction in steps, in offsets.
+    static let stepOffsetsMax: UInt64 = 64
     /// The pause between compactions, in milliseconds.
     static let pauseMillisecondsMax = 30
     /// Entries a rebuild applies per transaction (see `ReplayWorkload`).
@@ -46,7 +49,7 @@ enum CompactionWorkload: StoreWorkload {
             var random = SeededRandom(seed: ~worker.seed)
             for number in 0..<worker.writesMax {
                 try await Task.sleep(for: .milliseconds(Int.random(in: 1...pauseMillisecondsMax, using: &random)))
-                try await compact("compact:\(worker.tag)-\(number)", lagMax: watermarkLagMax, store, worker, &random)
+                try await compact("compact:\(worker.tag)-\(number)", lagMax: watermarkLagMax, inSteps: true, store, worker, &random)
             }
         }
         let rebuilder: Worker.Loop = {
@@ -69,17 +72,27 @@ enum CompactionWorkload: StoreWorkload {
     }
 
     /// Compacts below a watermark up to `lagMax` under the log's end,
-    /// reported as `step`.
+    /// reported as `step`; with `inSteps`, every other one in steps of 1 to
+    /// `stepOffsetsMax` offsets (as `compact(below:)` compacts a long log),
+    /// so that kills land between them. (A fault run's compaction stays one
+    /// commit, which its Nth failed write belongs to.)
     private static func compact(
-        _ step: String, lagMax: UInt64, _ store: Store, _ worker: Worker, _ random: inout SeededRandom
+        _ step: String, lagMax: UInt64, inSteps: Bool, _ store: Store, _ worker: Worker, _ random: inout SeededRandom
     ) async throws {
         let last = try store.log.lastOffset()
         guard last > 1 else { return }
         let watermark = max(1, last - min(last, UInt64.random(in: 0...lagMax, using: &random)))
         // The lie: a compaction reported, far past the log's end, that never ran.
         if worker.reporter.lie("compacted", [String(last + Reporter.lieDistance)]) { return }
-        worker.reporter.send("try", [step, String(watermark)])
-        _ = try await store.compact(below: watermark)
+        if inSteps, Bool.random(using: &random) {
+            let stepOffsets = UInt64.random(in: 1...stepOffsetsMax, using: &random)
+            // Each step may be the last to commit before a kill.
+            worker.reporter.send("try", [step, String(watermark), String(stepOffsets)])
+            _ = try await store.compact(below: watermark, stepOffsets: stepOffsets)
+        } else {
+            worker.reporter.send("try", [step, String(watermark)])
+            _ = try await store.compact(below: watermark)
+        }
         worker.reporter.send("compacted", [String(watermark)])
     }
 
@@ -110,7 +123,7 @@ enum CompactionWorkload: StoreWorkload {
                     worker.reporter.send("ack", [step])
                 default:
                     step = "compact:\(round)"
-                    try await compact(step, lagMax: faultRunWatermarkLagMax, store, worker, &random)
+                    try await compact(step, lagMax: faultRunWatermarkLagMax, inSteps: false, store, worker, &random)
                     worker.reporter.send("ack", [step])
                 }
             } catch {
@@ -169,16 +182,23 @@ enum CompactionWorkload: StoreWorkload {
     }
 
     /// A log compacted further than every acknowledged compaction was
-    /// compacted by one in flight at a kill: one tried and not failed. A
-    /// compaction whose commit failed left nothing.
+    /// compacted by one in flight at a kill: one tried and not failed, to
+    /// its watermark or, in steps, to one of its steps'. A compaction whose
+    /// commit failed left nothing.
     private static func checkFailedCompactions(
         _ ledger: Ledger, compactedBelow: UInt64, promised: UInt64, _ context: inout IterationContext
     ) throws {
         guard compactedBelow > promised else { return }
         let failed = Set(ledger.with("fail").compactMap(\.words.first))
-        let tried = ledger.with("try").filter { $0.words.count == 2 && $0.words[0].hasPrefix("compact:") }
-        guard !tried.contains(where: { UInt64($0.words[1]) == compactedBelow && !failed.contains($0.words[0]) }) else { return }
-        let failedThere = tried.first { UInt64($0.words[1]) == compactedBelow }.map { " (\($0.words[0]), whose commit failed)" } ?? ""
+        let tried = ledger.with("try").filter { $0.words.count >= 2 && $0.words[0].hasPrefix("compact:") }
+        // In steps of S offsets: 1 + S, 1 + 2S, ... below the watermark.
+        func reaches(_ report: Report) -> Bool {
+            guard let watermark = UInt64(report.words[1]) else { return false }
+            guard report.words.count == 3, let step = UInt64(report.words[2]), step > 0 else { return watermark == compactedBelow }
+            return watermark == compactedBelow || (compactedBelow < watermark && compactedBelow > step && (compactedBelow - 1) % step == 0)
+        }
+        guard !tried.contains(where: { reaches($0) && !failed.contains($0.words[0]) }) else { return }
+        let failedThere = tried.first(where: reaches).map { " (\($0.words[0]), whose commit failed)" } ?? ""
         context.violation("the log is compacted below \(compactedBelow), which no compaction that could have committed reached\(failedThere)")
     }
 
