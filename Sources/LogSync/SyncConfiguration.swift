@@ -38,6 +38,15 @@ public struct SyncConfiguration: Sendable {
     /// its next pull, which forgets the confirmed state of the scopes left
     /// out. The transport must be `ScopedPulling` (as `HTTPTransport` is).
     public var pulledScopes: PulledScopes?
+    /// Compacts the store's log below its last offset
+    /// (`Store.compact(below:)`) at the end of a run that completed, once
+    /// at least this many offsets were written since the log was last
+    /// compacted (`Store.compactedBelow()`), so that the log of an app
+    /// that never compacts stops growing with its history. nil (the
+    /// default) never does: the app compacts when it chooses. Pending
+    /// intents, their conflicts and the pull cursor stay; what it did is
+    /// the run's `SyncReport.compaction`. At least 1.
+    public var compactAfterOffsets: UInt64?
 
     public init() {}
 
@@ -66,6 +75,9 @@ public struct SyncConfiguration: Sendable {
             for type in pulledTypes.sorted() {
                 if let problem = NameRules.entityTypeProblem(type) { throw SyncConfigurationError("pulledTypes: \(problem)") }
             }
+        }
+        if compactAfterOffsets == 0 {
+            throw SyncConfigurationError("compactAfterOffsets 0 would compact after every run; at least 1, or nil for never")
         }
         if let pulledScopes {
             if let problem = NameRules.fieldsProblem([pulledScopes.field: .null]) {

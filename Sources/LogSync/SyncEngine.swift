@@ -415,10 +415,25 @@ public actor SyncEngine {
         }
         do {
             if let stop = try await push(&report) { return finish(&report, stop) }
-            return finish(&report, try await pull(&report))
+            let outcome = try await pull(&report)
+            if outcome == .completed { try await compactIfDue(&report) }
+            return finish(&report, outcome)
+        } catch is CancellationError {
+            // Between two steps of a long compaction: the steps before stand.
+            return finish(&report, .cancelled)
         } catch {
             return finish(&report, .failed("store: \(error)"))
         }
+    }
+
+    /// Compacts the log below its last offset once
+    /// `SyncConfiguration.compactAfterOffsets` offsets were written since
+    /// its last compaction.
+    private func compactIfDue(_ report: inout SyncReport) async throws {
+        guard let every = configuration.compactAfterOffsets else { return }
+        let last = try store.log.lastOffset()
+        guard last - min(last, try store.compactedBelow()) >= every else { return }
+        report.compaction = try await store.compact(below: last)
     }
 
     private func finish(_ report: inout SyncReport, _ outcome: SyncOutcome) -> SyncReport {

@@ -96,6 +96,9 @@ public struct SyncReport: Sendable, Equatable {
     /// version the restored server gave another client's change first
     /// (`Format/sync-protocol.md`, section 10, step 5).
     public var lostChanges: [AwaitedChange] = []
+    /// The compaction the run ended with (`SyncConfiguration.compactAfterOffsets`),
+    /// or nil when it made none.
+    public var compaction: CompactionReport?
 
     public init(outcome: SyncOutcome) { self.outcome = outcome }
 }
