@@ -98,16 +98,24 @@ enum ServerBenchmark {
         let (plain, gzip) = (pulls[0], pulls[1])
         // The rare type's changes alone, as a device that keeps the other
         // type off pulls them.
-        progress("server: pull the \(rareType) changes alone (types=\(rareType))")
-        let rareCount = (0..<counts.pullChanges).count { entityType($0) == rareType }
-        let rare = try await client.pullAll(page: counts.pullPage, types: rareType, acceptEncoding: "identity") { _ in }
-        guard rare.pulled == rareCount else { throw BenchError("pulled \(rare.pulled) \(rareType) changes, expected \(rareCount)") }
+        // Pulls of some changes alone, as pages are: `query` names them,
+        // and `expected` picks their operations out of the feed's.
+        func pullAlone(_ query: String, types: String? = nil, scopes: String? = nil, expected: (Int) -> Bool) async throws -> ResultRow {
+            progress("server: pull \(query) alone")
+            let pull = try await client.pullAll(page: counts.pullPage, types: types, scopes: scopes, acceptEncoding: "identity") { _ in }
+            let count = (0..<counts.pullChanges).count(where: expected)
+            guard pull.pulled == count else { throw BenchError("pulled \(pull.pulled) changes of \(query), expected \(count)") }
+            return ResultRow(
+                "pull \(query): its \(pull.pulled) changes (1 in \(counts.pullChanges / max(count, 1))) of the \(counts.pullChanges)",
+                pull.time.seconds * 1000, "ms",
+                detail: String(
+                    format: "%.3fx the time of the pull of every change (bodies as they are); requests: %d, the longest %.1f ms",
+                    pull.time.seconds / plain.time.seconds, pull.requests, pull.longest.seconds * 1000))
+        }
+        let rare = try await pullAlone("types=\(rareType)", types: rareType) { entityType($0) == rareType }
         // One project's changes alone, as a device that syncs that project pulls them.
         let project = scope(rareScope)
-        progress("server: pull the changes of one project alone (scopes=\(project))")
-        let projectCount = (0..<counts.pullChanges).count { scope($0) == project }
-        let scoped = try await client.pullAll(page: counts.pullPage, scopes: project, acceptEncoding: "identity") { _ in }
-        guard scoped.pulled == projectCount else { throw BenchError("pulled \(scoped.pulled) changes of \(project), expected \(projectCount)") }
+        let scoped = try await pullAlone("scopes=\(project)", scopes: project) { scope($0) == project }
         progress("server: compact the feed (POST /v1/admin/compact)")
         let admin = BenchClient(port: server.port, token: LoopbackServer.adminToken)
         let compactionStart = ContinuousClock.now
@@ -139,18 +147,7 @@ enum ServerBenchmark {
                 detail: String(
                     format: "%.0f ms for POST /v1/admin/compact, which reads every change and its entity's state, in commits of %d",
                     compactionTime.seconds * 1000, 10_000)),
-            ResultRow(
-                "pull types=\(rareType): its \(rare.pulled) changes (1 in \(rareTypeEvery)) of the \(counts.pullChanges)",
-                rare.time.seconds * 1000, "ms",
-                detail: String(
-                    format: "%.3fx the time of the pull of every change (bodies as they are); requests: %d, the longest %.1f ms",
-                    rare.time.seconds / plain.time.seconds, rare.requests, rare.longest.seconds * 1000)),
-            ResultRow(
-                "pull scopes=\(project): its \(scoped.pulled) changes (1 in \(scopeCount)) of the \(counts.pullChanges)",
-                scoped.time.seconds * 1000, "ms",
-                detail: String(
-                    format: "%.3fx the time of the pull of every change (bodies as they are); requests: %d, the longest %.1f ms",
-                    scoped.time.seconds / plain.time.seconds, scoped.requests, scoped.longest.seconds * 1000)),
+            rare, scoped,
         ]
         section.notes = [
             "client and server share this process and its two cores; each batch or page is one HTTP request through URLSession, JSON encoded and decoded on both sides (the server reads pushes and the client reads pull pages with JSONReader); a push commits (with fsync) before it answers.",
