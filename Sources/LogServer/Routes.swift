@@ -55,18 +55,12 @@ struct Routes: Sendable {
             else { throw ServiceError(.validationError, "limit \"\(text.prefix(40))\" is not 1 to \(Wire.pullPageCountMax)") }
             limit = number
         }
-        let types = try query["types"].map { text in
-            switch Wire.pullTypes(text) {
-            case .success(let types): return types
-            case .failure(let problem): throw ServiceError(.validationError, problem.description)
-            }
+        // A list the protocol refuses is a validation error.
+        func names(_ parsed: Result<Set<String>, Wire.PullTypesProblem>) throws -> Set<String> {
+            try parsed.mapError { ServiceError(.validationError, $0.description) }.get()
         }
-        let scopes = try query["scopes"].map { text in
-            switch Wire.pullScopes(text) {
-            case .success(let scopes): return scopes
-            case .failure(let problem): throw ServiceError(.validationError, problem.description)
-            }
-        }
+        let types = try query["types"].map { try names(Wire.pullTypes($0)) }
+        let scopes = try query["scopes"].map { try names(Wire.pullScopes($0)) }
         if scopes != nil, server.configuration.scopeField == nil { throw ServiceError.noScopeField }
         var wait = 0
         if let text = query["wait"] {

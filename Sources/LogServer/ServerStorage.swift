@@ -182,13 +182,19 @@ final class ServerStorage: Sendable {
     private func indexFeedByType(_ txn: borrowing Transaction) throws {
         guard try txn.count(typeChanges) != txn.count(changes) else { return }
         try txn.removeAll(typeChanges)
+        try indexEveryChange(in: typeChanges, txn) { $0?.entityType ?? "" }
+    }
+
+    /// Puts a row in `index` for every change of the feed, under the name
+    /// `name` gives its change (nil: a row that does not decode).
+    private func indexEveryChange(in index: Database, _ txn: borrowing Transaction, name: (Remote?) -> String) throws {
         // Writes to one database do not move a cursor on another.
         try txn.forEach(changes) { key, row in
             guard key.count == 12, let user = UInt32(bigEndianBytes: Array(key[0..<4])),
                 let offset = UInt64(bigEndianBytes: Array(key[4..<12]))
             else { return true }
-            let type = (try? ChangeRow.decode(row, offset: offset))?.change.entityType ?? ""
-            try txn.put(typeChanges, key: ServerStorage.indexKey(user, type, offset), value: [])
+            let change = (try? ChangeRow.decode(row, offset: offset))?.change
+            try txn.put(index, key: ServerStorage.indexKey(user, name(change), offset), value: [])
             return true
         }
     }
@@ -208,14 +214,7 @@ final class ServerStorage: Sendable {
         guard try stored != Array(scopeField.utf8) || txn.count(scopeChanges) != txn.count(changes) else { return }
         try txn.removeAll(scopeChanges)
         try txn.put(meta, key: MetaKey.scopeField, value: Array(scopeField.utf8))
-        try txn.forEach(changes) { key, row in
-            guard key.count == 12, let user = UInt32(bigEndianBytes: Array(key[0..<4])),
-                let offset = UInt64(bigEndianBytes: Array(key[4..<12]))
-            else { return true }
-            let scope = (try? ChangeRow.decode(row, offset: offset)).map { scopeIndexed($0.change.fields) } ?? ""
-            try txn.put(scopeChanges, key: ServerStorage.indexKey(user, scope, offset), value: [])
-            return true
-        }
+        try indexEveryChange(in: scopeChanges, txn) { $0.map { scopeIndexed($0.fields) } ?? "" }
     }
 
     // MARK: Scopes
