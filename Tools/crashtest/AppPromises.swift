@@ -82,38 +82,54 @@ struct AppPromises {
         return present
     }
 
+    /// Whether a worker tried the operation with this identity.
+    func wasTried(_ identity: String) -> Bool { operations[identity] != nil }
+
     /// Checks that each acknowledged batch is in the log whole, each failed
     /// one not at all, and each other batch whole or not at all.
-    func checkBatches(_ present: [String: UInt64], _ context: inout IterationContext) {
+    /// - Parameter folded: operations, by identity, that compaction folded
+    ///   away after the server applied them: not in the log, but written.
+    func checkBatches(_ present: [String: UInt64], folded: Set<String> = [], _ context: inout IterationContext) {
         for batch in batches {
-            let found = batch.operations.filter { present[$0.identity] != nil }.count
+            let inLog = batch.operations.filter { present[$0.identity] != nil }.count
+            let found = inLog + batch.operations.filter { present[$0.identity] == nil && folded.contains($0.identity) }.count
+            let place = found == inLog ? "in the log" : "in the log or folded away by compaction"
             if batch.failed && found != 0 {
-                context.violation("batch \(batch.id), whose write failed, has \(found) of its \(batch.operations.count) intents in the log")
+                context.violation("batch \(batch.id), whose write failed, has \(found) of its \(batch.operations.count) intents \(place)")
             } else if batch.acknowledged && found != batch.operations.count {
-                context.violation("the acknowledged batch \(batch.id) has \(found) of its \(batch.operations.count) intents in the log")
+                context.violation("the acknowledged batch \(batch.id) has \(found) of its \(batch.operations.count) intents \(place)")
             } else if found != 0 && found != batch.operations.count {
-                context.violation("batch \(batch.id) (in flight at a kill) has \(found) of \(batch.operations.count) intents in the log; a batch commits whole or not at all")
+                context.violation("batch \(batch.id) (in flight at a kill) has \(found) of \(batch.operations.count) intents \(place); a batch commits whole or not at all")
             }
         }
     }
 
-    /// Checks that each entity's intents are in the order they were made
-    /// and that the app sees what they make, leaving out `rejected` ones.
+    /// Checks that each entity's intents in the log are in the order they
+    /// were made and that the app sees what its intents make, in that
+    /// order, leaving out `rejected` ones.
+    /// - Parameter folded: as for `checkBatches`; these count as made.
     func checkVisible(
-        _ store: Store, _ present: [String: UInt64], rejected: Set<UInt64>, _ context: inout IterationContext
+        _ store: Store, _ present: [String: UInt64], folded: Set<String> = [], rejected: Set<UInt64>, _ context: inout IterationContext
     ) throws {
-        var byEntity: [String: [(offset: UInt64, operation: AppOperation)]] = [:]
+        // Each entity's operations, in the order they were made, with their offsets (nil: folded away).
+        var byEntity: [String: [(offset: UInt64?, operation: AppOperation)]] = [:]
         for batch in batches {
             for operation in batch.operations {
-                byEntity[operation.id, default: []] += present[operation.identity].map { [($0, operation)] } ?? []
+                if let offset = present[operation.identity] {
+                    byEntity[operation.id, default: []].append((offset, operation))
+                } else if folded.contains(operation.identity) {
+                    byEntity[operation.id, default: []].append((nil, operation))
+                }
             }
         }
         for (id, found) in byEntity.sorted(by: { $0.key < $1.key }) {
-            let inLogOrder = found.sorted { $0.offset < $1.offset }
-            if inLogOrder.map(\.operation.sequence) != found.map(\.operation.sequence).sorted() {
+            let inLog = found.compactMap { item in item.offset.map { (offset: $0, sequence: item.operation.sequence) } }
+            if inLog.sorted(by: { $0.offset < $1.offset }).map(\.sequence) != inLog.map(\.sequence).sorted() {
                 context.violation("log: the intents on te/\(id) are not in the order they were made")
             }
-            let expected = inLogOrder.filter { !rejected.contains($0.offset) }.reduce(nil as Fields?) { $1.operation.applied(to: $0) }
+            let made = found.sorted { $0.operation.sequence < $1.operation.sequence }
+            let expected = made.filter { item in item.offset.map { !rejected.contains($0) } ?? true }
+                .reduce(nil as Fields?) { $1.operation.applied(to: $0) }
             let seen = try store.get(type: AppOperation.entityType, id: id)?.fields
             if seen != expected {
                 context.violation("te/\(id): the app sees \(seen.map(\.description) ?? "nothing"), its intents make \(expected.map(\.description) ?? "nothing")")

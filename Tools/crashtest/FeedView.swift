@@ -36,15 +36,20 @@ struct FeedView {
         }
     }
 
-    /// The log's pulled changes must be the feed's first ones, in order,
-    /// each once: every page applied whole, none lost, none twice.
-    func checkPulledChanges(_ context: inout IterationContext) {
+    /// The log's pulled changes must be the feed's changes up to
+    /// `position` (where the store's cursor is), in order, each once:
+    /// every page applied whole, none lost, none twice. In a log that was
+    /// never compacted they are the first `position` ones; in a compacted
+    /// one, the last of them (compaction folds those below its watermark
+    /// into snapshots).
+    func checkPulledChanges(through position: Int, compacted: Bool, _ context: inout IterationContext) {
+        guard remotes.count <= position, compacted || remotes.count == position else {
+            return context.violation(
+                "the log has \(remotes.count) pulled changes, but the pull cursor is after change \(position) of the feed\(compacted ? "" : " (and the log was never compacted)")")
+        }
+        let first = position - remotes.count
         for (index, (offset, remote)) in remotes.enumerated() {
-            guard index < feed.count else {
-                return context.violation(
-                    "log at offset \(offset): pulled change \(index + 1) (\(Self.describe(remote))), but the server's feed has only \(feed.count)")
-            }
-            let change = feed[index]
+            let change = feed[first + index]
             let deleted = remote.operation == .delete
             guard
                 remote.entityType == change.entityType, remote.entityID == change.entityID,
@@ -52,24 +57,42 @@ struct FeedView {
                 deleted || remote.fields == change.data
             else {
                 return context.violation(
-                    "log at offset \(offset): pulled change \(index + 1) is \(Self.describe(remote)), the feed's is \(Self.describe(change))")
+                    "log at offset \(offset): pulled change \(index + 1) of \(remotes.count) is \(Self.describe(remote)), the feed's change \(first + index + 1) is \(Self.describe(change))")
             }
         }
     }
 
     /// The server applied no app intent twice, and none the client's log
-    /// does not have; each acknowledged intent once, at its acknowledged
-    /// version; none that was rejected. With `quiet`, every intent is
-    /// answered, so each was applied exactly once.
-    func checkApplied(quiet: Bool, _ context: inout IterationContext) {
+    /// does not have (in a compacted log: none no worker tried); each
+    /// acknowledged intent once, at its acknowledged version; none that
+    /// was rejected. With `quiet`, every intent is answered, so each was
+    /// applied exactly once.
+    /// - Parameters:
+    ///   - compacted: whether the log was compacted, so that intents the
+    ///     server applied may be folded away.
+    ///   - wasTried: whether a worker tried the operation of an identity.
+    /// - Returns: the operations, by identity, that the server applied and
+    ///   the compacted log no longer has (empty for a log never compacted).
+    func checkApplied(
+        quiet: Bool, compacted: Bool, wasTried: (String) -> Bool, _ context: inout IterationContext
+    ) -> Set<String> {
         let made = madeBy(&context)
         var byIdentity: [String: UInt64] = [:]
         for (offset, intent) in intents where intent.entityType == AppOperation.entityType {
             if let identity = AppOperation.identity(of: intent) { byIdentity[identity] = offset }
         }
+        var folded = Set<String>()
         for (identity, changes) in made.sorted(by: { $0.key < $1.key }) {
             guard let offset = byIdentity[identity] else {
-                context.violation("the server applied \(identity) (feed change \(changes[0] + 1)), which no intent in the client's log made")
+                if compacted, wasTried(identity) {
+                    folded.insert(identity)
+                } else {
+                    context.violation(
+                        "the server applied \(identity) (feed change \(changes[0] + 1)), which no intent in the client's log made\(compacted ? " and no worker tried" : "")")
+                }
+                if changes.count > 1 {
+                    context.violation("the server applied \(identity) \(changes.count) times: feed changes \(changes.map { String($0 + 1) })")
+                }
                 continue
             }
             if changes.count > 1 {
@@ -94,6 +117,7 @@ struct FeedView {
                 context.violation("synced to quiet, \(name) has no answer")
             }
         }
+        return folded
     }
 
     /// The feed changes of app entities, by the identity of the operation

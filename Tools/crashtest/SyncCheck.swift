@@ -39,50 +39,63 @@ struct SyncCheck {
     }
 
     /// After a kill (or, with `quiet`, after syncing to quiet): the pulled
-    /// changes are the feed's first ones, the cursor is where they end, the
-    /// server applied no intent twice, and the other writer's changes are
-    /// all there. With `quiet`, also: the client pulled the whole feed, the
+    /// changes are the feed's up to the cursor, the cursor is where they
+    /// end, the server applied no intent twice, and the other writer's
+    /// changes are all there; after a kill, in a compacted log, the app
+    /// writes' promises hold too. With `quiet`, also: the client pulled the whole feed, the
     /// server applied every intent exactly once, and client and server
     /// agree on every entity.
     private func againstFeed(_ store: Store, quiet: Bool, _ context: inout IterationContext) async throws {
-        let view = FeedView(log: try StoreCheck.readLog(store), feed: try await server.pullAll())
-        view.checkPulledChanges(&context)
-        try await checkCursor(store, view, &context)
-        view.checkApplied(quiet: quiet, &context)
+        let log = try StoreCheck.readLog(store)
+        let compacted = try store.compactedBelow() > 0
+        let view = FeedView(log: log, feed: try await server.pullAll())
+        guard let position = try await checkCursor(store, view, compacted: compacted, &context) else { return }
+        view.checkPulledChanges(through: position, compacted: compacted, &context)
+        // In a log never compacted, the app writes' promises were checked
+        // with the store's (`SyncWorkload.check`); in a compacted one they
+        // need the intents the feed shows were folded away.
+        let promises = compacted ? AppPromises(ledger.reports, &context) : nil
+        let folded = view.checkApplied(quiet: quiet, compacted: compacted, wasTried: { promises?.wasTried($0) ?? false }, &context)
         other.check(view.feed, &context)
+        if let promises, !quiet { try SyncWorkload.checkPromises(promises, ledger, store, log: log, folded: folded, &context) }
         guard quiet else { return }
-        if view.remotes.count != view.feed.count {
-            context.violation("synced to quiet, the client applied \(view.remotes.count) of the feed's \(view.feed.count) changes")
+        if position != view.feed.count {
+            context.violation("synced to quiet, the client's cursor is after change \(position) of the feed's \(view.feed.count)")
         }
         try view.checkEntities(store, &context)
         try await repushSample(view, &context)
     }
 
     /// The pull cursor is the last applied page's, the feed goes on from it
-    /// with the first change the client has not applied, and it is at or
+    /// with the changes after those the client applied, and it is at or
     /// past the cursor of the last sync run that completed.
-    private func checkCursor(_ store: Store, _ view: FeedView, _ context: inout IterationContext) async throws {
+    /// - Returns: how many of the feed's changes come up to the cursor;
+    ///   nil when the feed from it is not a part of the feed (a violation).
+    private func checkCursor(
+        _ store: Store, _ view: FeedView, compacted: Bool, _ context: inout IterationContext
+    ) async throws -> Int? {
         let cursor = try store.pullCursor()
-        let applied = view.remotes.count
         if let last = view.remotes.last, cursor != last.remote.cursor {
             context.violation("the pull cursor is \(cursor ?? "none"), but the page of the last pulled change (offset \(last.offset)) has \(last.remote.cursor)")
-        } else if view.remotes.isEmpty, let cursor {
+        } else if view.remotes.isEmpty, !compacted, let cursor {
+            // In a compacted log, the cursor may be a snapshot's.
             context.violation("the pull cursor is \(cursor), but the log has no pulled change")
         }
-        guard applied <= view.feed.count else { return }  // `checkPulledChanges` reports it.
         var rest = view.feed
         if let cursor { rest = try await server.pullAll(after: cursor) }
-        if rest != Array(view.feed[applied...]) {
-            context.violation(
-                "pulling from the store's cursor gives \(rest.count) changes, but the feed has \(view.feed.count - applied) after the \(applied) the client applied")
+        let position = view.feed.count - rest.count
+        guard position >= 0, rest == Array(view.feed[position...]) else {
+            context.violation("pulling from the store's cursor gives \(rest.count) changes, which are not the last of the feed's \(view.feed.count)")
+            return nil
         }
         if let promised = SyncWorkload.lastSyncedCursor(ledger) {
-            let position = view.feed.count - (try await server.pullAll(after: promised)).count
-            if position > applied {
+            let synced = view.feed.count - (try await server.pullAll(after: promised)).count
+            if synced > position {
                 context.violation(
-                    "a sync run that completed left the pull cursor after change \(position) of the feed, but the store's cursor is after change \(applied)")
+                    "a sync run that completed left the pull cursor after change \(synced) of the feed, but the store's cursor is after change \(position)")
             }
         }
+        return position
     }
 
     /// Syncs as the restarted app would, until a run completes with nothing

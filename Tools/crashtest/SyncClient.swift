@@ -12,10 +12,16 @@ import LogTesting
 /// a kill lands in a push, in a pull, between their requests, or between
 /// runs.
 ///
+/// With `--compact-after N`, a run that completes compacts the log below
+/// its last offset once N offsets came since the last compaction
+/// (`SyncConfiguration.compactAfterOffsets`), so that kills land in
+/// compactions too, and between them and the pushes and pulls.
+///
 /// Reports: those of `AppWriter`; `sync RUN` before each run of the engine,
 /// and `synced RUN CURSOR` after a run that completed, with the store's
-/// pull cursor then (`-` for none). A worker syncs one run at a time, so
-/// each `synced` answers the `sync` before it.
+/// pull cursor then (`-` for none), after `compacted WATERMARK` when the
+/// run compacted. A worker syncs one run at a time, so each `synced`
+/// answers the `sync` before it.
 extension SyncWorkload: StoreWorkload {
     /// The longest pause after an app batch, and between sync runs, in
     /// milliseconds: writes come about as fast as a debug build syncs them.
@@ -24,18 +30,20 @@ extension SyncWorkload: StoreWorkload {
     static let noCursor = "-"
 
     /// Small batches and pages, so that a run makes many requests and
-    /// kills land between them.
-    static var workerConfiguration: SyncConfiguration {
+    /// kills land between them; compaction after runs when the harness
+    /// asks for it (`--compact-after`).
+    static func workerConfiguration(_ worker: Worker) -> SyncConfiguration {
         var configuration = SyncConfiguration()
         configuration.pushBatchCountMax = 8
         configuration.pullPageCountMax = 4
+        configuration.compactAfterOffsets = worker.compactAfterOffsets
         return configuration
     }
 
     static func work(_ worker: Worker) async throws {
         guard let server = worker.server else { throw HarnessError("the sync worker needs --server") }
         let store = try worker.openStore()
-        let engine = try engine(store, server: server, configuration: workerConfiguration)
+        let engine = try engine(store, server: server, configuration: workerConfiguration(worker))
         try await Worker.runAll([
             AppWriter.loop(task: 0, store, worker, pauseMillisecondsMax: writePauseMillisecondsMax),
             { try await syncLoop(engine, store, worker) },
@@ -50,23 +58,46 @@ extension SyncWorkload: StoreWorkload {
             worker.reporter.send("sync", [String(run)])
             let report = await engine.sync()
             guard report.outcome == .completed else { throw HarnessError("sync run \(run) ended \(report.outcome)") }
+            if let compaction = report.compaction { worker.reporter.send("compacted", [String(compaction.watermark)]) }
             worker.reporter.send("synced", [String(run), try store.pullCursor() ?? noCursor])
             try await Task.sleep(for: .milliseconds(Int.random(in: 0...syncPauseMillisecondsMax, using: &random)))
         }
     }
 
-    /// Acknowledged batches, and completed sync runs.
+    /// Acknowledged batches, completed sync runs and their compactions.
     static func acknowledgedCount(_ reports: [Report]) -> Int {
-        reports.filter { $0.verb == "ack" || $0.verb == "synced" }.count
+        reports.filter { ["ack", "synced", "compacted"].contains($0.verb) }.count
     }
 
-    /// The app writes' promises, and: every intent of a batch acknowledged
-    /// before a sync run began that then completed has its answer in the
-    /// log (that run pushed it and recorded the answer before it returned).
+    /// A compaction a run reported is in the log, and, in a log never
+    /// compacted, the app writes' promises (`checkPromises`). In a
+    /// compacted one those need the server's feed, which has the intents
+    /// compaction folded away: `SyncCheck` checks them.
     static func check(_ ledger: Ledger, _ store: Store, log: [Entry], _ context: inout IterationContext) throws -> Int {
-        let promises = AppPromises(ledger.reports, &context)
+        let promised = ledger.with("compacted").compactMap { $0.words.first.flatMap { UInt64($0) } }.max() ?? 0
+        let compactedBelow = try store.compactedBelow()
+        if compactedBelow < promised {
+            context.violation("the log is compacted below \(compactedBelow), but a sync run reported a compaction below \(promised)")
+        }
+        if compactedBelow == 0 {
+            try checkPromises(AppPromises(ledger.reports, &context), ledger, store, log: log, folded: [], &context)
+        }
+        return acknowledgedCount(ledger.reports)
+    }
+
+    /// The app writes' promises (`promises`, read from `ledger`), and:
+    /// every intent of a batch acknowledged before a sync run began that
+    /// then completed has its answer in the log (that run pushed it and
+    /// recorded the answer before it returned), or was folded away with it.
+    /// - Parameters:
+    ///   - log: the client's log, with the answers to its intents.
+    ///   - folded: the operations, by identity, that the server applied
+    ///     and the log no longer has: a compaction folded them away.
+    static func checkPromises(
+        _ promises: AppPromises, _ ledger: Ledger, _ store: Store, log: [Entry], folded: Set<String>, _ context: inout IterationContext
+    ) throws {
         let present = promises.checkIntents(log, &context)
-        promises.checkBatches(present, &context)
+        promises.checkBatches(present, folded: folded, &context)
         var answered: [UInt64: Bool] = [:]  // intent offset: rejected
         for entry in log {
             switch entry.body {
@@ -75,7 +106,7 @@ extension SyncWorkload: StoreWorkload {
             default: break
             }
         }
-        try promises.checkVisible(store, present, rejected: Set(answered.filter(\.value).keys), &context)
+        try promises.checkVisible(store, present, folded: folded, rejected: Set(answered.filter(\.value).keys), &context)
         let synced = syncedBatches(ledger)
         for batch in promises.batches where synced.contains(batch.id) {
             for operation in batch.operations {
@@ -85,7 +116,6 @@ extension SyncWorkload: StoreWorkload {
                     "the intent at offset \(offset) (\(operation.word)) has no answer in the log, but its batch \(batch.id) was acknowledged before a sync run that completed")
             }
         }
-        return acknowledgedCount(ledger.reports)
     }
 
     /// The batches acknowledged before the start of a sync run that

@@ -11,12 +11,18 @@ import LogSyncHTTP
 /// bring changes the worker did not make. The server lives as long as the
 /// store and is never killed here (the `server` workload kills it).
 ///
-/// After every kill, besides the common checks (`StoreCheck`) and the app
-/// writes' (`AppPromises`), `SyncCheck` holds the store against the
-/// server's feed. In one iteration of two, and the last of each store, the
-/// harness then syncs the store to quiet, as the restarted app would, and
-/// checks that the server applied each intent exactly once and that client
-/// and server agree on every entity.
+/// On every other store the worker compacts its log after sync runs
+/// (`SyncConfiguration.compactAfterOffsets`, a random threshold per
+/// worker): the checks then find the intents compaction folded away in the
+/// server's feed, and the pulled changes it folded into snapshots before
+/// the store's cursor.
+///
+/// After every kill, besides the common checks (`StoreCheck`), `SyncCheck`
+/// holds the store against the server's feed, and the app writes' promises
+/// (`AppPromises`) against both. In one iteration of two, and the last of
+/// each store, the harness then syncs the store to quiet, as the restarted
+/// app would, and checks that the server applied each intent exactly once
+/// and that client and server agree on every entity.
 struct SyncWorkload: Workload {
     static let name = "sync"
     static let summary = "a sync client (Store and SyncEngine, HTTP to syncserver) killed during pushes and pulls, then synced to quiet"
@@ -32,12 +38,20 @@ struct SyncWorkload: Workload {
     var storeDirectory: String { (directory as NSString).appendingPathComponent("client") }
     var serverDirectory: String { (directory as NSString).appendingPathComponent("server") }
 
+    /// The range of `--compact-after` thresholds, in offsets: a worker
+    /// writes a few hundred before its kill.
+    static let compactAfterOffsetsRange = 8...64
+
     mutating func iterate(_ context: inout IterationContext) async throws {
         guard let server = try await running(&context) else { return }
         let writing = OtherWriter.Run(other, to: server.client, seed: context.workerSeed())
+        var arguments = ["--server", server.client.base]
+        if context.iteration / Harness.iterationsPerStoreMax % 2 == 1 {
+            arguments += ["--compact-after", String(Int.random(in: Self.compactAfterOffsetsRange, using: &context.random))]
+        }
         let reports: [Report]
         do {
-            reports = try await WorkerRun.killed(Self.name, store: storeDirectory, more: ["--server", server.client.base], &context)
+            reports = try await WorkerRun.killed(Self.name, store: storeDirectory, more: arguments, &context)
         } catch {
             _ = await writing.stop()
             throw error

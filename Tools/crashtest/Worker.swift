@@ -17,6 +17,8 @@ struct Worker: Sendable {
     let count: Int?
     /// The sync server's base URL, for workers that sync.
     let server: String?
+    /// `SyncConfiguration.compactAfterOffsets`, for workers that sync.
+    var compactAfterOffsets: UInt64?
 
     var options: EventLog.Options { EventLog.Options(durability: durability) }
     var writesMax: Int { count ?? Worker.writeCountMax }
@@ -70,6 +72,7 @@ struct WorkerCommand: AsyncParsableCommand {
     @Flag(help: "Hang before opening the store, reporting nothing.") var hang = false
     @Flag(help: "Exit (status 0) before opening the store, reporting nothing.") var exitEarly = false
     @Option(help: "The sync server's base URL (the sync workload).") var server: String?
+    @Option(help: "Compact the log after sync runs, every this many offsets (the sync workload).") var compactAfter: UInt64?
 
     func validate() throws {
         guard Workloads.worker(named: workload) != nil else {
@@ -77,6 +80,7 @@ struct WorkerCommand: AsyncParsableCommand {
         }
         guard Durability(rawValue: durability) != nil else { throw ValidationError("--durability \(durability) is unknown") }
         if let count, count < 1 { throw ValidationError("--count must be 1 or more") }
+        if let compactAfter, compactAfter < 1 { throw ValidationError("--compact-after must be 1 or more") }
     }
 
     func run() async throws {
@@ -86,7 +90,7 @@ struct WorkerCommand: AsyncParsableCommand {
         if exitEarly { return }
         let worker = Worker(
             store: store, durability: Durability(rawValue: durability) ?? .full, seed: seed, reporter: Reporter(lying: lie),
-            count: count, server: server)
+            count: count, server: server, compactAfterOffsets: compactAfter)
         do {
             try await kind.work(worker)
         } catch {
