@@ -38,28 +38,39 @@ struct FeedView {
 
     /// The log's pulled changes must be the feed's changes up to
     /// `position` (where the store's cursor is), in order, each once:
-    /// every page applied whole, none lost, none twice. In a log that was
-    /// never compacted they are the first `position` ones; in a compacted
-    /// one, the last of them (compaction folds those below its watermark
-    /// into snapshots).
-    func checkPulledChanges(through position: Int, compacted: Bool, _ context: inout IterationContext) {
-        guard remotes.count <= position, compacted || remotes.count == position else {
+    /// every page applied whole, none lost, none twice. In a log never
+    /// compacted (`compactedBelow` 0) they are the first `position` ones.
+    /// In a compacted one, those at or above the watermark are the last of
+    /// them, and those below it, which compaction kept (most it folds into
+    /// snapshots), come before those, in the feed's order.
+    func checkPulledChanges(through position: Int, compactedBelow: UInt64, _ context: inout IterationContext) {
+        let kept = remotes.prefix { $0.offset < compactedBelow }
+        let whole = remotes[kept.count...]
+        guard whole.count <= position, compactedBelow > 0 || whole.count == position else {
             return context.violation(
-                "the log has \(remotes.count) pulled changes, but the pull cursor is after change \(position) of the feed\(compacted ? "" : " (and the log was never compacted)")")
+                "the log has \(remotes.count) pulled changes, but the pull cursor is after change \(position) of the feed\(compactedBelow > 0 ? "" : " (and the log was never compacted)")")
         }
-        let first = position - remotes.count
-        for (index, (offset, remote)) in remotes.enumerated() {
-            let change = feed[first + index]
-            let deleted = remote.operation == .delete
-            guard
-                remote.entityType == change.entityType, remote.entityID == change.entityID,
-                remote.serverVersion == change.serverVersion, deleted == (change.operation == .delete),
-                deleted || remote.fields == change.data
-            else {
+        var next = position - whole.count
+        for (index, (offset, remote)) in whole.enumerated() where !Self.same(remote, feed[next + index]) {
+            return context.violation(
+                "log at offset \(offset): pulled change \(kept.count + index + 1) of \(remotes.count) is \(Self.describe(remote)), the feed's change \(next + index + 1) is \(Self.describe(feed[next + index]))")
+        }
+        // Those kept below the watermark: a subsequence of the feed before the rest.
+        for (offset, remote) in kept.reversed() {
+            guard let found = feed[..<next].lastIndex(where: { Self.same(remote, $0) }) else {
                 return context.violation(
-                    "log at offset \(offset): pulled change \(index + 1) of \(remotes.count) is \(Self.describe(remote)), the feed's change \(first + index + 1) is \(Self.describe(change))")
+                    "log at offset \(offset), below the watermark \(compactedBelow): the pulled change \(Self.describe(remote)) is not in the feed before the \(position - next) changes after it")
             }
+            next = found
         }
+    }
+
+    /// Whether the pulled change holds what the feed's change does.
+    private static func same(_ remote: Remote, _ change: PullChange) -> Bool {
+        let deleted = remote.operation == .delete
+        return remote.entityType == change.entityType && remote.entityID == change.entityID
+            && remote.serverVersion == change.serverVersion && deleted == (change.operation == .delete)
+            && (deleted || remote.fields == change.data)
     }
 
     /// The server applied no app intent twice, and none the client's log
