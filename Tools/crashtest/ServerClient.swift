@@ -32,8 +32,8 @@ final class ServerClient: Sendable {
     deinit { session.invalidateAndCancel() }
 
     /// Pushes the operations and returns the result for each, in order.
-    /// - Throws: a transport error, or `HarnessError` for an answer that is
-    ///   not a 200 with one result per operation.
+    /// - Throws: a transport error, `StatusError` for an answer other than
+    ///   200, or `HarnessError` for one without one result per operation.
     func push(_ operations: [PushOperation]) async throws -> [PushResult] {
         var request = URLRequest(url: URL(string: "\(base)/v1/push")!)
         request.httpMethod = "POST"
@@ -74,6 +74,22 @@ final class ServerClient: Sendable {
         return try await send(request).decode(Compaction.self)
     }
 
+    /// An answer other than 200 (nil: no HTTP status).
+    struct StatusError: Error, CustomStringConvertible {
+        var status: Int?
+        var description: String
+    }
+
+    /// The change feed after `cursor`, or nil when the server answers 410:
+    /// the cursor is below the feed's compaction horizon.
+    func pullAllUnlessGone(after cursor: String) async throws -> [PullChange]? {
+        do {
+            return try await pullAll(after: cursor)
+        } catch let error as StatusError where error.status == 410 {
+            return nil
+        }
+    }
+
     /// The change feed after `cursor` (by default the whole feed), of
     /// `types` only when given.
     func pullAll(after cursor: String? = nil, types: Set<String>? = nil, scopes: Set<String>? = nil) async throws -> [PullChange] {
@@ -107,8 +123,9 @@ final class ServerClient: Sendable {
         let (data, response) = try await session.data(for: request)
         let url = request.url?.absoluteString ?? base
         guard let status = (response as? HTTPURLResponse)?.statusCode, status == 200 else {
-            let status = (response as? HTTPURLResponse).map { String($0.statusCode) } ?? "no HTTP status"
-            throw HarnessError("\(url) answered \(status): \(String(decoding: data.prefix(200), as: UTF8.self))")
+            let status = (response as? HTTPURLResponse)?.statusCode
+            throw StatusError(
+                status: status, description: "\(url) answered \(status.map(String.init) ?? "no HTTP status"): \(String(decoding: data.prefix(200), as: UTF8.self))")
         }
         return Answer(url: url, data: data)
     }

@@ -15,6 +15,10 @@ struct SyncCheck {
     let server: ServerClient
     let ledger: Ledger
     let other: OtherWriter
+    /// Whether the server's feed was compacted: it then shows each entity's
+    /// latest change, not every change, and a cursor below its horizon is
+    /// answered 410.
+    let feedCompacted: Bool
 
     /// Reopens the store and checks it against the server's feed; when
     /// `toQuiet`, then syncs it to quiet, checks that client and server
@@ -40,28 +44,33 @@ struct SyncCheck {
 
     /// After a kill (or, with `quiet`, after syncing to quiet): the pulled
     /// changes are the feed's up to the cursor, the cursor is where they
-    /// end, the server applied no intent twice, and the other writer's
-    /// changes are all there; after a kill, in a compacted log, the app
-    /// writes' promises hold too. With `quiet`, also: the client pulled the whole feed, the
-    /// server applied every intent exactly once, and client and server
-    /// agree on every entity.
+    /// end, the server applied no intent twice and lost none it
+    /// acknowledged, and the other writer's changes are all there; after a
+    /// kill, in a compacted log, the app writes' promises hold too. With
+    /// `quiet`, also: the client pulled the whole feed, the server applied
+    /// every intent exactly once, and client and server agree on every
+    /// entity. A compacted feed shows only what compaction kept: the checks
+    /// of pulled changes against it are left out, and so are those of the
+    /// cursor when the server answers it 410.
     private func againstFeed(_ store: Store, quiet: Bool, _ context: inout IterationContext) async throws {
         let log = try StoreCheck.readLog(store)
         let compactedBelow = try store.compactedBelow()
         let compacted = compactedBelow > 0
         let view = FeedView(log: log, feed: try await server.pullAll())
-        guard let position = try await checkCursor(store, view, compactedBelow: compactedBelow, &context) else { return }
-        view.checkPulledChanges(through: position, compactedBelow: compactedBelow, &context)
+        let position = try await checkCursor(store, view, compactedBelow: compactedBelow, &context)
+        if let position, !feedCompacted { view.checkPulledChanges(through: position, compactedBelow: compactedBelow, &context) }
         // In a log never compacted, the app writes' promises were checked
         // with the store's (`SyncWorkload.check`); in a compacted one they
         // need the intents the feed shows were folded away.
         let promises = compacted ? AppPromises(ledger.reports, &context) : nil
-        let folded = view.checkApplied(quiet: quiet, compacted: compacted, wasTried: { promises?.wasTried($0) ?? false }, &context)
-        other.check(view.feed, &context)
+        let folded = view.checkApplied(
+            quiet: quiet, compacted: compacted, feedCompacted: feedCompacted, wasTried: { promises?.wasTried($0) ?? false }, &context)
+        view.checkLatestAtOrPastAcknowledged(&context)
+        other.check(view.feed, compacted: feedCompacted, &context)
         if let promises, !quiet { try SyncWorkload.checkPromises(promises, ledger, store, log: log, folded: folded, &context) }
         guard quiet else { return }
         if position != view.feed.count {
-            context.violation("synced to quiet, the client's cursor is after change \(position) of the feed's \(view.feed.count)")
+            context.violation("synced to quiet, the client's cursor is after change \(position.map(String.init) ?? "?") of the feed's \(view.feed.count)")
         }
         try view.checkEntities(store, &context)
         try await repushSample(view, &context)
@@ -69,9 +78,11 @@ struct SyncCheck {
 
     /// The pull cursor is the last applied page's, the feed goes on from it
     /// with the changes after those the client applied, and it is at or
-    /// past the cursor of the last sync run that completed.
+    /// past the cursor of the last sync run that completed (unless a resync
+    /// came after it).
     /// - Returns: how many of the feed's changes come up to the cursor;
-    ///   nil when the feed from it is not a part of the feed (a violation).
+    ///   nil when the feed from it is not a part of the feed (a violation),
+    ///   or the server answers it 410 (in a compacted feed).
     private func checkCursor(
         _ store: Store, _ view: FeedView, compactedBelow: UInt64, _ context: inout IterationContext
     ) async throws -> Int? {
@@ -83,21 +94,32 @@ struct SyncCheck {
         } else if view.remotes.isEmpty, compactedBelow == 0, let cursor {
             context.violation("the pull cursor is \(cursor), but the log has no pulled change")
         }
-        var rest = view.feed
-        if let cursor { rest = try await server.pullAll(after: cursor) }
+        guard let rest = try await pullAll(after: cursor, view.feed, &context) else { return nil }
         let position = view.feed.count - rest.count
         guard position >= 0, rest == Array(view.feed[position...]) else {
             context.violation("pulling from the store's cursor gives \(rest.count) changes, which are not the last of the feed's \(view.feed.count)")
             return nil
         }
-        if let promised = SyncWorkload.lastSyncedCursor(ledger) {
-            let synced = view.feed.count - (try await server.pullAll(after: promised)).count
+        if let promised = SyncWorkload.lastSyncedCursor(ledger), !view.resynced,
+            let after = try await pullAll(after: promised, view.feed, &context)
+        {
+            let synced = view.feed.count - after.count
             if synced > position {
                 context.violation(
                     "a sync run that completed left the pull cursor after change \(synced) of the feed, but the store's cursor is after change \(position)")
             }
         }
         return position
+    }
+
+    /// The feed after `cursor` (the whole `feed` for none); nil when the
+    /// server answers 410, which only a compacted feed may (a violation
+    /// otherwise).
+    private func pullAll(after cursor: String?, _ feed: [PullChange], _ context: inout IterationContext) async throws -> [PullChange]? {
+        guard let cursor else { return feed }
+        if let rest = try await server.pullAllUnlessGone(after: cursor) { return rest }
+        if !feedCompacted { context.violation("the server answers the cursor \(cursor) 410, but its feed was never compacted") }
+        return nil
     }
 
     /// Syncs as the restarted app would, until a run completes with nothing

@@ -89,6 +89,10 @@ extension SyncWorkload: StoreWorkload {
     /// every intent of a batch acknowledged before a sync run began that
     /// then completed has its answer in the log (that run pushed it and
     /// recorded the answer before it returned), or was folded away with it.
+    /// After a resync, until its pull has brought the entity's latest
+    /// state, the app sees its pending intents applied to nothing or to a
+    /// state the pull brought (a kill part way through that pull leaves
+    /// such a state).
     /// - Parameters:
     ///   - log: the client's log, with the answers to its intents.
     ///   - folded: the operations, by identity, that the server applied
@@ -99,14 +103,22 @@ extension SyncWorkload: StoreWorkload {
         let present = promises.checkIntents(log, &context)
         promises.checkBatches(present, folded: folded, &context)
         var answered: [UInt64: Bool] = [:]  // intent offset: rejected
+        // After the last resync: each app entity's confirmed states so far,
+        // none at first, then each pulled one.
+        var resyncBases: [String: [Fields?]]?
         for entry in log {
             switch entry.body {
             case .ack(let ack): answered[ack.intentOffset] = false
             case .reject(let reject): answered[reject.intentOffset] = true
+            case .resync: resyncBases = [:]
+            case .remote(let remote) where remote.entityType == AppOperation.entityType:
+                resyncBases?[remote.entityID, default: [nil]].append(remote.operation == .delete ? nil : remote.fields)
             default: break
             }
         }
-        try promises.checkVisible(store, present, folded: folded, rejected: Set(answered.filter(\.value).keys), &context)
+        try promises.checkVisible(
+            store, present, folded: folded, rejected: Set(answered.filter(\.value).keys),
+            resyncBases: resyncBases, answered: Set(answered.keys), &context)
         let synced = syncedBatches(ledger)
         for batch in promises.batches where synced.contains(batch.id) {
             for operation in batch.operations {

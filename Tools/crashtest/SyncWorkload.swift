@@ -3,6 +3,7 @@ import LogFormat
 import LogStore
 import LogSync
 import LogSyncHTTP
+import LogTesting
 
 /// A sync client killed with SIGKILL while it pushes and pulls. The worker
 /// makes app writes through `Store` while a `SyncEngine` syncs them with a
@@ -11,11 +12,20 @@ import LogSyncHTTP
 /// bring changes the worker did not make. The server lives as long as the
 /// store and is never killed here (the `server` workload kills it).
 ///
-/// On every other store the worker compacts its log after sync runs
+/// Stores take turns at what is compacted besides (`Compaction`): nothing;
+/// the client's log, by the worker's engine after its sync runs
 /// (`SyncConfiguration.compactAfterOffsets`, a random threshold per
-/// worker): the checks then find the intents compaction folded away in the
-/// server's feed, and the pulled changes it folded into snapshots before
-/// the store's cursor.
+/// worker), where the checks find the intents compaction folded away in
+/// the server's feed and the pulled changes it folded into snapshots
+/// before the store's cursor; or the server's feed, by the harness as the
+/// operator (`POST /v1/admin/compact`) while the worker runs, so that the
+/// worker's cursor falls below the feed's horizon, its pulls are answered
+/// 410, and kills land in the full resyncs that follow. The checks then
+/// hold the store to what a compacted feed still shows: each entity's
+/// latest change. A kill part way through a resync's pull leaves older
+/// server states in view, and an edit made on one may be refused as a
+/// conflict: both are allowed after a resync (`AppPromises.checkVisible`,
+/// `FeedView.checkApplied`), as the README says of `resync(reason:)`.
 ///
 /// After every kill, besides the common checks (`StoreCheck`), `SyncCheck`
 /// holds the store against the server's feed, and the app writes' promises
@@ -38,24 +48,44 @@ struct SyncWorkload: Workload {
     var storeDirectory: String { (directory as NSString).appendingPathComponent("client") }
     var serverDirectory: String { (directory as NSString).appendingPathComponent("server") }
 
+    /// What a store's iterations compact besides syncing, by turns.
+    enum Compaction: CaseIterable {
+        case none, clientLog, serverFeed
+
+        init(iteration: Int) {
+            self = Self.allCases[iteration / Harness.iterationsPerStoreMax % Self.allCases.count]
+        }
+    }
+
     /// The range of `--compact-after` thresholds, in offsets: a worker
     /// writes a few hundred before its kill.
     static let compactAfterOffsetsRange = 8...64
+    /// The pause before each compaction of the server's feed, in
+    /// milliseconds: a few per iteration, so that most resyncs they start
+    /// end before the next one.
+    static let feedCompactionPauseMilliseconds = 20...120
 
     mutating func iterate(_ context: inout IterationContext) async throws {
         guard let server = try await running(&context) else { return }
+        let compaction = Compaction(iteration: context.iteration)
         let writing = OtherWriter.Run(other, to: server.client, seed: context.workerSeed())
         var arguments = ["--server", server.client.base]
-        if context.iteration / Harness.iterationsPerStoreMax % 2 == 1 {
+        if compaction == .clientLog {
             arguments += ["--compact-after", String(Int.random(in: Self.compactAfterOffsetsRange, using: &context.random))]
         }
+        let stopCompacting = StopFlag()
+        let compacting = compaction == .serverFeed ? Self.compactFeeds(server, seed: context.workerSeed(), until: stopCompacting) : nil
         let reports: [Report]
         do {
             reports = try await WorkerRun.killed(Self.name, store: storeDirectory, more: arguments, &context)
         } catch {
+            stopCompacting.set()
+            _ = await compacting?.value
             _ = await writing.stop()
             throw error
         }
+        stopCompacting.set()
+        if let failure = await compacting?.value { context.violation("compacting the server's feed failed: \(failure)") }
         other = await writing.stop()
         for problem in other.takeProblems() { context.violation(problem) }
         ledger.append(reports)
@@ -63,7 +93,27 @@ struct SyncWorkload: Workload {
         await StoreCheck.afterCrash(Self.self, directory: storeDirectory, ledger: ledger, &context)
         let lastOfStore = (context.iteration + 1) % Harness.iterationsPerStoreMax == 0 || context.iteration + 1 == context.options.iterations
         let toQuiet = lastOfStore || Bool.random(using: &context.random)
-        await SyncCheck(server: server.client, ledger: ledger, other: other).run(store: storeDirectory, toQuiet: toQuiet, &context)
+        await SyncCheck(server: server.client, ledger: ledger, other: other, feedCompacted: compaction == .serverFeed)
+            .run(store: storeDirectory, toQuiet: toQuiet, &context)
+    }
+
+    /// Compacts the server's feeds after a random pause, again and again
+    /// until `stop` is set (a compaction is never cut off).
+    /// - Returns: the error of a compaction that failed, if one did.
+    private static func compactFeeds(_ server: ServerProcess, seed: UInt64, until stop: StopFlag) -> Task<String?, Never> {
+        Task {
+            var random = SeededRandom(seed: seed)
+            for _ in 0..<Worker.writeCountMax {
+                try? await Task.sleep(for: .milliseconds(Int.random(in: feedCompactionPauseMilliseconds, using: &random)))
+                guard !stop.isSet else { return nil }
+                do {
+                    _ = try await server.admin.compact()
+                } catch {
+                    return "\(error)"
+                }
+            }
+            return nil
+        }
     }
 
     mutating func finish() async {
