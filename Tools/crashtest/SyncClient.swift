@@ -37,8 +37,15 @@ extension SyncWorkload: StoreWorkload {
         configuration.pushBatchCountMax = 8
         configuration.pullPageCountMax = 4
         configuration.compactAfterOffsets = worker.compactAfterOffsets
+        configuration.resyncsPerRunMax = resyncsPerRunMax
         return configuration
     }
+
+    /// Resyncs a worker's run may start. The harness compacts the feed of
+    /// every third store several times a second, each compaction answering a
+    /// resync part way 410 again; on a slow host more than the default 3
+    /// would come in one run, which would then fail, and end the worker.
+    static let resyncsPerRunMax = 50
 
     static func work(_ worker: Worker) async throws {
         guard let server = worker.server else { throw HarnessError("the sync worker needs --server") }
