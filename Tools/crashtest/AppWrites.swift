@@ -41,6 +41,12 @@ struct AppOperation: Hashable, Sendable {
         return key
     }
 
+    /// The sequence number in a create's or update's identity (`ID#SEQ`);
+    /// nil for a delete's.
+    static func sequence(ofIdentity identity: String) -> Int? {
+        identity.split(separator: "#").last.flatMap { Int($0) }
+    }
+
     /// The fields the operation writes (for an update, the changes).
     var fields: Fields {
         switch kind {

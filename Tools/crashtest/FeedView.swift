@@ -175,18 +175,13 @@ struct FeedView {
     /// on its entity: its operation's sequence number, or past them all for
     /// a delete; nil when it names no operation.
     private static func rank(_ intent: Intent) -> Int? {
-        intent.operation == .delete ? Int.max : AppOperation.identity(of: intent).flatMap(sequence(ofIdentity:))
+        intent.operation == .delete ? Int.max : AppOperation.identity(of: intent).flatMap(AppOperation.sequence(ofIdentity:))
     }
 
     private static func rank(_ change: PullChange) -> Int? {
         guard change.operation == .upsert else { return Int.max }
         guard case .string(let key)? = change.data?["key"] else { return nil }
-        return sequence(ofIdentity: key)
-    }
-
-    /// The sequence number in an identity `ID#SEQ`.
-    private static func sequence(ofIdentity identity: String) -> Int? {
-        identity.split(separator: "#").last.flatMap { Int($0) }
+        return AppOperation.sequence(ofIdentity: key)
     }
 
     /// The feed changes of app entities, by the identity of the operation
